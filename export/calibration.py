@@ -1,0 +1,48 @@
+"""Observations for calibration and verification, collected by running the trained policy in its own
+environment: the states the deployed policy will actually see, not samples of the observation space."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from train.core.evaluation import evaluate
+
+CALIBRATION_SEED_OFFSET = 1_000
+HELDOUT_SEED_OFFSET = 2_000
+
+
+@dataclass(frozen=True)
+class RolloutData:
+    calibration: np.ndarray
+    heldout: np.ndarray
+    description: dict[str, Any]
+
+
+def _collect(act: Callable[[np.ndarray], Any], env_id: str, episodes: int, seed: int, max_samples: int) -> np.ndarray:
+    seen: list[np.ndarray] = []
+    evaluate(act, env_id, episodes, seed, on_step=lambda o: seen.append(np.asarray(o, np.float32).copy()))
+    obs = np.stack(seen)
+    if len(obs) > max_samples:  # evenly spaced, so every part of the episodes is represented
+        obs = obs[np.linspace(0, len(obs) - 1, max_samples).round().astype(int)]
+    return obs
+
+
+def collect_rollout_data(
+    act: Callable[[np.ndarray], Any], env_id: str, episodes: int, seed: int, max_calib: int, max_heldout: int
+) -> RolloutData:
+    calib_seed, heldout_seed = seed + CALIBRATION_SEED_OFFSET, seed + HELDOUT_SEED_OFFSET
+    calibration = _collect(act, env_id, episodes, calib_seed, max_calib)
+    heldout = _collect(act, env_id, max(2, episodes // 2), heldout_seed, max_heldout)
+    return RolloutData(
+        calibration,
+        heldout,
+        {
+            "source": f"rollouts of the trained policy (deterministic) in {env_id}",
+            "calibration": {"episodes": episodes, "seeds_from": calib_seed, "samples": len(calibration)},
+            "heldout": {"episodes": max(2, episodes // 2), "seeds_from": heldout_seed, "samples": len(heldout)},
+        },
+    )

@@ -1,0 +1,35 @@
+"""Deployable torch graph -> ONNX (opset 17), batch fixed at 1: one observation per control cycle."""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from pathlib import Path
+
+import torch
+
+from rl2edge.errors import ExportError
+from export.deployable import DeployablePolicy
+
+_logger = logging.getLogger(__name__)
+
+OPSET = 17
+INPUT_NAME, OUTPUT_NAME = "obs", "action"
+
+
+def export_onnx(policy: DeployablePolicy, obs_shape: tuple[int, ...], path: Path) -> None:
+    example = torch.zeros((1, *obs_shape), dtype=torch.float32)
+    try:
+        with warnings.catch_warnings():
+            # The TorchScript exporter is deprecated in favour of torch.export, which needs onnxscript; for
+            # these small static graphs it is the lighter, proven path.
+            warnings.simplefilter("ignore", DeprecationWarning)
+            torch.onnx.export(
+                policy, (example,), str(path), opset_version=OPSET, input_names=[INPUT_NAME],
+                output_names=[OUTPUT_NAME], dynamo=False,
+            )
+    except Exception as exc:  # the exporter raises many types
+        raise ExportError(f"ONNX export failed: {exc}") from exc
+    import onnx
+
+    onnx.checker.check_model(onnx.load(str(path)))

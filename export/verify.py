@@ -1,0 +1,72 @@
+"""Numerical verification of an exported file against its source, on held-out rollout observations."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from rl2edge.errors import ShapeError, ToleranceError
+from export.tolerances import Tolerances
+
+
+def compare_actions(
+    source_actions: np.ndarray,
+    exported_actions: np.ndarray,
+    discrete: bool,
+    source_margins: np.ndarray | None,
+    tol: Tolerances,
+) -> dict[str, Any]:
+    """Discrete: agreement, and disagreements outside near ties. Box: max and mean |difference|."""
+    if source_actions.shape != exported_actions.shape:
+        raise ShapeError(f"exported actions have shape {exported_actions.shape}, the source's {source_actions.shape}")
+    if discrete:
+        agree = source_actions == exported_actions
+        decisive = np.ones_like(agree) if source_margins is None else source_margins >= tol.discrete_margin
+        return {
+            "metric": "agreement",
+            "agreement": float(agree.mean()),
+            "disagreements_outside_ties": int((~agree & decisive).sum()),
+            "samples": int(agree.size),
+        }
+    err = np.abs(source_actions.astype(np.float64) - exported_actions.astype(np.float64))
+    return {"metric": "abs_error", "max_abs_error": float(err.max()), "mean_abs_error": float(err.mean()),
+            "samples": int(err.shape[0])}
+
+
+def require_fp32_parity(name: str, result: dict[str, Any], tol: Tolerances) -> None:
+    """fp32 files must reproduce the source: above tolerance the export fails and writes nothing."""
+    if result["metric"] == "agreement":
+        if result["disagreements_outside_ties"]:
+            raise ToleranceError(
+                f"{name}: {result['disagreements_outside_ties']} of {result['samples']} held-out observations get a "
+                f"different action than the source (top-two logit margin >= {tol.discrete_margin})"
+            )
+    elif result["max_abs_error"] > tol.fp32_action_atol:
+        raise ToleranceError(
+            f"{name}: max |action - source action| = {result['max_abs_error']:.3g} over {result['samples']} held-out "
+            f"observations exceeds atol {tol.fp32_action_atol:g}"
+        )
+
+
+def parity_summary(result: dict[str, Any]) -> str:
+    if result["metric"] == "agreement":
+        return f"agree {100 * result['agreement']:.1f}%"
+    return f"max|Δ| {result['max_abs_error']:.1e}"
+
+
+def latency_us(fn: Callable[[np.ndarray], Any], samples: np.ndarray, calls: int = 2000) -> dict[str, float]:
+    """Median and p99 of single calls in microseconds, after a warm-up. A figure for the report; the
+    benchmarks own the careful measurements."""
+    for row in samples[:50]:
+        fn(row)
+    times = np.empty(calls)
+    n = len(samples)
+    for i in range(calls):
+        x = samples[i % n]
+        t0 = time.perf_counter_ns()
+        fn(x)
+        times[i] = time.perf_counter_ns() - t0
+    return {"p50_us": float(np.percentile(times, 50) / 1e3), "p99_us": float(np.percentile(times, 99) / 1e3)}

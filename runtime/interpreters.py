@@ -1,0 +1,116 @@
+"""Interpreter backends: one small class per engine, the same `run(x) -> y` for all.
+
+TFLite models run on the first of ai-edge-litert, tflite-runtime, tensorflow.lite that imports;
+ONNX models run on onnxruntime. Each engine is imported only when chosen.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+
+from rl2edge.errors import BackendError
+
+_logger = logging.getLogger(__name__)
+
+# name -> module holding an `Interpreter` class with the tf.lite API
+TFLITE_ENGINES = {
+    "litert": "ai_edge_litert.interpreter",
+    "tflite-runtime": "tflite_runtime.interpreter",
+    "tensorflow": "tensorflow.lite",
+}
+
+
+class Backend(Protocol):
+    name: str
+    input_name: str
+    output_name: str
+    input_dtype: np.dtype
+    input_shape: tuple[int, ...]
+    output_dtype: np.dtype
+
+    def run(self, x: np.ndarray) -> np.ndarray: ...
+
+
+class TFLiteBackend:
+    def __init__(self, model_path: Path, engine: str, num_threads: int):
+        module = importlib.import_module(TFLITE_ENGINES[engine])
+        try:
+            self._it = module.Interpreter(model_path=str(model_path), num_threads=num_threads)
+            self._it.allocate_tensors()
+        except (ValueError, RuntimeError) as exc:
+            raise BackendError(f"{engine} cannot load {model_path}: {exc}") from None
+        inputs, outputs = self._it.get_input_details(), self._it.get_output_details()
+        if len(inputs) != 1 or len(outputs) != 1:
+            raise BackendError(f"{model_path} has {len(inputs)} inputs and {len(outputs)} outputs; expected 1 and 1")
+        self.name = engine
+        self._in, self._out = inputs[0]["index"], outputs[0]["index"]
+        self.input_name, self.output_name = str(inputs[0]["name"]), str(outputs[0]["name"])
+        self.input_dtype = np.dtype(inputs[0]["dtype"])
+        self.input_shape = tuple(int(d) for d in inputs[0]["shape"])
+        self.output_dtype = np.dtype(outputs[0]["dtype"])
+        self.input_quant = _quant(inputs[0])
+        self.output_quant = _quant(outputs[0])
+
+    def run(self, x: np.ndarray) -> np.ndarray:
+        self._it.set_tensor(self._in, x)
+        self._it.invoke()
+        return self._it.get_tensor(self._out)
+
+
+def _quant(detail: dict[str, Any]) -> tuple[float, int] | None:
+    scale, zero_point = detail.get("quantization", (0.0, 0))
+    return (float(scale), int(zero_point)) if scale else None
+
+
+class OnnxBackend:
+    def __init__(self, model_path: Path, num_threads: int):
+        try:
+            import onnxruntime as ort
+        except ImportError:
+            raise BackendError("onnxruntime is not installed; install it or use the .tflite model") from None
+        opts = ort.SessionOptions()
+        opts.intra_op_num_threads = num_threads
+        opts.inter_op_num_threads = 1
+        try:
+            self._sess = ort.InferenceSession(str(model_path), opts, providers=["CPUExecutionProvider"])
+        except Exception as exc:  # onnxruntime raises its own untyped errors
+            raise BackendError(f"onnxruntime cannot load {model_path}: {exc}") from None
+        inp, out = self._sess.get_inputs(), self._sess.get_outputs()
+        if len(inp) != 1 or len(out) != 1:
+            raise BackendError(f"{model_path} has {len(inp)} inputs and {len(out)} outputs; expected 1 and 1")
+        self.name = "onnxruntime"
+        self._in_name, self._out_name = inp[0].name, out[0].name
+        self.input_name, self.output_name = self._in_name, self._out_name
+        self.input_dtype = np.dtype(np.float32)
+        self.input_shape = tuple(int(d) for d in inp[0].shape)
+        self.output_dtype = np.dtype(np.int64 if "int64" in out[0].type else np.float32)
+        self.input_quant = self.output_quant = None
+
+    def run(self, x: np.ndarray) -> np.ndarray:
+        return self._sess.run([self._out_name], {self._in_name: x})[0]
+
+
+def open_backend(model_path: Path, backend: str = "auto", num_threads: int = 1) -> TFLiteBackend | OnnxBackend:
+    """Open `model_path` with the named engine, or the first available one for its format."""
+    if model_path.suffix == ".onnx" or backend == "onnxruntime":
+        if model_path.suffix != ".onnx":
+            raise BackendError(f"onnxruntime runs .onnx models, not {model_path.name}")
+        return OnnxBackend(model_path, num_threads)
+    if backend != "auto":
+        if backend not in TFLITE_ENGINES:
+            raise BackendError(f"unknown backend {backend!r}; choose auto, onnxruntime or one of {', '.join(TFLITE_ENGINES)}")
+        try:
+            return TFLiteBackend(model_path, backend, num_threads)
+        except ImportError:
+            raise BackendError(f"backend {backend!r} is not installed ({TFLITE_ENGINES[backend]})") from None
+    for engine in TFLITE_ENGINES:
+        try:
+            return TFLiteBackend(model_path, engine, num_threads)
+        except ImportError:
+            _logger.debug("TFLite engine %s not installed", engine)
+    raise BackendError("no TFLite interpreter is installed: pip install ai-edge-litert (or tflite-runtime)")

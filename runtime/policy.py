@@ -1,0 +1,88 @@
+"""The guarded policy: validate the observation, (de)quantize where the model has integer I/O, invoke,
+clamp the action to its declared bounds. Everything else (normalization, the action transform, noise)
+is inside the graph."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import numpy as np
+
+from rl2edge.errors import BackendError, ManifestError, ObservationError
+from runtime.interpreters import OnnxBackend, TFLiteBackend, open_backend
+from runtime.manifest import Manifest, load_manifest
+
+_logger = logging.getLogger(__name__)
+
+
+class Policy:
+    def __init__(self, manifest: Manifest, backend: TFLiteBackend | OnnxBackend):
+        self.manifest = manifest
+        self._backend = backend
+        obs = manifest.observation
+        self.obs_shape = tuple(int(d) for d in obs["shape"])
+        self._model_shape = backend.input_shape
+        if int(np.prod(self._model_shape)) != int(np.prod(self.obs_shape)):
+            raise ManifestError(
+                f"model input {self._model_shape} does not hold the manifest's observation {self.obs_shape}"
+            )
+        act = manifest.action
+        self.discrete = act["type"] == "discrete"
+        if self.discrete:
+            self._lo, self._hi = int(act.get("start", 0)), int(act.get("start", 0)) + int(act["n"]) - 1
+        else:
+            self.action_low = np.asarray(act["low"], np.float32)
+            self.action_high = np.asarray(act["high"], np.float32)
+        self._in_quant = backend.input_quant
+        self._out_quant = backend.output_quant
+
+    @classmethod
+    def load(
+        cls, artifact_dir: str | Path, backend: str = "auto", num_threads: int = 1, model: str | None = None
+    ) -> Policy:
+        """Load an artifact (hashes checked). `model` picks a file other than the manifest's (e.g. policy.onnx)."""
+        manifest = load_manifest(artifact_dir)
+        name = model or ("policy.onnx" if backend == "onnxruntime" else manifest.model["file"])
+        if name not in manifest.data["files"]:
+            raise ManifestError(f"{name} is not part of artifact {artifact_dir}")
+        return cls(manifest, open_backend(manifest.file(name), backend, num_threads))
+
+    @property
+    def backend_name(self) -> str:
+        return self._backend.name
+
+    def _prepare(self, obs: np.ndarray) -> np.ndarray:
+        arr = np.asarray(obs)
+        if arr.dtype.kind not in "fiu":
+            raise ObservationError(f"observation dtype {arr.dtype} is not numeric; expected {self.obs_shape} float32")
+        if arr.shape != self.obs_shape and arr.shape != (1, *self.obs_shape):
+            raise ObservationError(f"observation shape {arr.shape} does not match the artifact's {self.obs_shape}")
+        x = arr.astype(np.float32, copy=False)
+        if not np.all(np.isfinite(x)):
+            raise ObservationError("observation contains NaN or Inf")
+        x = x.reshape(self._model_shape)
+        if self._in_quant is not None:
+            scale, zp = self._in_quant
+            info = np.iinfo(self._backend.input_dtype)
+            x = np.clip(np.round(x / scale) + zp, info.min, info.max).astype(self._backend.input_dtype)
+        return x
+
+    def raw(self, obs: np.ndarray) -> np.ndarray:
+        """Invoke without the final clamp (the head's own output, dequantized): for verification."""
+        y = self._backend.run(self._prepare(obs))
+        if self._out_quant is not None:
+            scale, zp = self._out_quant
+            y = (y.astype(np.float32) - zp) * scale
+        return y
+
+    def predict(self, obs: np.ndarray) -> int | np.ndarray:
+        """Observation as the environment gives it -> action in the environment's units."""
+        try:
+            y = self.raw(obs)
+        except (ValueError, RuntimeError) as exc:
+            raise BackendError(f"{self._backend.name} failed to run the model: {exc}") from None
+        if self.discrete:
+            return int(np.clip(int(np.asarray(y).reshape(-1)[0]), self._lo, self._hi))
+        a = np.asarray(y, np.float32).reshape(self.action_low.shape)
+        return np.clip(a, self.action_low, self.action_high)

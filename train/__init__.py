@@ -1,0 +1,5 @@
+"""Training: algorithms in two backends (torch, tf) on one framework-neutral core (`train.core`).
+
+`train` imports neither `export` nor `runtime`. Importing `train` or `train.core` loads no deep-learning
+framework; only `train.torch_backend` (and later `train.tf_backend`) does.
+"""

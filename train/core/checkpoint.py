@@ -1,0 +1,100 @@
+"""The checkpoint contract (train -> export): a directory with `checkpoint.json` and the weights file.
+
+No pickle anywhere: the JSON holds everything but the tensors, the tensors are safetensors (torch) or
+a Keras weights file (tf). Nothing time-dependent goes into checkpoint.json, so the same seed gives the
+same checkpoint bit for bit; wall-clock figures go to `summary.json` beside it.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from rl2edge.errors import CheckpointError
+from rl2edge.fileio import sha256_file, write_json_atomic
+
+CHECKPOINT_FILE = "checkpoint.json"
+FORMAT = "rl2edge-checkpoint"
+FORMAT_VERSION = 1
+
+
+def library_versions(*names: str) -> dict[str, str]:
+    out = {"python": platform.python_version()}
+    for name in ("rl2edge", "numpy", "gymnasium", *names):
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = "not installed"
+    return out
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    path: Path
+    meta: dict[str, Any]
+
+    @property
+    def algo(self) -> str:
+        return str(self.meta["algo"])
+
+    @property
+    def framework(self) -> str:
+        return str(self.meta["framework"])
+
+    @property
+    def env_id(self) -> str:
+        return str(self.meta["env_id"])
+
+    @property
+    def weights_path(self) -> Path:
+        return self.path / self.meta["weights"]["file"]
+
+    def content_hash(self) -> str:
+        """sha256 of checkpoint.json: it names the weights' sha256, so it covers the whole checkpoint."""
+        return sha256_file(self.path / CHECKPOINT_FILE)
+
+
+def write_checkpoint(run_dir: Path, meta: dict[str, Any], weights_file: str) -> None:
+    """Write checkpoint.json last (atomically), after the weights file is in place."""
+    weights = run_dir / weights_file
+    if not weights.is_file():
+        raise CheckpointError(f"weights file {weights} was not written")
+    meta = {"format": FORMAT, "format_version": FORMAT_VERSION, **meta}
+    meta["weights"] = {"file": weights_file, "sha256": sha256_file(weights)}
+    write_json_atomic(run_dir / CHECKPOINT_FILE, meta)
+
+
+_REQUIRED = ("algo", "framework", "env_id", "observation_space", "action_space", "network", "normalization", "weights")
+
+
+def load_checkpoint(run_dir: str | Path) -> Checkpoint:
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise CheckpointError(f"checkpoint directory {run_dir} does not exist; pass the --out directory of `rl2edge train`")
+    meta_path = run_dir / CHECKPOINT_FILE
+    if not meta_path.is_file():
+        raise CheckpointError(f"{run_dir} holds no {CHECKPOINT_FILE}; is it a finished `rl2edge train` run?")
+    try:
+        meta = json.loads(meta_path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise CheckpointError(f"{meta_path} is not valid JSON ({exc}); the checkpoint is corrupted") from None
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+        raise CheckpointError(f"{meta_path} is not an rl2edge checkpoint (format field missing or wrong)")
+    if meta.get("format_version") != FORMAT_VERSION:
+        raise CheckpointError(
+            f"{meta_path} has format_version {meta.get('format_version')!r}; this rl2edge reads {FORMAT_VERSION}"
+        )
+    missing = [k for k in _REQUIRED if k not in meta]
+    if missing:
+        raise CheckpointError(f"{meta_path} lacks {', '.join(missing)}; the checkpoint is corrupted")
+    ckpt = Checkpoint(run_dir, meta)
+    weights = ckpt.weights_path
+    if not weights.is_file():
+        raise CheckpointError(f"weights file {weights} is missing; the checkpoint is incomplete")
+    if sha256_file(weights) != meta["weights"]["sha256"]:
+        raise CheckpointError(f"weights file {weights} does not match the sha256 in {CHECKPOINT_FILE}; it is corrupted")
+    return ckpt

@@ -1,0 +1,131 @@
+"""PPO configuration: defaults (SB3's), then the env's preset, then a user's config file, then the CLI."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from rl2edge.errors import ConfigError
+from train.core.schedules import Schedule
+
+
+@dataclass
+class PPOConfig:
+    n_timesteps: int = 1_000_000
+    """Total environment steps (all envs together); --steps overrides it."""
+    n_envs: int = 1
+    """Environments stepped together in one process."""
+    n_steps: int = 2048
+    """Steps per env per rollout; a rollout holds n_envs * n_steps transitions."""
+    batch_size: int = 64
+    """Minibatch size of the update."""
+    n_epochs: int = 10
+    """Passes over each rollout."""
+    gamma: float = 0.99
+    """Discount factor."""
+    gae_lambda: float = 0.95
+    """GAE lambda."""
+    learning_rate: Schedule = field(default_factory=lambda: Schedule(3e-4))
+    """Adam step size; 'lin_X' anneals linearly to 0."""
+    clip_range: Schedule = field(default_factory=lambda: Schedule(0.2))
+    """Clipping of the probability ratio in the surrogate; 'lin_X' anneals linearly to 0."""
+    clip_range_vf: float | None = None
+    """Clipping of the value update around the rollout's values; None turns value clipping off."""
+    ent_coef: float = 0.0
+    """Entropy bonus weight."""
+    vf_coef: float = 0.5
+    """Value loss weight."""
+    max_grad_norm: float = 0.5
+    """Global gradient norm clip."""
+    normalize_advantage: bool = True
+    """Normalize advantages per minibatch."""
+    target_kl: float | None = None
+    """Stop an update's epochs early when the approximate KL exceeds this."""
+    net_arch: list[int] = field(default_factory=lambda: [64, 64])
+    """Hidden layer sizes of the (separate) actor and critic MLPs."""
+    activation: str = "tanh"
+    """Hidden activation: tanh or relu."""
+    log_std_init: float = 0.0
+    """Initial log standard deviation of the Gaussian policy (Box actions)."""
+    normalize_obs: bool = True
+    """Running observation normalization; its frozen statistics are folded into the exported graph."""
+    norm_obs_clip: float = 10.0
+    """Clip of normalized observations."""
+    eval_freq: int = 10_000
+    """Deterministic evaluation every this many env steps (0: off)."""
+    eval_episodes: int = 5
+    """Episodes per periodic evaluation."""
+    policy: str = "MlpPolicy"
+    """Zoo compatibility; only MlpPolicy is implemented."""
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for f in dataclasses.fields(self):
+            v = getattr(self, f.name)
+            out[f.name] = v.to_json() if isinstance(v, Schedule) else v
+        return out
+
+    def validate(self) -> None:
+        positive = ("n_timesteps", "n_envs", "n_steps", "batch_size", "n_epochs")
+        for name in positive:
+            if int(getattr(self, name)) <= 0:
+                raise ConfigError(f"{name} must be a positive integer, got {getattr(self, name)}")
+        if not 0.0 < self.gamma <= 1.0 or not 0.0 <= self.gae_lambda <= 1.0:
+            raise ConfigError(f"gamma must be in (0, 1] and gae_lambda in [0, 1], got {self.gamma}, {self.gae_lambda}")
+        if self.activation not in ("tanh", "relu"):
+            raise ConfigError(f"activation must be tanh or relu, got {self.activation!r}")
+        if self.policy != "MlpPolicy":
+            raise ConfigError(f"policy {self.policy!r} is not implemented; use MlpPolicy")
+
+
+_SCHEDULES = ("learning_rate", "clip_range")
+_INTS = ("n_timesteps", "n_envs", "n_steps", "batch_size", "n_epochs", "eval_freq", "eval_episodes")
+
+
+def _apply(cfg: PPOConfig, values: dict[str, Any], source: str) -> None:
+    known = {f.name for f in dataclasses.fields(cfg)}
+    for key, value in values.items():
+        if key not in known:
+            raise ConfigError(f"{source}: unknown PPO hyperparameter {key!r}; known: {', '.join(sorted(known))}")
+        if key in _SCHEDULES:
+            value = Schedule.parse(value, f"{source}: {key}")
+        elif key in _INTS:
+            try:
+                value = int(float(value))
+            except (TypeError, ValueError):
+                raise ConfigError(f"{source}: {key} must be an integer, got {value!r}") from None
+        setattr(cfg, key, value)
+
+
+def load_preset(algo: str, env_id: str) -> dict[str, Any]:
+    text = resources.files("train.presets").joinpath(f"{algo}.yml").read_text()
+    presets = yaml.safe_load(text) or {}
+    return dict(presets.get(env_id, {}))
+
+
+def build_config(
+    env_id: str, config_file: str | Path | None = None, overrides: dict[str, Any] | None = None
+) -> PPOConfig:
+    cfg = PPOConfig()
+    _apply(cfg, load_preset("ppo", env_id), f"preset ppo.yml[{env_id}]")
+    if config_file is not None:
+        path = Path(config_file)
+        try:
+            data = yaml.safe_load(path.read_text())
+        except FileNotFoundError:
+            raise ConfigError(f"config file {path} does not exist") from None
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"config file {path} is not valid YAML: {exc}") from None
+        if isinstance(data, dict) and env_id in data and isinstance(data[env_id], dict):
+            data = data[env_id]  # a Zoo-style file keyed by env id
+        if not isinstance(data, dict):
+            raise ConfigError(f"config file {path} must hold a mapping of hyperparameters")
+        _apply(cfg, data, str(path))
+    _apply(cfg, overrides or {}, "command line")
+    cfg.validate()
+    return cfg

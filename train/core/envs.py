@@ -1,0 +1,57 @@
+"""Environment creation: registered Gymnasium ids and a user's own `package.module:EnvClass`."""
+
+from __future__ import annotations
+
+import importlib
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import gymnasium as gym
+
+from rl2edge.errors import ConfigError
+
+_logger = logging.getLogger(__name__)
+
+
+def _env_factory(env_id: str, **kwargs: Any) -> Callable[[], gym.Env]:
+    # 'package.module:EnvClass' names a user's class; 'module:Env-v0' is Gymnasium's own syntax for an
+    # id registered on import of module. Try the class first, then let Gymnasium resolve the id.
+    if ":" in env_id:
+        module_name, _, attr = env_id.partition(":")
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError as exc:
+            raise ConfigError(f"cannot import module {module_name!r} for env {env_id!r}: {exc}") from exc
+        cls = getattr(module, attr, None)
+        if isinstance(cls, type) and issubclass(cls, gym.Env):
+            return lambda: cls(**kwargs)
+    try:
+        gym.spec(env_id)
+    except gym.error.Error as exc:
+        raise ConfigError(
+            f"unknown environment id {env_id!r} ({exc}); use a registered Gymnasium id such as CartPole-v1, "
+            "or 'package.module:EnvClass' for your own gymnasium.Env subclass"
+        ) from None
+    return lambda: gym.make(env_id, **kwargs)
+
+
+def check_env_id(env_id: str) -> None:
+    """Fail early, with a clear message, on an env id that cannot be made."""
+    _env_factory(env_id)
+
+
+def make_env(env_id: str, **kwargs: Any) -> gym.Env:
+    env = _env_factory(env_id, **kwargs)()
+    if env.spec is None or env.spec.max_episode_steps is None:
+        _logger.debug("env %s has no time limit", env_id)
+    return env
+
+
+def make_vec_env(env_id: str, n_envs: int) -> gym.vector.SyncVectorEnv:
+    """n copies in one process. SAME_STEP autoreset keeps the final observation of each episode in
+    infos['final_obs'], which PPO needs to bootstrap truncated episodes."""
+    factory = _env_factory(env_id)
+    return gym.vector.SyncVectorEnv(
+        [factory] * n_envs, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP
+    )

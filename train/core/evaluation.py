@@ -1,0 +1,59 @@
+"""Deterministic evaluation: N episodes with seeds S, S+1, ..., the same everywhere in the project
+(periodic evaluation in training, `rl2edge evaluate` of an artifact, closed-loop checks at export)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from train.core.envs import make_env
+
+ActFn = Callable[[np.ndarray], "np.ndarray | int | float"]
+
+
+@dataclass(frozen=True)
+class EvalResult:
+    returns: list[float]
+    lengths: list[int]
+
+    @property
+    def mean(self) -> float:
+        return float(np.mean(self.returns))
+
+    @property
+    def std(self) -> float:
+        return float(np.std(self.returns))
+
+
+def evaluate(
+    act: ActFn,
+    env_id: str,
+    episodes: int,
+    seed: int,
+    max_steps: int | None = None,
+    on_step: Callable[[np.ndarray], None] | None = None,
+) -> EvalResult:
+    """Run `act` (raw observation in, env action out) for `episodes` episodes; episode i uses seed+i.
+
+    `on_step` sees every raw observation (export uses it to collect calibration data).
+    """
+    env = make_env(env_id)
+    returns, lengths = [], []
+    try:
+        for i in range(episodes):
+            obs, _ = env.reset(seed=seed + i)
+            done, total, steps = False, 0.0, 0
+            while not done:
+                if on_step is not None:
+                    on_step(obs)
+                obs, reward, terminated, truncated, _ = env.step(act(obs))
+                total += float(reward)
+                steps += 1
+                done = terminated or truncated or (max_steps is not None and steps >= max_steps)
+            returns.append(total)
+            lengths.append(steps)
+    finally:
+        env.close()
+    return EvalResult(returns, lengths)

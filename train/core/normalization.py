@@ -1,0 +1,78 @@
+"""Running observation normalization.
+
+The statistics are float64 and updated during training; `normalize` is the one formula used in
+training, evaluation and (as constants folded into the graph) deployment:
+
+    clip((obs - mean) / sqrt(var + eps), -clip, clip)   in float32
+
+so that the exported graph computes exactly what the policy was trained on.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+
+@dataclass
+class RunningNormalizer:
+    shape: tuple[int, ...]
+    clip: float = 10.0
+    eps: float = 1e-8
+    enabled: bool = True
+    mean: np.ndarray = field(init=False)
+    var: np.ndarray = field(init=False)
+    count: float = field(init=False, default=1e-4)
+
+    def __post_init__(self) -> None:
+        self.shape = tuple(self.shape)
+        self.mean = np.zeros(self.shape, np.float64)
+        self.var = np.ones(self.shape, np.float64)
+
+    def update(self, batch: np.ndarray) -> None:
+        """Parallel-variance update (Chan et al.), as in SB3's RunningMeanStd."""
+        if not self.enabled:
+            return
+        batch = np.asarray(batch, np.float64).reshape(-1, *self.shape)
+        b_mean, b_var, b_count = batch.mean(axis=0), batch.var(axis=0), batch.shape[0]
+        delta = b_mean - self.mean
+        total = self.count + b_count
+        m2 = self.var * self.count + b_var * b_count + delta**2 * self.count * b_count / total
+        self.mean = self.mean + delta * b_count / total
+        self.var = m2 / total
+        self.count = total
+
+    def constants(self) -> tuple[np.ndarray, np.ndarray]:
+        """(mean, 1/std) as the float32 constants the graph folds in."""
+        if not self.enabled:
+            return np.zeros(self.shape, np.float32), np.ones(self.shape, np.float32)
+        mean = self.mean.astype(np.float32)
+        inv_std = (1.0 / np.sqrt(self.var + self.eps)).astype(np.float32)
+        return mean, inv_std
+
+    def normalize(self, obs: np.ndarray) -> np.ndarray:
+        mean, inv_std = self.constants()
+        out = (np.asarray(obs, np.float32) - mean) * inv_std
+        if self.enabled:
+            out = np.clip(out, -self.clip, self.clip)
+        return out.astype(np.float32, copy=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "enabled": self.enabled,
+            "clip": self.clip,
+            "eps": self.eps,
+            "count": self.count,
+            "mean": self.mean.tolist(),
+            "var": self.var.tolist(),
+        }
+
+    @classmethod
+    def from_dict(cls, shape: tuple[int, ...], d: dict[str, Any]) -> RunningNormalizer:
+        norm = cls(shape=shape, clip=float(d["clip"]), eps=float(d["eps"]), enabled=bool(d["enabled"]))
+        norm.count = float(d["count"])
+        norm.mean = np.asarray(d["mean"], np.float64).reshape(shape)
+        norm.var = np.asarray(d["var"], np.float64).reshape(shape)
+        return norm

@@ -1,0 +1,60 @@
+"""JSON descriptions of Gymnasium spaces: what the checkpoint and the artifact say about I/O."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from rl2edge.errors import ConfigError
+
+
+def _bounds(arr: np.ndarray) -> list[Any]:
+    # JSON has no infinity; null stands for an unbounded side.
+    return [None if not np.isfinite(v) else float(v) for v in np.asarray(arr, dtype=np.float64).ravel()]
+
+
+def observation_spec(space: gym.Space) -> dict[str, Any]:
+    if not isinstance(space, gym.spaces.Box):
+        raise ConfigError(
+            f"observation space {space} is not supported: rl2edge policies take Box observations "
+            "(flatten Dict/Tuple observations with gymnasium.wrappers.FlattenObservation)"
+        )
+    return {
+        "type": "box",
+        "shape": list(space.shape),
+        "dtype": str(space.dtype),
+        "low": _bounds(space.low),
+        "high": _bounds(space.high),
+    }
+
+
+def action_spec(space: gym.Space) -> dict[str, Any]:
+    if isinstance(space, gym.spaces.Discrete):
+        return {"type": "discrete", "n": int(space.n), "start": int(space.start)}
+    if isinstance(space, gym.spaces.Box):
+        if not (np.all(np.isfinite(space.low)) and np.all(np.isfinite(space.high))):
+            raise ConfigError(f"action space {space} has infinite bounds; rl2edge needs bounded Box actions")
+        if len(space.shape) != 1:
+            raise ConfigError(f"action space {space} must be one-dimensional")
+        return {
+            "type": "box",
+            "shape": list(space.shape),
+            "dtype": str(space.dtype),
+            "low": _bounds(space.low),
+            "high": _bounds(space.high),
+        }
+    raise ConfigError(f"action space {space} is not supported: use Discrete or a bounded 1-D Box")
+
+
+def obs_dim(spec: dict[str, Any]) -> int:
+    return int(np.prod(spec["shape"]))
+
+
+def is_discrete(spec: dict[str, Any]) -> bool:
+    return spec["type"] == "discrete"
+
+
+def action_dim(spec: dict[str, Any]) -> int:
+    return int(spec["n"]) if is_discrete(spec) else int(spec["shape"][0])

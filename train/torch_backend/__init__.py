@@ -1,0 +1,1 @@
+"""PyTorch backend. Importing this package imports torch."""

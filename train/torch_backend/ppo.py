@@ -195,6 +195,34 @@ def train_ppo(
     return TrainResult(run_dir, global_step, wall, final_eval)
 
 
+def clipped_surrogate(adv: torch.Tensor, ratio: torch.Tensor, clip: float) -> torch.Tensor:
+    """PPO's policy loss: the min of the unclipped and clipped objectives. Clipping the ratio alone
+    (tf.clip_by_value(ratio) * adv) would also pass gradients where the min should cut them off."""
+    return -torch.min(adv * ratio, adv * ratio.clamp(1 - clip, 1 + clip)).mean()
+
+
+def ppo_loss(
+    logp: torch.Tensor,
+    entropy: torch.Tensor,
+    values: torch.Tensor,
+    old_logp: torch.Tensor,
+    old_values: torch.Tensor,
+    adv: torch.Tensor,
+    returns: torch.Tensor,
+    clip: float,
+    cfg: PPOConfig,
+) -> tuple[torch.Tensor, ...]:
+    log_ratio = logp - old_logp
+    ratio = log_ratio.exp()
+    pg_loss = clipped_surrogate(adv, ratio, clip)
+    if cfg.clip_range_vf is not None:  # SB3's value clipping: around the values recorded in the rollout
+        values = old_values + (values - old_values).clamp(-cfg.clip_range_vf, cfg.clip_range_vf)
+    v_loss = nn.functional.mse_loss(returns, values)
+    ent = entropy.mean()
+    loss = pg_loss - cfg.ent_coef * ent + cfg.vf_coef * v_loss
+    return loss, pg_loss, v_loss, ent, ratio, log_ratio
+
+
 def _ppo_update(
     policy: ActorCritic,
     optimizer: torch.optim.Optimizer,
@@ -223,15 +251,9 @@ def _ppo_update(
             returns = torch.as_tensor(mb.returns, device=dev)
 
             logp, entropy, values = policy.evaluate_actions(obs, actions)
-            log_ratio = logp - old_logp
-            ratio = log_ratio.exp()
-            # The clipped surrogate: min of the unclipped and clipped objectives, not a clip of the ratio alone.
-            pg_loss = -torch.min(adv * ratio, adv * ratio.clamp(1 - clip, 1 + clip)).mean()
-            if cfg.clip_range_vf is not None:
-                values = old_values + (values - old_values).clamp(-cfg.clip_range_vf, cfg.clip_range_vf)
-            v_loss = nn.functional.mse_loss(returns, values)
-            ent = entropy.mean()
-            loss = pg_loss - cfg.ent_coef * ent + cfg.vf_coef * v_loss
+            loss, pg_loss, v_loss, ent, ratio, log_ratio = ppo_loss(
+                logp, entropy, values, old_logp, old_values, adv, returns, clip, cfg
+            )
 
             optimizer.zero_grad(set_to_none=True)
             loss.backward()

@@ -1,0 +1,35 @@
+# Two commands on a fresh clone:  `make demo`  and  `make test`.  Each installs what it needs first.
+PYTHON ?= python3.11
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+
+.PHONY: install demo test test-all lint bench clean
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check --upgrade pip
+	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev]' --config-settings editable_mode=compat
+	touch $(STAMP)
+
+install: $(STAMP)
+
+# Train PPO on CartPole-v1, export every quantization mode, evaluate each artifact.
+demo: install
+	$(PY) scripts/demo.py
+
+# The default test suite (what CI runs): lint, then every test not marked slow.
+test: install
+	$(PY) -m ruff check .
+	$(PY) -m pytest
+
+# Everything, the slow tests too (full-length training runs).
+test-all: install
+	$(PY) -m pytest -m ""
+
+lint: install
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
+
+clean:
+	rm -rf $(VENV) runs artifacts demo-out .pytest_cache .ruff_cache

@@ -1,0 +1,108 @@
+"""Export: the real converters (torch.onnx, onnx2tf, TFLiteConverter) and verification through the runtime."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+from export.deployable import build_deployable
+from export.pipeline import ExportOptions, export_checkpoint
+from export.tolerances import Tolerances
+from rl2edge.errors import ConfigError, ToleranceError
+from runtime import Policy, load_manifest
+from train.core.checkpoint import load_checkpoint
+
+
+def test_all_modes_make_one_verified_artifact_each(cartpole_all) -> None:
+    report, root = cartpole_all
+    assert [r.mode for r in report.rows] == ["fp32", "fp16", "dynamic", "int8"]
+    assert json.loads((root / "report.json").read_text())["modes"] == report.modes
+    assert "| " in (root / "report.md").read_text()
+    for row in report.rows:
+        art = root / row.mode
+        m = load_manifest(art)
+        assert {"policy.tflite", "policy.onnx"} <= set(m.data["files"])
+        assert m.quantization["mode"] == row.mode
+        v = m.data["verification"]
+        assert v["closed_loop"]["episodes"] == 2 and len(v["closed_loop"]["this_file"]["returns"]) == 2
+        assert v["tolerances"]["fp32_action_atol"] == 1e-4
+    fp32 = load_manifest(root / "fp32").data
+    assert fp32["verification"]["tflite_vs_source"]["disagreements_outside_ties"] == 0
+    assert fp32["verification"]["onnx_vs_source"]["agreement"] == 1.0
+    int8 = load_manifest(root / "int8").data
+    assert int8["model"]["input"]["dtype"] == "int8" and int8["model"]["input"]["quantization"]["scale"] > 0
+    assert int8["quantization"]["calibration"]["source"].startswith("rollouts of the trained policy")
+    assert int8["quantization"]["calibration"]["calibration"]["samples"] > 10
+    assert fp32["folded"]["normalization"]["enabled"] and any(fp32["folded"]["normalization"]["mean"])
+
+
+def _rollout_obs(env_id: str, n: int, seed: int) -> np.ndarray:
+    env = gym.make(env_id)
+    env.action_space.seed(seed)
+    obs, _ = env.reset(seed=seed)
+    out = []
+    for _ in range(n):
+        out.append(obs)
+        obs, _, term, trunc, _ = env.step(env.action_space.sample())
+        if term or trunc:
+            obs, _ = env.reset()
+    return np.asarray(out, np.float32)
+
+
+def test_continuous_fp32_tflite_matches_torch_within_1e_4(pendulum_run: Path, pendulum_fp32) -> None:
+    """Normalization and action unscaling are folded in: raw observation in, action in [-2, 2] out."""
+    _, art = pendulum_fp32
+    m = load_manifest(art).data
+    assert m["verification"]["tflite_vs_source"]["max_abs_error"] <= 1e-4
+    assert m["folded"]["action_transform"]["half_range"] == [2.0]
+    source, _ = build_deployable(load_checkpoint(pendulum_run))
+    policy = Policy.load(art)
+    obs = _rollout_obs("Pendulum-v1", 300, seed=123)  # not the export's own held-out data
+    with torch.no_grad():
+        expected = source(torch.as_tensor(obs)).numpy()
+    got = np.stack([policy.predict(o) for o in obs])
+    assert np.abs(got - expected).max() <= 1e-4
+    assert np.abs(expected).max() > 0.01  # a policy that does something, so the check means something
+
+
+def test_continuous_int8_dequantizes_output_and_stays_in_bounds(pendulum_int8) -> None:
+    report, art = pendulum_int8
+    m = load_manifest(art).data
+    assert m["model"]["output"]["dtype"] == "int8" and m["model"]["output"]["quantization"]["scale"] > 0
+    parity = m["verification"]["tflite_vs_source"]
+    assert parity["metric"] == "abs_error" and parity["max_abs_error"] < 0.5
+    policy = Policy.load(art)
+    for o in _rollout_obs("Pendulum-v1", 50, seed=5):
+        a = policy.predict(o)
+        assert a.shape == (1,) and -2.0 <= float(a[0]) <= 2.0
+
+
+def test_fp32_beyond_tolerance_fails_and_writes_nothing(pendulum_run: Path, tmp_path: Path) -> None:
+    out = tmp_path / "strict"
+    opts = ExportOptions(quantize="fp32", calib_episodes=1, eval_episodes=1, progress=False,
+                         tolerances=Tolerances(fp32_action_atol=0.0))
+    with pytest.raises(ToleranceError, match="exceeds atol 0"):
+        export_checkpoint(pendulum_run, out, opts)
+    assert not out.exists()
+    assert list(tmp_path.iterdir()) == []  # no temporary or partial directory left behind
+
+
+def test_existing_artifact_is_not_overwritten_without_force(cartpole_all, cartpole_run: Path) -> None:
+    _, root = cartpole_all
+    before = (root / "int8" / "manifest.json").read_bytes()
+    with pytest.raises(ConfigError, match="--force"):
+        export_checkpoint(cartpole_run, root, ExportOptions(quantize="fp32", progress=False))
+    assert (root / "int8" / "manifest.json").read_bytes() == before
+
+
+def test_onnx_file_runs_through_the_runtime_too(cartpole_all) -> None:
+    _, root = cartpole_all
+    tfl, onx = Policy.load(root / "fp32"), Policy.load(root / "fp32", backend="onnxruntime")
+    assert onx.backend_name == "onnxruntime"
+    obs = _rollout_obs("CartPole-v1", 200, seed=9)
+    assert [tfl.predict(o) for o in obs] == [onx.predict(o) for o in obs]

@@ -1,0 +1,37 @@
+"""The dependency direction of docs/architecture.md, checked in fresh interpreters."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+
+def loaded_after(statement: str) -> set[str]:
+    code = f"import sys, json\n{statement}\nprint(json.dumps(sorted(m.split('.')[0] for m in sys.modules)))"
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout
+    return set(json.loads(out.strip().splitlines()[-1]))
+
+
+@pytest.mark.parametrize(
+    ("statement", "forbidden"),
+    [
+        ("import runtime; from runtime import Policy", {"torch", "tensorflow", "export", "train", "gymnasium"}),
+        ("import plc_bridge", {"torch", "tensorflow", "export", "train"}),
+        ("import train.core.config, train.core.rollout, train.core.evaluation, train.core.metrics",
+         {"torch", "tensorflow", "export", "runtime"}),
+        ("import train.torch_backend.ppo", {"tensorflow", "export", "runtime"}),
+        ("import rl2edge.cli", {"torch", "tensorflow", "train", "export", "runtime", "numpy"}),
+    ],
+)
+def test_import_loads_only_what_it_may(statement: str, forbidden: set[str]) -> None:
+    assert not loaded_after(statement) & forbidden
+
+
+def test_runtime_policy_runs_without_torch_or_tensorflow(cartpole_all) -> None:
+    _, root = cartpole_all
+    loaded = loaded_after(f"from runtime import Policy\np = Policy.load({str(root / 'int8')!r})\np.predict([0.0, 0.0, 0.0, 0.0])")
+    assert not loaded & {"torch", "tensorflow"}
+    assert "ai_edge_litert" in loaded

@@ -1,0 +1,91 @@
+"""PyTorch PPO: reproducibility, the rollout records what the update needs, the clipped surrogate."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from tests.conftest import tiny_train
+from train.core.checkpoint import load_checkpoint
+from train.core.config import PPOConfig
+from train.torch_backend import ppo as ppo_module
+from train.torch_backend.policy import ActorCritic
+from train.torch_backend.ppo import clipped_surrogate
+
+
+def test_same_seed_gives_identical_checkpoint(tmp_path: Path) -> None:
+    a = tiny_train("CartPole-v1", tmp_path / "a", steps=1024, seed=7)
+    b = tiny_train("CartPole-v1", tmp_path / "b", steps=1024, seed=7)
+    c = tiny_train("CartPole-v1", tmp_path / "c", steps=1024, seed=8)
+    assert (a / "policy.safetensors").read_bytes() == (b / "policy.safetensors").read_bytes()
+    assert (a / "checkpoint.json").read_bytes() == (b / "checkpoint.json").read_bytes()
+    assert (a / "policy.safetensors").read_bytes() != (c / "policy.safetensors").read_bytes()
+
+
+def test_checkpoint_holds_the_contract(cartpole_run: Path) -> None:
+    ckpt = load_checkpoint(cartpole_run)
+    meta = json.loads((cartpole_run / "checkpoint.json").read_text())
+    assert meta["algo"] == "ppo" and meta["framework"] == "torch" and meta["env_id"] == "CartPole-v1"
+    assert meta["action_space"] == {"type": "discrete", "n": 2, "start": 0}
+    assert meta["normalization"]["count"] > 4096  # statistics were updated and saved
+    assert len(meta["normalization"]["mean"]) == 4 and meta["hyperparameters"]["n_envs"] == 8
+    assert {"torch", "numpy", "gymnasium", "python"} <= set(meta["versions"])
+    assert ckpt.weights_path.suffix == ".safetensors"
+    assert (cartpole_run / "progress.csv").read_text().startswith("step,")
+    assert list((cartpole_run / "tb").glob("events.out.tfevents.*"))
+
+
+def test_update_uses_recorded_logprobs_and_values(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The update never re-evaluates the rollout to recover old log-probs: the first minibatch of each
+    update sees ratio == 1 exactly, and evaluate_actions runs once per minibatch, nothing more."""
+    calls, first_ratios = {"evaluate": 0, "updates": 0}, []
+    real_eval, real_loss = ActorCritic.evaluate_actions, ppo_module.ppo_loss
+
+    def counting_eval(self, obs, actions):  # noqa: ANN001, ANN202
+        calls["evaluate"] += 1
+        return real_eval(self, obs, actions)
+
+    def spying_loss(logp, entropy, values, old_logp, *rest):  # noqa: ANN001, ANN202
+        if calls["evaluate"] % per_update == 1:
+            first_ratios.append(float((logp - old_logp).detach().abs().max()))
+        return real_loss(logp, entropy, values, old_logp, *rest)
+
+    n_envs, n_steps, batch, epochs, updates = 2, 64, 32, 3, 2
+    per_update = epochs * (n_envs * n_steps // batch)
+    monkeypatch.setattr(ActorCritic, "evaluate_actions", counting_eval)
+    monkeypatch.setattr(ppo_module, "ppo_loss", spying_loss)
+    tiny_train("CartPole-v1", tmp_path / "r", steps=n_envs * n_steps * updates, n_envs=n_envs, n_steps=n_steps,
+               batch_size=batch, n_epochs=epochs)
+    assert calls["evaluate"] == per_update * updates
+    assert first_ratios and max(first_ratios) < 1e-6
+
+
+def test_clipped_surrogate_is_the_pessimistic_min_not_a_clipped_ratio() -> None:
+    adv = torch.tensor([1.0, -1.0, 1.0, -1.0])
+    ratio = torch.tensor([1.5, 0.5, 0.5, 1.5], requires_grad=True)
+    clipped_surrogate(adv, ratio, 0.2).backward()
+    # Improvements beyond the trust region get no gradient (first two); where the new policy is worse
+    # than the old one the unclipped term is the min and keeps its gradient (last two). A
+    # clip_by_value(ratio) * adv objective would zero all four.
+    np.testing.assert_allclose(ratio.grad.numpy(), [0.0, 0.0, -0.25, 0.25])
+
+
+def test_value_clipping_limits_the_value_move() -> None:
+    cfg = PPOConfig(clip_range_vf=0.1, vf_coef=1.0)
+    z = torch.zeros(1)
+    values = torch.tensor([5.0], requires_grad=True)
+    _, _, v_loss, *_ = ppo_module.ppo_loss(z, z, values, z, z, z, torch.tensor([5.0]), 0.2, cfg)
+    assert v_loss.item() == pytest.approx((5.0 - 0.1) ** 2)
+
+
+def test_box_actions_on_a_user_env(tmp_path: Path) -> None:
+    run = tiny_train("tests.fixtures.user_env:TargetEnv", tmp_path / "u", steps=512, n_envs=2, n_steps=128,
+                     batch_size=64)
+    meta = load_checkpoint(run).meta
+    assert meta["action_space"]["type"] == "box" and meta["network"]["discrete"] is False
+    summary = json.loads((run / "summary.json").read_text())
+    assert np.isfinite(summary["final_eval"]["mean_return"])

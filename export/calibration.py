@@ -22,7 +22,9 @@ class RolloutData:
     description: dict[str, Any]
 
 
-def _collect(act: Callable[[np.ndarray], Any], env_id: str, episodes: int, seed: int, max_samples: int) -> np.ndarray:
+def _collect(
+    act: Callable[[np.ndarray], Any], env_id: str, episodes: int, seed: int, max_samples: int
+) -> np.ndarray:
     seen: list[np.ndarray] = []
     evaluate(act, env_id, episodes, seed, on_step=lambda o: seen.append(np.asarray(o, np.float32).copy()))
     obs = np.stack(seen)
@@ -43,6 +45,10 @@ def collect_rollout_data(
         {
             "source": f"rollouts of the trained policy (deterministic) in {env_id}",
             "calibration": {"episodes": episodes, "seeds_from": calib_seed, "samples": len(calibration)},
-            "heldout": {"episodes": max(2, episodes // 2), "seeds_from": heldout_seed, "samples": len(heldout)},
+            "heldout": {
+                "episodes": max(2, episodes // 2),
+                "seeds_from": heldout_seed,
+                "samples": len(heldout),
+            },
         },
     )

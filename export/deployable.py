@@ -60,8 +60,12 @@ def folded_description(norm: RunningNormalizer, action_spec: dict[str, Any]) -> 
         transform = {"kind": "argmax", "start": int(action_spec.get("start", 0))}
     else:
         t = ActionTransform(action_spec)
-        transform = {"kind": "clip_unscale", "formula": "center + clip(mean, -1, 1) * half_range",
-                     "center": t.center.tolist(), "half_range": t.half_range.tolist()}
+        transform = {
+            "kind": "clip_unscale",
+            "formula": "center + clip(mean, -1, 1) * half_range",
+            "center": t.center.tolist(),
+            "half_range": t.half_range.tolist(),
+        }
     return {
         "normalization": {
             "enabled": norm.enabled,
@@ -80,7 +84,9 @@ def folded_description(norm: RunningNormalizer, action_spec: dict[str, Any]) -> 
 def build_deployable(ckpt: Checkpoint) -> tuple[DeployablePolicy, RunningNormalizer]:
     meta = ckpt.meta
     if ckpt.framework != "torch":
-        raise CheckpointError(f"checkpoint framework {ckpt.framework!r} cannot be exported yet; torch checkpoints can")
+        raise CheckpointError(
+            f"checkpoint framework {ckpt.framework!r} cannot be exported yet; torch checkpoints can"
+        )
     if meta["network"].get("type") != "actor_critic_mlp":
         raise CheckpointError(f"unknown network type {meta['network'].get('type')!r} in {ckpt.path}")
     net = ActorCritic.from_network_spec(meta["network"])

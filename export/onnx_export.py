@@ -8,8 +8,8 @@ from pathlib import Path
 
 import torch
 
-from rl2edge.errors import ExportError
 from export.deployable import DeployablePolicy
+from rl2edge.errors import ExportError
 
 _logger = logging.getLogger(__name__)
 
@@ -25,8 +25,13 @@ def export_onnx(policy: DeployablePolicy, obs_shape: tuple[int, ...], path: Path
             # these small static graphs it is the lighter, proven path.
             warnings.simplefilter("ignore", DeprecationWarning)
             torch.onnx.export(
-                policy, (example,), str(path), opset_version=OPSET, input_names=[INPUT_NAME],
-                output_names=[OUTPUT_NAME], dynamo=False,
+                policy,
+                (example,),
+                str(path),
+                opset_version=OPSET,
+                input_names=[INPUT_NAME],
+                output_names=[OUTPUT_NAME],
+                dynamo=False,
             )
     except Exception as exc:  # the exporter raises many types
         raise ExportError(f"ONNX export failed: {exc}") from exc

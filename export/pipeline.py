@@ -92,8 +92,13 @@ def export_checkpoint(run_dir: Path, out: Path | None, opts: ExportOptions) -> E
     start = time.perf_counter()
 
     stages = ["rollouts", "onnx", "onnx2tf", *dict.fromkeys(["fp32", *modes])]
-    bar = tqdm(total=len(stages), desc="export", unit="stage", disable=None if opts.progress is None else not opts.progress,
-               leave=False)
+    bar = tqdm(
+        total=len(stages),
+        desc="export",
+        unit="stage",
+        disable=None if opts.progress is None else not opts.progress,
+        leave=False,
+    )
     try:
         with tempfile.TemporaryDirectory(prefix="rl2edge-export-") as tmp, atomic_directory(out) as staging:
             work = Path(tmp)
@@ -117,8 +122,9 @@ def _export(
     act = torch_act(policy)
 
     bar.set_description("export: rollouts of the trained policy")
-    data = collect_rollout_data(act, env_id, opts.calib_episodes, opts.seed, tol.calibration_max_samples,
-                                tol.heldout_max_samples)
+    data = collect_rollout_data(
+        act, env_id, opts.calib_episodes, opts.seed, tol.calibration_max_samples, tol.heldout_max_samples
+    )
     source_actions, margins = _source_outputs(policy, data.heldout)
     source_return = _ret(evaluate(act, env_id, opts.eval_episodes, opts.seed))
     bar.update()
@@ -138,9 +144,15 @@ def _export(
 
     report = ExportReport(out, env_id, modes, source_return, onnx_parity)
     common = {
-        "source": {"checkpoint": str(ckpt.path), "checkpoint_sha256": ckpt.content_hash(), "algo": ckpt.algo,
-                   "framework": ckpt.framework, "env_id": env_id, "seed": meta.get("seed"),
-                   "total_timesteps": meta.get("total_timesteps")},
+        "source": {
+            "checkpoint": str(ckpt.path),
+            "checkpoint_sha256": ckpt.content_hash(),
+            "algo": ckpt.algo,
+            "framework": ckpt.framework,
+            "env_id": env_id,
+            "seed": meta.get("seed"),
+            "total_timesteps": meta.get("total_timesteps"),
+        },
         "observation": {**meta["observation_space"], "layout": "flat", "model_input_shape": [1, *obs_shape]},
         "action": meta["action_space"],
         "folded": folded_description(norm, meta["action_space"]),
@@ -158,27 +170,49 @@ def _export(
         write_bytes_atomic(art / "policy.tflite", convert(saved_model, mode, data.calibration))
         shutil.copyfile(onnx_path, art / "policy.onnx")
         calibration = dict(data.description) if mode == "int8" else None
-        manifest_data = {**common, "model": {"file": "policy.tflite", "format": "tflite"},
-                         "quantization": {"mode": mode, "calibration": calibration}}
+        manifest_data = {
+            **common,
+            "model": {"file": "policy.tflite", "format": "tflite"},
+            "quantization": {"mode": mode, "calibration": calibration},
+        }
         write_manifest(art, manifest_data)
 
         # Verify through the runtime, the code that will serve this file on the device.
         served = Policy.load(art)
         backend = served._backend
-        manifest_data["model"].update({
-            "input": {"name": backend.input_name, "shape": list(backend.input_shape),
-                      "dtype": str(backend.input_dtype), "quantization": _q(backend.input_quant)},
-            "output": {"name": backend.output_name, "dtype": str(backend.output_dtype),
-                       "quantization": _q(backend.output_quant)},
-        })
+        manifest_data["model"].update(
+            {
+                "input": {
+                    "name": backend.input_name,
+                    "shape": list(backend.input_shape),
+                    "dtype": str(backend.input_dtype),
+                    "quantization": _q(backend.input_quant),
+                },
+                "output": {
+                    "name": backend.output_name,
+                    "dtype": str(backend.output_dtype),
+                    "quantization": _q(backend.output_quant),
+                },
+            }
+        )
         actions = np.stack([np.asarray(served.predict(o)) for o in data.heldout])
-        parity = compare_actions(source_actions, actions.reshape(source_actions.shape), policy.discrete, margins, tol)
+        parity = compare_actions(
+            source_actions, actions.reshape(source_actions.shape), policy.discrete, margins, tol
+        )
         if mode == "fp32":
             require_fp32_parity(f"policy.tflite ({mode})", parity, tol)
         closed = _ret(evaluate(served.predict, env_id, opts.eval_episodes, opts.seed))
         latency = latency_us(served.predict, data.heldout)
-        row = FileRow(mode, (out / art.relative_to(staging) / "policy.tflite") if art.is_relative_to(staging)
-                      else Path("(verification only)"), (art / "policy.tflite").stat().st_size, parity, closed, latency)
+        row = FileRow(
+            mode,
+            (out / art.relative_to(staging) / "policy.tflite")
+            if art.is_relative_to(staging)
+            else Path("(verification only)"),
+            (art / "policy.tflite").stat().st_size,
+            parity,
+            closed,
+            latency,
+        )
         if mode == "fp32":
             fp32_row = row
         assert fp32_row is not None  # fp32 is always first
@@ -187,15 +221,26 @@ def _export(
             "heldout": data.description["heldout"],
             "onnx_vs_source": onnx_parity,
             "tflite_vs_source": parity,
-            "closed_loop": {"env_id": env_id, "episodes": opts.eval_episodes, "seeds_from": opts.seed,
-                            "this_file": closed, "fp32": fp32_row.closed_loop, "source": source_return},
+            "closed_loop": {
+                "env_id": env_id,
+                "episodes": opts.eval_episodes,
+                "seeds_from": opts.seed,
+                "this_file": closed,
+                "fp32": fp32_row.closed_loop,
+                "source": source_return,
+            },
             "predict_latency_us": latency,
         }
         write_manifest(art, manifest_data)
         if mode in modes:
             report.rows.append(row)
-        _logger.info("%s: %s, return %.1f (fp32 %.1f)", mode, parity, closed["mean_return"],
-                     fp32_row.closed_loop["mean_return"])
+        _logger.info(
+            "%s: %s, return %.1f (fp32 %.1f)",
+            mode,
+            parity,
+            closed["mean_return"],
+            fp32_row.closed_loop["mean_return"],
+        )
         bar.update()
     return report
 

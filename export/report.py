@@ -19,8 +19,14 @@ class FileRow:
     latency: dict[str, float]
 
     def to_json(self) -> dict[str, Any]:
-        return {"mode": self.mode, "file": str(self.path), "size_bytes": self.size_bytes, "parity": self.parity,
-                "closed_loop": self.closed_loop, "latency": self.latency}
+        return {
+            "mode": self.mode,
+            "file": str(self.path),
+            "size_bytes": self.size_bytes,
+            "parity": self.parity,
+            "closed_loop": self.closed_loop,
+            "latency": self.latency,
+        }
 
 
 @dataclass
@@ -40,21 +46,39 @@ class ExportReport:
             ["policy.onnx", "fp32", "-", parity_summary(self.onnx_parity), "-", "-"],
         ]
         for r in self.rows:
-            lines.append([str(r.path), r.mode, f"{r.size_bytes / 1024:.1f}", parity_summary(r.parity),
-                          _ret(r.closed_loop), f"{r.latency['p50_us']:.1f}"])
+            lines.append(
+                [
+                    str(r.path),
+                    r.mode,
+                    f"{r.size_bytes / 1024:.1f}",
+                    parity_summary(r.parity),
+                    _ret(r.closed_loop),
+                    f"{r.latency['p50_us']:.1f}",
+                ]
+            )
         widths = [max(len(str(x[i])) for x in [headers, *lines]) for i in range(len(headers))]
         fmt = lambda row: "| " + " | ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)) + " |"  # noqa: E731
-        return "\n".join([fmt(headers), "|" + "|".join("-" * (w + 2) for w in widths) + "|", *map(fmt, lines)])
+        return "\n".join(
+            [fmt(headers), "|" + "|".join("-" * (w + 2) for w in widths) + "|", *map(fmt, lines)]
+        )
 
     def footer(self) -> str:
         first = self.out if len(self.modes) == 1 else self.out / self.modes[-1]
-        return (f"export success ({self.wall_time_s:.1f} s), saved as {self.out}\n"
-                f"evaluate: rl2edge evaluate {first} --env {self.env_id} --episodes 20 --seed 0")
+        return (
+            f"export success ({self.wall_time_s:.1f} s), saved as {self.out}\n"
+            f"evaluate: rl2edge evaluate {first} --env {self.env_id} --episodes 20 --seed 0"
+        )
 
     def to_json(self) -> dict[str, Any]:
-        return {"out": str(self.out), "env_id": self.env_id, "modes": self.modes, "source_return": self.source_return,
-                "onnx_parity": self.onnx_parity, "files": [r.to_json() for r in self.rows],
-                "wall_time_s": self.wall_time_s}
+        return {
+            "out": str(self.out),
+            "env_id": self.env_id,
+            "modes": self.modes,
+            "source_return": self.source_return,
+            "onnx_parity": self.onnx_parity,
+            "files": [r.to_json() for r in self.rows],
+            "wall_time_s": self.wall_time_s,
+        }
 
 
 def _ret(r: dict[str, Any]) -> str:

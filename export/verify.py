@@ -8,8 +8,8 @@ from typing import Any
 
 import numpy as np
 
-from rl2edge.errors import ShapeError, ToleranceError
 from export.tolerances import Tolerances
+from rl2edge.errors import ShapeError, ToleranceError
 
 
 def compare_actions(
@@ -21,7 +21,9 @@ def compare_actions(
 ) -> dict[str, Any]:
     """Discrete: agreement, and disagreements outside near ties. Box: max and mean |difference|."""
     if source_actions.shape != exported_actions.shape:
-        raise ShapeError(f"exported actions have shape {exported_actions.shape}, the source's {source_actions.shape}")
+        raise ShapeError(
+            f"exported actions have shape {exported_actions.shape}, the source's {source_actions.shape}"
+        )
     if discrete:
         agree = source_actions == exported_actions
         decisive = np.ones_like(agree) if source_margins is None else source_margins >= tol.discrete_margin
@@ -32,8 +34,12 @@ def compare_actions(
             "samples": int(agree.size),
         }
     err = np.abs(source_actions.astype(np.float64) - exported_actions.astype(np.float64))
-    return {"metric": "abs_error", "max_abs_error": float(err.max()), "mean_abs_error": float(err.mean()),
-            "samples": int(err.shape[0])}
+    return {
+        "metric": "abs_error",
+        "max_abs_error": float(err.max()),
+        "mean_abs_error": float(err.mean()),
+        "samples": int(err.shape[0]),
+    }
 
 
 def require_fp32_parity(name: str, result: dict[str, Any], tol: Tolerances) -> None:

@@ -46,7 +46,9 @@ class TFLiteBackend:
             raise BackendError(f"{engine} cannot load {model_path}: {exc}") from None
         inputs, outputs = self._it.get_input_details(), self._it.get_output_details()
         if len(inputs) != 1 or len(outputs) != 1:
-            raise BackendError(f"{model_path} has {len(inputs)} inputs and {len(outputs)} outputs; expected 1 and 1")
+            raise BackendError(
+                f"{model_path} has {len(inputs)} inputs and {len(outputs)} outputs; expected 1 and 1"
+            )
         self.name = engine
         self._in, self._out = inputs[0]["index"], outputs[0]["index"]
         self.input_name, self.output_name = str(inputs[0]["name"]), str(outputs[0]["name"])
@@ -95,7 +97,9 @@ class OnnxBackend:
         return self._sess.run([self._out_name], {self._in_name: x})[0]
 
 
-def open_backend(model_path: Path, backend: str = "auto", num_threads: int = 1) -> TFLiteBackend | OnnxBackend:
+def open_backend(
+    model_path: Path, backend: str = "auto", num_threads: int = 1
+) -> TFLiteBackend | OnnxBackend:
     """Open `model_path` with the named engine, or the first available one for its format."""
     if model_path.suffix == ".onnx" or backend == "onnxruntime":
         if model_path.suffix != ".onnx":
@@ -103,7 +107,9 @@ def open_backend(model_path: Path, backend: str = "auto", num_threads: int = 1) 
         return OnnxBackend(model_path, num_threads)
     if backend != "auto":
         if backend not in TFLITE_ENGINES:
-            raise BackendError(f"unknown backend {backend!r}; choose auto, onnxruntime or one of {', '.join(TFLITE_ENGINES)}")
+            raise BackendError(
+                f"unknown backend {backend!r}; choose auto, onnxruntime or one of {', '.join(TFLITE_ENGINES)}"
+            )
         try:
             return TFLiteBackend(model_path, backend, num_threads)
         except ImportError:

@@ -64,7 +64,9 @@ def write_manifest(artifact_dir: Path, data: dict[str, Any]) -> Manifest:
 def load_manifest(artifact_dir: str | Path, verify_hashes: bool = True) -> Manifest:
     artifact_dir = Path(artifact_dir)
     if not artifact_dir.is_dir():
-        raise ManifestError(f"artifact directory {artifact_dir} does not exist; pass the --out of `rl2edge export`")
+        raise ManifestError(
+            f"artifact directory {artifact_dir} does not exist; pass the --out of `rl2edge export`"
+        )
     path = artifact_dir / MANIFEST_FILE
     if not path.is_file():
         hint = ""
@@ -90,12 +92,16 @@ def load_manifest(artifact_dir: str | Path, verify_hashes: bool = True) -> Manif
         for name, expected in data["files"].items():
             f = artifact_dir / name
             if not f.is_file():
-                raise ManifestError(f"artifact file {f} named in the manifest is missing; re-copy the artifact")
+                raise ManifestError(
+                    f"artifact file {f} named in the manifest is missing; re-copy the artifact"
+                )
             if sha256_file(f) != expected:
                 raise ManifestError(
                     f"artifact file {f} does not match its sha256 in the manifest (tampered or corrupted); "
                     "re-copy or re-export the artifact"
                 )
         if data["model"]["file"] not in data["files"]:
-            raise ManifestError(f"{path}: the model file {data['model']['file']} is not covered by the file hashes")
+            raise ManifestError(
+                f"{path}: the model file {data['model']['file']} is not covered by the file hashes"
+            )
     return Manifest(artifact_dir, data)

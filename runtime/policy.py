@@ -55,9 +55,13 @@ class Policy:
     def _prepare(self, obs: np.ndarray) -> np.ndarray:
         arr = np.asarray(obs)
         if arr.dtype.kind not in "fiu":
-            raise ObservationError(f"observation dtype {arr.dtype} is not numeric; expected {self.obs_shape} float32")
+            raise ObservationError(
+                f"observation dtype {arr.dtype} is not numeric; expected {self.obs_shape} float32"
+            )
         if arr.shape != self.obs_shape and arr.shape != (1, *self.obs_shape):
-            raise ObservationError(f"observation shape {arr.shape} does not match the artifact's {self.obs_shape}")
+            raise ObservationError(
+                f"observation shape {arr.shape} does not match the artifact's {self.obs_shape}"
+            )
         x = arr.astype(np.float32, copy=False)
         if not np.all(np.isfinite(x)):
             raise ObservationError("observation contains NaN or Inf")

@@ -39,19 +39,58 @@ def main() -> None:
     run_dir, art_dir = out / "run", out / "artifacts"
     start = time.perf_counter()
 
-    run([exe, "train", "--algo", "ppo", "--framework", "torch", "--env", args.env, "--steps", str(args.steps),
-         "--seed", str(args.seed), "--out", str(run_dir), "--force"])
+    run(
+        [
+            exe,
+            "train",
+            "--algo",
+            "ppo",
+            "--framework",
+            "torch",
+            "--env",
+            args.env,
+            "--steps",
+            str(args.steps),
+            "--seed",
+            str(args.seed),
+            "--out",
+            str(run_dir),
+            "--force",
+        ]
+    )
     run([exe, "export", str(run_dir), "--quantize", "all", "--out", str(art_dir), "--force"])
     rows = []
     for mode in MODES:
-        text = run([exe, "evaluate", str(art_dir / mode), "--env", args.env, "--episodes", "20", "--seed",
-                    str(args.seed), "--json"], capture=True)
+        text = run(
+            [
+                exe,
+                "evaluate",
+                str(art_dir / mode),
+                "--env",
+                args.env,
+                "--episodes",
+                "20",
+                "--seed",
+                str(args.seed),
+                "--json",
+            ],
+            capture=True,
+        )
         res = json.loads(text.strip().splitlines()[-1])
         size = (art_dir / mode / "policy.tflite").stat().st_size
-        rows.append((mode, f"{size / 1024:.1f}", f"{res['mean_return']:.1f} +- {res['std_return']:.1f}", res["backend"]))
+        rows.append(
+            (
+                mode,
+                f"{size / 1024:.1f}",
+                f"{res['mean_return']:.1f} +- {res['std_return']:.1f}",
+                res["backend"],
+            )
+        )
 
-    print("\nClosed-loop evaluation of each artifact through the runtime (20 episodes, seeds "
-          f"{args.seed}..{args.seed + 19}):\n")
+    print(
+        "\nClosed-loop evaluation of each artifact through the runtime (20 episodes, seeds "
+        f"{args.seed}..{args.seed + 19}):\n"
+    )
     print("| mode | policy.tflite KB | mean return | interpreter |\n|---|---|---|---|")
     for r in rows:
         print("| " + " | ".join(r) + " |")

@@ -14,7 +14,9 @@ def tiny_train(env_id: str, out: Path, steps: int, seed: int = 0, **overrides: o
     from train.core.config import build_config
     from train.torch_backend.ppo import train_ppo
 
-    cfg = build_config(env_id, overrides={"n_timesteps": steps, "eval_freq": 0, "eval_episodes": 2, **overrides})
+    cfg = build_config(
+        env_id, overrides={"n_timesteps": steps, "eval_freq": 0, "eval_episodes": 2, **overrides}
+    )
     out.mkdir(parents=True, exist_ok=True)
     train_ppo(env_id, cfg, seed, out, device="cpu", progress=False)
     return out
@@ -27,15 +29,22 @@ def cartpole_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def pendulum_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tiny_train("Pendulum-v1", tmp_path_factory.mktemp("pd") / "run", steps=2048, n_envs=2, n_steps=512,
-                      batch_size=256)
+    return tiny_train(
+        "Pendulum-v1",
+        tmp_path_factory.mktemp("pd") / "run",
+        steps=2048,
+        n_envs=2,
+        n_steps=512,
+        batch_size=256,
+    )
 
 
 def _export(run: Path, out: Path, quantize: str):
     from export.pipeline import ExportOptions, export_checkpoint
 
-    return export_checkpoint(run, out, ExportOptions(quantize=quantize, calib_episodes=3, eval_episodes=2,
-                                                     progress=False))
+    return export_checkpoint(
+        run, out, ExportOptions(quantize=quantize, calib_episodes=3, eval_episodes=2, progress=False)
+    )
 
 
 @pytest.fixture(scope="session")

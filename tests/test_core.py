@@ -35,7 +35,7 @@ def test_normalizer_clips_and_can_be_off() -> None:
     assert off.normalize(np.array([[7.0]]))[0, 0] == 7.0
 
 
-def gae_reference(rewards, values, dones, last, gamma, lam):  # noqa: ANN001, ANN201
+def gae_reference(rewards, values, dones, last, gamma, lam):
     """Textbook GAE in float64, one env at a time."""
     t_max, n = rewards.shape
     adv = np.zeros((t_max, n))
@@ -66,7 +66,14 @@ def test_minibatches_cover_the_rollout_once_and_normalize_advantages() -> None:
     buf = RolloutBuffer(8, 4, (2,), discrete=True, act_dim=2)
     rng = np.random.default_rng(0)
     for t in range(8):
-        buf.add(np.full((4, 2), t, np.float32), np.arange(4) % 2, np.zeros(4), np.zeros(4), rng.normal(size=4), np.zeros(4))
+        buf.add(
+            np.full((4, 2), t, np.float32),
+            np.arange(4) % 2,
+            np.zeros(4),
+            np.zeros(4),
+            rng.normal(size=4),
+            np.zeros(4),
+        )
     buf.finish(np.zeros(4, np.float32), 0.99, 0.95)
     batches = list(buf.minibatches(8, np.random.default_rng(0), normalize_advantage=True))
     assert len(batches) == 4
@@ -77,7 +84,7 @@ def test_minibatches_cover_the_rollout_once_and_normalize_advantages() -> None:
         assert abs(float(b.advantages.std()) - 1.0) < 1e-3
 
 
-def _mb(obs_dtype=np.float32, actions=None) -> Minibatch:  # noqa: ANN001
+def _mb(obs_dtype=np.float32, actions=None) -> Minibatch:
     z = np.zeros(4, np.float32)
     acts = np.zeros(4, np.int64) if actions is None else actions
     return Minibatch(np.zeros((4, 3), obs_dtype), acts, z, z, z, z)
@@ -101,7 +108,7 @@ def test_schedules_parse_zoo_notation() -> None:
         Schedule.parse("fast", "lr")
 
 
-def test_config_layers_preset_file_and_cli(tmp_path) -> None:  # noqa: ANN001
+def test_config_layers_preset_file_and_cli(tmp_path) -> None:
     cfg = build_config("CartPole-v1")
     assert (cfg.n_envs, cfg.n_steps, cfg.batch_size, cfg.n_epochs) == (8, 32, 256, 20)
     assert cfg.learning_rate.linear and cfg.gamma == 0.98

@@ -71,7 +71,7 @@ def test_continuous_fp32_tflite_matches_torch_within_1e_4(pendulum_run: Path, pe
 
 
 def test_continuous_int8_dequantizes_output_and_stays_in_bounds(pendulum_int8) -> None:
-    report, art = pendulum_int8
+    _, art = pendulum_int8
     m = load_manifest(art).data
     assert m["model"]["output"]["dtype"] == "int8" and m["model"]["output"]["quantization"]["scale"] > 0
     parity = m["verification"]["tflite_vs_source"]
@@ -84,8 +84,13 @@ def test_continuous_int8_dequantizes_output_and_stays_in_bounds(pendulum_int8) -
 
 def test_fp32_beyond_tolerance_fails_and_writes_nothing(pendulum_run: Path, tmp_path: Path) -> None:
     out = tmp_path / "strict"
-    opts = ExportOptions(quantize="fp32", calib_episodes=1, eval_episodes=1, progress=False,
-                         tolerances=Tolerances(fp32_action_atol=0.0))
+    opts = ExportOptions(
+        quantize="fp32",
+        calib_episodes=1,
+        eval_episodes=1,
+        progress=False,
+        tolerances=Tolerances(fp32_action_atol=0.0),
+    )
     with pytest.raises(ToleranceError, match="exceeds atol 0"):
         export_checkpoint(pendulum_run, out, opts)
     assert not out.exists()

@@ -18,10 +18,15 @@ def loaded_after(statement: str) -> set[str]:
 @pytest.mark.parametrize(
     ("statement", "forbidden"),
     [
-        ("import runtime; from runtime import Policy", {"torch", "tensorflow", "export", "train", "gymnasium"}),
+        (
+            "import runtime; from runtime import Policy",
+            {"torch", "tensorflow", "export", "train", "gymnasium"},
+        ),
         ("import plc_bridge", {"torch", "tensorflow", "export", "train"}),
-        ("import train.core.config, train.core.rollout, train.core.evaluation, train.core.metrics",
-         {"torch", "tensorflow", "export", "runtime"}),
+        (
+            "import train.core.config, train.core.rollout, train.core.evaluation, train.core.metrics",
+            {"torch", "tensorflow", "export", "runtime"},
+        ),
         ("import train.torch_backend.ppo", {"tensorflow", "export", "runtime"}),
         ("import rl2edge.cli", {"torch", "tensorflow", "train", "export", "runtime", "numpy"}),
     ],
@@ -32,6 +37,8 @@ def test_import_loads_only_what_it_may(statement: str, forbidden: set[str]) -> N
 
 def test_runtime_policy_runs_without_torch_or_tensorflow(cartpole_all) -> None:
     _, root = cartpole_all
-    loaded = loaded_after(f"from runtime import Policy\np = Policy.load({str(root / 'int8')!r})\np.predict([0.0, 0.0, 0.0, 0.0])")
+    loaded = loaded_after(
+        f"from runtime import Policy\np = Policy.load({str(root / 'int8')!r})\np.predict([0.0, 0.0, 0.0, 0.0])"
+    )
     assert not loaded & {"torch", "tensorflow"}
     assert "ai_edge_litert" in loaded

@@ -45,11 +45,11 @@ def test_update_uses_recorded_logprobs_and_values(tmp_path: Path, monkeypatch: p
     calls, first_ratios = {"evaluate": 0, "updates": 0}, []
     real_eval, real_loss = ActorCritic.evaluate_actions, ppo_module.ppo_loss
 
-    def counting_eval(self, obs, actions):  # noqa: ANN001, ANN202
+    def counting_eval(self, obs, actions):
         calls["evaluate"] += 1
         return real_eval(self, obs, actions)
 
-    def spying_loss(logp, entropy, values, old_logp, *rest):  # noqa: ANN001, ANN202
+    def spying_loss(logp, entropy, values, old_logp, *rest):
         if calls["evaluate"] % per_update == 1:
             first_ratios.append(float((logp - old_logp).detach().abs().max()))
         return real_loss(logp, entropy, values, old_logp, *rest)
@@ -58,8 +58,15 @@ def test_update_uses_recorded_logprobs_and_values(tmp_path: Path, monkeypatch: p
     per_update = epochs * (n_envs * n_steps // batch)
     monkeypatch.setattr(ActorCritic, "evaluate_actions", counting_eval)
     monkeypatch.setattr(ppo_module, "ppo_loss", spying_loss)
-    tiny_train("CartPole-v1", tmp_path / "r", steps=n_envs * n_steps * updates, n_envs=n_envs, n_steps=n_steps,
-               batch_size=batch, n_epochs=epochs)
+    tiny_train(
+        "CartPole-v1",
+        tmp_path / "r",
+        steps=n_envs * n_steps * updates,
+        n_envs=n_envs,
+        n_steps=n_steps,
+        batch_size=batch,
+        n_epochs=epochs,
+    )
     assert calls["evaluate"] == per_update * updates
     assert first_ratios and max(first_ratios) < 1e-6
 
@@ -83,8 +90,9 @@ def test_value_clipping_limits_the_value_move() -> None:
 
 
 def test_box_actions_on_a_user_env(tmp_path: Path) -> None:
-    run = tiny_train("tests.fixtures.user_env:TargetEnv", tmp_path / "u", steps=512, n_envs=2, n_steps=128,
-                     batch_size=64)
+    run = tiny_train(
+        "tests.fixtures.user_env:TargetEnv", tmp_path / "u", steps=512, n_envs=2, n_steps=128, batch_size=64
+    )
     meta = load_checkpoint(run).meta
     assert meta["action_space"]["type"] == "box" and meta["network"]["discrete"] is False
     summary = json.loads((run / "summary.json").read_text())

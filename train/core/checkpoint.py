@@ -68,13 +68,24 @@ def write_checkpoint(run_dir: Path, meta: dict[str, Any], weights_file: str) -> 
     write_json_atomic(run_dir / CHECKPOINT_FILE, meta)
 
 
-_REQUIRED = ("algo", "framework", "env_id", "observation_space", "action_space", "network", "normalization", "weights")
+_REQUIRED = (
+    "algo",
+    "framework",
+    "env_id",
+    "observation_space",
+    "action_space",
+    "network",
+    "normalization",
+    "weights",
+)
 
 
 def load_checkpoint(run_dir: str | Path) -> Checkpoint:
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
-        raise CheckpointError(f"checkpoint directory {run_dir} does not exist; pass the --out directory of `rl2edge train`")
+        raise CheckpointError(
+            f"checkpoint directory {run_dir} does not exist; pass the --out directory of `rl2edge train`"
+        )
     meta_path = run_dir / CHECKPOINT_FILE
     if not meta_path.is_file():
         raise CheckpointError(f"{run_dir} holds no {CHECKPOINT_FILE}; is it a finished `rl2edge train` run?")
@@ -96,5 +107,7 @@ def load_checkpoint(run_dir: str | Path) -> Checkpoint:
     if not weights.is_file():
         raise CheckpointError(f"weights file {weights} is missing; the checkpoint is incomplete")
     if sha256_file(weights) != meta["weights"]["sha256"]:
-        raise CheckpointError(f"weights file {weights} does not match the sha256 in {CHECKPOINT_FILE}; it is corrupted")
+        raise CheckpointError(
+            f"weights file {weights} does not match the sha256 in {CHECKPOINT_FILE}; it is corrupted"
+        )
     return ckpt

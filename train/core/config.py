@@ -76,7 +76,9 @@ class PPOConfig:
             if int(getattr(self, name)) <= 0:
                 raise ConfigError(f"{name} must be a positive integer, got {getattr(self, name)}")
         if not 0.0 < self.gamma <= 1.0 or not 0.0 <= self.gae_lambda <= 1.0:
-            raise ConfigError(f"gamma must be in (0, 1] and gae_lambda in [0, 1], got {self.gamma}, {self.gae_lambda}")
+            raise ConfigError(
+                f"gamma must be in (0, 1] and gae_lambda in [0, 1], got {self.gamma}, {self.gae_lambda}"
+            )
         if self.activation not in ("tanh", "relu"):
             raise ConfigError(f"activation must be tanh or relu, got {self.activation!r}")
         if self.policy != "MlpPolicy":
@@ -91,7 +93,9 @@ def _apply(cfg: PPOConfig, values: dict[str, Any], source: str) -> None:
     known = {f.name for f in dataclasses.fields(cfg)}
     for key, value in values.items():
         if key not in known:
-            raise ConfigError(f"{source}: unknown PPO hyperparameter {key!r}; known: {', '.join(sorted(known))}")
+            raise ConfigError(
+                f"{source}: unknown PPO hyperparameter {key!r}; known: {', '.join(sorted(known))}"
+            )
         if key in _SCHEDULES:
             value = Schedule.parse(value, f"{source}: {key}")
         elif key in _INTS:

@@ -52,6 +52,4 @@ def make_vec_env(env_id: str, n_envs: int) -> gym.vector.SyncVectorEnv:
     """n copies in one process. SAME_STEP autoreset keeps the final observation of each episode in
     infos['final_obs'], which PPO needs to bootstrap truncated episodes."""
     factory = _env_factory(env_id)
-    return gym.vector.SyncVectorEnv(
-        [factory] * n_envs, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP
-    )
+    return gym.vector.SyncVectorEnv([factory] * n_envs, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)

@@ -57,7 +57,7 @@ class MetricsLogger:
             with open(self._csv_path, newline="") as f:
                 rows = list(csv.DictReader(f))
         self._fields = list(dict.fromkeys([*self._fields, *fields]))
-        self._csv_file = open(self._csv_path, "w", newline="")  # noqa: SIM115 (kept open for the run)
+        self._csv_file = open(self._csv_path, "w", newline="")
         self._writer = csv.DictWriter(self._csv_file, fieldnames=self._fields, restval="")
         self._writer.writeheader()
         self._writer.writerows(rows)

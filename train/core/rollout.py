@@ -37,11 +37,17 @@ def check_minibatch(mb: Minibatch, obs_shape: tuple[int, ...], discrete: bool, n
             raise ConfigError(f"batch {name} must be float32 [{b}], got {arr.dtype} {arr.shape}")
     if discrete:
         if not np.issubdtype(mb.actions.dtype, np.integer) or mb.actions.shape != (b,):
-            raise ConfigError(f"discrete batch actions must be integer [{b}], got {mb.actions.dtype} {mb.actions.shape}")
+            raise ConfigError(
+                f"discrete batch actions must be integer [{b}], got {mb.actions.dtype} {mb.actions.shape}"
+            )
         if mb.actions.size and (mb.actions.min() < 0 or mb.actions.max() >= n_actions):
-            raise ConfigError(f"discrete batch actions must lie in [0, {n_actions}), got {mb.actions.min()}..{mb.actions.max()}")
+            raise ConfigError(
+                f"discrete batch actions must lie in [0, {n_actions}), got {mb.actions.min()}..{mb.actions.max()}"
+            )
     elif mb.actions.dtype != np.float32 or mb.actions.shape != (b, n_actions):
-        raise ConfigError(f"continuous batch actions must be float32 [{b}, {n_actions}], got {mb.actions.dtype} {mb.actions.shape}")
+        raise ConfigError(
+            f"continuous batch actions must be float32 [{b}, {n_actions}], got {mb.actions.dtype} {mb.actions.shape}"
+        )
 
 
 def compute_gae(
@@ -79,7 +85,9 @@ class RolloutBuffer:
         self.n_steps, self.n_envs = n_steps, n_envs
         self.obs = np.zeros((n_steps, n_envs, *obs_shape), np.float32)
         self.actions = (
-            np.zeros((n_steps, n_envs), np.int64) if discrete else np.zeros((n_steps, n_envs, act_dim), np.float32)
+            np.zeros((n_steps, n_envs), np.int64)
+            if discrete
+            else np.zeros((n_steps, n_envs, act_dim), np.float32)
         )
         self.logprobs = np.zeros((n_steps, n_envs), np.float32)
         self.values = np.zeros((n_steps, n_envs), np.float32)
@@ -89,7 +97,7 @@ class RolloutBuffer:
         self.returns = np.zeros((n_steps, n_envs), np.float32)
         self.pos = 0
 
-    def add(self, obs, actions, logprobs, values, rewards, dones) -> None:  # noqa: ANN001 (numpy arrays)
+    def add(self, obs, actions, logprobs, values, rewards, dones) -> None:
         t = self.pos
         self.obs[t], self.actions[t], self.logprobs[t] = obs, actions, logprobs
         self.values[t], self.rewards[t], self.dones[t] = values, rewards, dones

@@ -53,7 +53,11 @@ class ActorCritic(nn.Module):
     @classmethod
     def from_network_spec(cls, spec: dict[str, Any]) -> ActorCritic:
         return cls(
-            spec["obs_dim"], spec["act_dim"], spec["discrete"], list(spec["net_arch"]), spec["activation"],
+            spec["obs_dim"],
+            spec["act_dim"],
+            spec["discrete"],
+            list(spec["net_arch"]),
+            spec["activation"],
             spec.get("log_std_init", 0.0),
         )
 

@@ -55,7 +55,9 @@ def resolve_device(device: str) -> torch.device:
     if device == "cuda" and not torch.cuda.is_available():
         from rl2edge.errors import ConfigError
 
-        raise ConfigError("--device cuda was asked for but torch sees no CUDA device; use --device cpu or auto")
+        raise ConfigError(
+            "--device cuda was asked for but torch sees no CUDA device; use --device cpu or auto"
+        )
     return torch.device(device)
 
 
@@ -111,7 +113,13 @@ def train_ppo(
     next_eval = cfg.eval_freq
     global_step = 0
     start = time.perf_counter()
-    bar = tqdm(total=total_steps, desc=f"ppo {env_id}", unit="step", disable=None if progress is None else not progress, leave=False)
+    bar = tqdm(
+        total=total_steps,
+        desc=f"ppo {env_id}",
+        unit="step",
+        disable=None if progress is None else not progress,
+        leave=False,
+    )
     try:
         for update in range(n_updates):
             progress_remaining = 1.0 - update / n_updates
@@ -188,8 +196,12 @@ def train_ppo(
             "wall_time_s": wall,
             "steps_per_s": global_step / wall,
             "device": str(dev),
-            "final_eval": {"seed": seed + EVAL_SEED_OFFSET, "mean_return": final_eval.mean,
-                           "std_return": final_eval.std, "returns": final_eval.returns},
+            "final_eval": {
+                "seed": seed + EVAL_SEED_OFFSET,
+                "mean_return": final_eval.mean,
+                "std_return": final_eval.std,
+                "returns": final_eval.returns,
+            },
         },
     )
     return TrainResult(run_dir, global_step, wall, final_eval)

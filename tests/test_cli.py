@@ -1,0 +1,107 @@
+"""The `rl2edge` command as users and outside scripts call it: exact spellings, exit codes, one-line errors."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+EXE = str(Path(sys.executable).with_name("rl2edge"))
+
+
+def rl2edge(*args: str | Path, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([EXE, *map(str, args)], capture_output=True, text=True, cwd=cwd, timeout=600)
+
+
+def assert_clean_failure(proc: subprocess.CompletedProcess[str], *fragments: str) -> None:
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr
+    last = proc.stderr.strip().splitlines()[-1]
+    for f in fragments:
+        assert f in last, last
+
+
+@pytest.mark.parametrize("cmd", ["train", "export", "evaluate"])
+def test_help_has_an_example(cmd: str) -> None:
+    proc = rl2edge(cmd, "--help")
+    assert proc.returncode == 0 and "example" in proc.stdout and f"rl2edge {cmd}" in proc.stdout
+
+
+def test_train_export_evaluate_with_the_documented_spellings(tmp_path: Path) -> None:
+    run, art = tmp_path / "run", tmp_path / "art"
+    proc = rl2edge(
+        "train",
+        "--algo",
+        "ppo",
+        "--framework",
+        "torch",
+        "--env",
+        "CartPole-v1",
+        "--steps",
+        "2048",
+        "--seed",
+        "0",
+        "--out",
+        run,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "eval return" in proc.stdout and (run / "checkpoint.json").is_file()
+    proc = rl2edge(
+        "export", run, "--quantize", "int8", "--out", art, "--calib-episodes", "2", "--eval-episodes", "2"
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "policy.tflite" in proc.stdout and "export success" in proc.stdout
+    proc = rl2edge("evaluate", art, "--env", "CartPole-v1", "--episodes", "3", "--seed", "0", "--json")
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert len(result["returns"]) == 3 and result["mean_return"] == pytest.approx(sum(result["returns"]) / 3)
+    assert {"std_return", "backend"} <= set(result) and result["quantization"] == "int8"
+
+
+def test_unknown_env_is_a_one_line_error_and_writes_nothing(tmp_path: Path) -> None:
+    proc = rl2edge("train", "--env", "NoSuchEnv-v0", "--steps", "100", "--out", tmp_path / "run")
+    assert_clean_failure(proc, "unknown environment id 'NoSuchEnv-v0'")
+    assert not (tmp_path / "run").exists()
+
+
+def test_train_refuses_a_used_out_dir(cartpole_run: Path) -> None:
+    before = (cartpole_run / "checkpoint.json").read_bytes()
+    proc = rl2edge("train", "--env", "CartPole-v1", "--steps", "100", "--out", cartpole_run)
+    assert_clean_failure(proc, "not empty", "--force")
+    assert (cartpole_run / "checkpoint.json").read_bytes() == before
+
+
+def test_missing_checkpoint(tmp_path: Path) -> None:
+    assert_clean_failure(rl2edge("export", tmp_path / "nope", "--out", tmp_path / "art"), "does not exist")
+    (tmp_path / "empty").mkdir()
+    assert_clean_failure(
+        rl2edge("export", tmp_path / "empty", "--out", tmp_path / "art"), "no checkpoint.json"
+    )
+    assert not (tmp_path / "art").exists()
+
+
+def test_corrupted_checkpoint(cartpole_run: Path, tmp_path: Path) -> None:
+    bad = tmp_path / "bad"
+    shutil.copytree(cartpole_run, bad)
+    weights = bad / "policy.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-16])
+    assert_clean_failure(rl2edge("export", bad, "--out", tmp_path / "art"), "corrupted")
+    (bad / "checkpoint.json").write_text('{"format": "rl2edge-checkpoint", ')
+    assert_clean_failure(rl2edge("export", bad, "--out", tmp_path / "art"), "not valid JSON")
+    assert not (tmp_path / "art").exists()
+
+
+def test_tampered_artifact(cartpole_all, tmp_path: Path) -> None:
+    _, root = cartpole_all
+    art = tmp_path / "art"
+    shutil.copytree(root / "fp32", art)
+    with open(art / "policy.tflite", "ab") as f:
+        f.write(b"\0")
+    assert_clean_failure(rl2edge("evaluate", art, "--env", "CartPole-v1", "--episodes", "1"), "sha256")
+    assert_clean_failure(
+        rl2edge("evaluate", root / "fp32", "--env", "Nope-v1", "--episodes", "1"), "unknown environment"
+    )

@@ -1,0 +1,21 @@
+"""Full-length runs: the published returns, for the trained policy and its int8 artifact. `make test-all`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import tiny_train
+
+
+@pytest.mark.slow
+def test_cartpole_ppo_and_its_int8_artifact_reach_475(tmp_path: Path) -> None:
+    from export.pipeline import ExportOptions, export_checkpoint
+    from runtime import Policy
+    from train.core.evaluation import evaluate
+
+    run = tiny_train("CartPole-v1", tmp_path / "run", steps=100_000, seed=0)
+    export_checkpoint(run, tmp_path / "art", ExportOptions(quantize="int8", eval_episodes=5, progress=False))
+    result = evaluate(Policy.load(tmp_path / "art").predict, "CartPole-v1", 20, 0)
+    assert result.mean >= 475, result.returns

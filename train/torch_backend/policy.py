@@ -64,8 +64,8 @@ class ActorCritic(nn.Module):
     def distribution(self, obs: torch.Tensor) -> Categorical | Normal:
         out = self.actor(obs)
         if self.discrete:
-            return Categorical(logits=out)
-        return Normal(out, self.log_std.exp().expand_as(out))
+            return Categorical(logits=out, validate_args=False)
+        return Normal(out, self.log_std.exp().expand_as(out), validate_args=False)
 
     def value(self, obs: torch.Tensor) -> torch.Tensor:
         return self.critic(obs).squeeze(-1)

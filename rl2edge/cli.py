@@ -10,6 +10,7 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from rl2edge.errors import ConfigError, Rl2EdgeError
 
@@ -140,6 +141,142 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     return 0
 
 
+# ----------------------------------------------------------------------------------- serve, plc-sim
+def _security(args: argparse.Namespace, role: str):
+    from plc_bridge.security import SecurityConfig, read_password
+
+    trusted = (
+        [args.server_cert]
+        if role == "client" and args.server_cert
+        else list(getattr(args, "trust", None) or [])
+    )
+    password = read_password(args.password_file) if args.user else None
+    sec = SecurityConfig(
+        mode=args.security,
+        certificate=Path(args.cert) if args.cert else None,
+        private_key=Path(args.key) if args.key else None,
+        trusted=tuple(Path(p) for p in trusted),
+        username=args.user,
+        password=password,
+    )
+    sec.check(role)
+    return sec
+
+
+def _run_until_signal(coro_factory: Callable[[Any], Any]) -> Any:
+    """Run an async service; SIGINT and SIGTERM set its stop event (a clean exit, code 0)."""
+    import asyncio
+    import signal
+
+    async def main() -> Any:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        return await coro_factory(stop)
+
+    return asyncio.run(main())
+
+
+def _cmd_serve(args: argparse.Namespace) -> int:
+    from plc_bridge.client import BridgeConfig
+    from plc_bridge.loop import ControlLoop, LoopConfig
+    from plc_bridge.nodemap import load_node_map
+    from rl2edge.fileio import write_json_atomic
+    from runtime.policy import Policy
+
+    policy = Policy.load(args.artifact, backend=args.backend, num_threads=args.threads)
+    bridge = BridgeConfig(
+        endpoint=args.endpoint,
+        node_map=load_node_map(args.map),
+        security=_security(args, "client"),
+        request_timeout_s=args.timeout_ms / 1e3,
+    )
+    cfg = LoopConfig(
+        period_ms=args.period_ms,
+        deadline_ms=args.deadline_ms,
+        stats_interval_s=args.stats_interval,
+        max_cycles=args.cycles,
+    )
+    control = ControlLoop(policy, bridge, cfg)
+    _logger.info(
+        "serving %s to %s every %.1f ms (deadline %.1f ms)",
+        args.artifact,
+        args.endpoint,
+        cfg.period_ms,
+        cfg.deadline_ms,
+    )
+    summary = _run_until_signal(control.run)
+    if args.summary:
+        write_json_atomic(args.summary, summary)
+    lat = summary["latency_ms"]
+    print(
+        _table(
+            [
+                "cycles",
+                "p50 ms",
+                "p99 ms",
+                "p99.9 ms",
+                "max ms",
+                "budget ms",
+                "misses",
+                "invalid",
+                "stale",
+                "reconnects",
+            ],
+            [
+                [
+                    summary["cycles"],
+                    f"{lat['p50']:.2f}",
+                    f"{lat['p99']:.2f}",
+                    f"{lat['p99.9']:.2f}",
+                    f"{lat['max']:.2f}",
+                    f"{cfg.deadline_ms:g}",
+                    summary["deadline_misses"],
+                    summary["invalid"],
+                    summary["stale"],
+                    summary["reconnects"],
+                ]
+            ],
+        )
+    )
+    return 0
+
+
+def _cmd_plc_sim(args: argparse.Namespace) -> int:
+    from plc_bridge.sim import PlcSim, SimConfig
+
+    cfg = SimConfig(
+        env_id=args.env,
+        seed=args.seed,
+        endpoint=args.endpoint,
+        mode=args.mode,
+        period_ms=args.period_ms,
+        episodes=args.episodes,
+        record=Path(args.record) if args.record else None,
+        security=_security(args, "server"),
+    )
+    sim = PlcSim(cfg)
+    returns = _run_until_signal(sim.run)
+    if returns:
+        print(
+            _table(
+                ["episodes", "mean return", "returns"],
+                [[len(returns), f"{sum(returns) / len(returns):.1f}", " ".join(f"{r:.0f}" for r in returns)]],
+            )
+        )
+    return 0
+
+
+def _cmd_certs(args: argparse.Namespace) -> int:
+    from plc_bridge.security import make_certificate
+
+    out = Path(args.out)
+    cert, key = make_certificate(out, args.name, args.uri or f"urn:rl2edge:{args.name}", args.host, args.days)
+    print(f"certificate: {cert}\nprivate key: {key} (keep it secret; mode 0600)")
+    return 0
+
+
 # ------------------------------------------------------------------------------------------------ main
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
@@ -231,6 +368,89 @@ def build_parser() -> argparse.ArgumentParser:
         "--json", action="store_true", help="print one JSON object (mean_return, std_return, returns, ...)"
     )
     v.set_defaults(func=_cmd_evaluate)
+
+    def security_options(sp: argparse.ArgumentParser, role: str) -> None:
+        g = sp.add_argument_group("security")
+        g.add_argument(
+            "--security",
+            default="none",
+            choices=["none", "sign", "sign_and_encrypt"],
+            help="message security, Basic256Sha256 (default: none)",
+        )
+        g.add_argument("--cert", help="this application's certificate (DER/PEM; see `rl2edge certs`)")
+        g.add_argument("--key", help="this application's private key (PEM)")
+        if role == "client":
+            g.add_argument("--server-cert", help="the PLC's certificate, trusted explicitly")
+        else:
+            g.add_argument("--trust", action="append", help="a client certificate to trust (repeatable)")
+        g.add_argument("--user", help="username" + (" required of clients" if role == "server" else ""))
+        g.add_argument(
+            "--password-file", help="file whose first line is the password (else $RL2EDGE_OPCUA_PASSWORD)"
+        )
+
+    s = sub.add_parser(
+        "serve",
+        help="serve an artifact to a PLC over OPC UA",
+        formatter_class=fmt,
+        description="The control loop: every period one batched Read of the observation and the PLC's sequence number, "
+        "validate, infer, one batched Write of the action, the answered sequence number, a heartbeat and a status. "
+        "Invalid or stale input, deadline misses, inference errors get the safe action; lost connections are "
+        "retried with backoff. SIGINT/SIGTERM write the safe action and exit 0.",
+        epilog="example:\n  rl2edge serve artifacts/cp --endpoint opc.tcp://plc:4840 --map plant.yaml --period-ms 20 "
+        "--summary serve.json",
+    )
+    s.add_argument("artifact", help="artifact directory")
+    s.add_argument("--endpoint", required=True, help="the PLC's OPC UA endpoint, opc.tcp://host:port")
+    s.add_argument("--map", help="node map YAML (default: the plc-sim layout)")
+    s.add_argument("--period-ms", type=float, default=20.0, help="control period (default: 20)")
+    s.add_argument("--deadline-ms", type=float, default=50.0, help="latency budget per cycle (default: 50)")
+    s.add_argument("--summary", help="write a JSON summary here on exit")
+    s.add_argument(
+        "--timeout-ms", type=float, default=1000.0, help="bound on every OPC UA request (default: 1000)"
+    )
+    s.add_argument("--stats-interval", type=float, default=10.0, help="seconds between latency log lines")
+    s.add_argument("--cycles", type=int, help="stop after this many cycles (benchmarks)")
+    s.add_argument(
+        "--backend", default="auto", help="interpreter: auto, litert, tflite-runtime, tensorflow, onnxruntime"
+    )
+    s.add_argument("--threads", type=int, default=1, help="interpreter threads (default: 1)")
+    security_options(s, "client")
+    s.set_defaults(func=_cmd_serve)
+
+    ps = sub.add_parser(
+        "plc-sim",
+        help="a simulated PLC: an OPC UA server around a Gymnasium env",
+        formatter_class=fmt,
+        description="A real OPC UA server with the default node map's layout around a Gymnasium environment. "
+        "lockstep: the env steps when the written action answers the current observation; realtime: every "
+        "period with the last action held. Episode i uses seed S+i, as `rl2edge evaluate --seed S`.",
+        epilog="example:\n  rl2edge plc-sim --env CartPole-v1 --endpoint opc.tcp://127.0.0.1:4840 --mode lockstep "
+        "--episodes 5 --record returns.json",
+    )
+    ps.add_argument("--env", required=True, help="Gymnasium id or package.module:EnvClass")
+    ps.add_argument("--seed", type=int, default=0, help="seed of the first episode (default: 0)")
+    ps.add_argument("--endpoint", default="opc.tcp://127.0.0.1:4840", help="where to listen")
+    ps.add_argument("--mode", default="lockstep", choices=["lockstep", "realtime"])
+    ps.add_argument("--period-ms", type=float, default=20.0, help="realtime mode: plant step period")
+    ps.add_argument("--episodes", type=int, help="stop after N episodes")
+    ps.add_argument("--record", help='write {"returns": [...]} here when stopping')
+    security_options(ps, "server")
+    ps.set_defaults(func=_cmd_plc_sim)
+
+    c = sub.add_parser(
+        "certs",
+        help="make a self-signed OPC UA application certificate and key",
+        formatter_class=fmt,
+        description="For tests and commissioning: a self-signed application certificate (DER) with the "
+        "application URI and host in subjectAltName, and its RSA key (PEM, mode 0600).",
+        epilog="example:\n  rl2edge certs --out pki --name serve && rl2edge certs --out pki --name plc",
+    )
+    c.add_argument("--out", required=True, help="directory for NAME.der and NAME.key.pem")
+    c.add_argument("--name", required=True, help="application name (the certificate's CN)")
+    c.add_argument("--uri", help="application URI (default: urn:rl2edge:NAME)")
+    c.add_argument("--host", help="host name in subjectAltName (default: this host)")
+    c.add_argument("--days", type=int, default=365, help="validity (default: 365)")
+    c.set_defaults(func=_cmd_certs)
     return p
 
 

@@ -1,0 +1,56 @@
+"""The node layout of rl2edge's simulated PLC, which the default node map matches.
+
+One object `PLC` in namespace `urn:rl2edge:plc-sim` (index 2, the first one registered), with string
+NodeIds `ns=2;s=rl2edge.<Name>`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from asyncua import Server, ua
+
+NAMESPACE_URI = "urn:rl2edge:plc-sim"
+
+
+def node_id(name: str, ns: int = 2) -> str:
+    return f"ns={ns};s=rl2edge.{name}"
+
+
+@dataclass(frozen=True)
+class PlcNodes:
+    observation: object  # asyncua Node
+    observation_seq: object
+    action: object
+    action_seq: object
+    heartbeat: object
+    status: object
+    run: object
+    episode_returns: object
+    episodes: object
+
+
+async def build_plc_nodes(server: Server, obs_dim: int, act_dim: int) -> PlcNodes:
+    """Create the PLC object and its variables; the client-written ones are writable."""
+    ns = await server.register_namespace(NAMESPACE_URI)
+    plc = await server.nodes.objects.add_object(ua.NodeId("rl2edge.PLC", ns), ua.QualifiedName("PLC", ns))
+
+    async def var(name: str, value: object, vtype: ua.VariantType, writable: bool = True):
+        node = await plc.add_variable(
+            ua.NodeId(f"rl2edge.{name}", ns), ua.QualifiedName(name, ns), ua.Variant(value, vtype)
+        )
+        if writable:
+            await node.set_writable()
+        return node
+
+    return PlcNodes(
+        observation=await var("Observation", [0.0] * obs_dim, ua.VariantType.Double),
+        observation_seq=await var("ObservationSeq", 0, ua.VariantType.UInt32),
+        action=await var("Action", [0.0] * act_dim, ua.VariantType.Double),
+        action_seq=await var("ActionSeq", 0, ua.VariantType.UInt32),
+        heartbeat=await var("Heartbeat", 0, ua.VariantType.UInt32),
+        status=await var("Status", 0, ua.VariantType.Int32),
+        run=await var("Run", True, ua.VariantType.Boolean),
+        episode_returns=await var("EpisodeReturns", [], ua.VariantType.Double, writable=False),
+        episodes=await var("Episodes", 0, ua.VariantType.UInt32, writable=False),
+    )

@@ -1,0 +1,123 @@
+"""The node map: which PLC nodes hold the observation, the action and the handshake, and what the
+safe action is. A YAML file; the default matches `rl2edge plc-sim`.
+
+Node references are NodeId strings (`ns=3;s=DB10.Obs`, `ns=2;i=1005`) or browse paths from Objects
+(`2:PLC/2:Observation`, each step `<ns index>:<BrowseName>`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from plc_bridge.layout import node_id
+from rl2edge.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class NodeMap:
+    observation: tuple[str, ...]
+    """One array node, or scalar nodes in observation order."""
+    observation_seq: str
+    action: tuple[str, ...]
+    """One array node, or scalar nodes in action order."""
+    action_seq: str
+    heartbeat: str
+    status: str
+    safe_action: tuple[float, ...] | None = None
+    """Written on every fault and at shutdown; None: Box -> 0 clipped to bounds, Discrete -> first index."""
+    obs_range_tolerance: float = 0.05
+    """An observation may exceed its declared [low, high] by this fraction of the range width."""
+    stale_cycles: int = 5
+    """Cycles without a new PLC sequence number before the data counts as stale."""
+    obs_low: tuple[float | None, ...] | None = None
+    """Overrides the artifact's observation bounds (None entries: unbounded)."""
+    obs_high: tuple[float | None, ...] | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def observation_is_array(self) -> bool:
+        return len(self.observation) == 1
+
+    @property
+    def action_is_array(self) -> bool:
+        return len(self.action) == 1
+
+
+def default_node_map() -> NodeMap:
+    return NodeMap(
+        observation=(node_id("Observation"),),
+        observation_seq=node_id("ObservationSeq"),
+        action=(node_id("Action"),),
+        action_seq=node_id("ActionSeq"),
+        heartbeat=node_id("Heartbeat"),
+        status=node_id("Status"),
+    )
+
+
+def _nodes(value: Any, key: str, path: Path) -> tuple[str, ...]:
+    if isinstance(value, str):
+        return (value,)
+    if isinstance(value, dict) and ("node" in value) != ("nodes" in value):
+        return _nodes(value.get("node") or value.get("nodes"), key, path)
+    if isinstance(value, list) and value and all(isinstance(v, str) for v in value):
+        return tuple(value)
+    raise ConfigError(
+        f"{path}: {key} must be a node reference, a list of them, or {{node: ...}} / {{nodes: [...]}}"
+    )
+
+
+def _floats(value: Any, key: str, path: Path, allow_none: bool = False) -> tuple[Any, ...] | None:
+    if value is None:
+        return None
+    values = value if isinstance(value, list) else [value]
+    try:
+        return tuple(None if (v is None and allow_none) else float(v) for v in values)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{path}: {key} must be a number or a list of numbers, got {value!r}") from None
+
+
+def load_node_map(path: str | Path | None) -> NodeMap:
+    if path is None:
+        return default_node_map()
+    path = Path(path)
+    try:
+        data = yaml.safe_load(path.read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"node map {path} does not exist") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"node map {path} is not valid YAML: {exc}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"node map {path} must be a mapping")
+    required = ("observation", "observation_seq", "action", "action_seq", "heartbeat", "status")
+    missing = [k for k in required if k not in data]
+    if missing:
+        raise ConfigError(f"node map {path} lacks {', '.join(missing)}")
+    known = {*required, "safe_action", "obs_range_tolerance", "stale_cycles", "obs_low", "obs_high"}
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise ConfigError(
+            f"node map {path}: unknown keys {', '.join(unknown)}; known: {', '.join(sorted(known))}"
+        )
+    for key in ("observation_seq", "action_seq", "heartbeat", "status"):
+        if not isinstance(data[key], str):
+            raise ConfigError(f"{path}: {key} must be one node reference")
+    stale = data.get("stale_cycles", 5)
+    if not isinstance(stale, int) or stale < 1:
+        raise ConfigError(f"{path}: stale_cycles must be a positive integer, got {stale!r}")
+    return NodeMap(
+        observation=_nodes(data["observation"], "observation", path),
+        observation_seq=data["observation_seq"],
+        action=_nodes(data["action"], "action", path),
+        action_seq=data["action_seq"],
+        heartbeat=data["heartbeat"],
+        status=data["status"],
+        safe_action=_floats(data.get("safe_action"), "safe_action", path),
+        obs_range_tolerance=float(data.get("obs_range_tolerance", 0.05)),
+        stale_cycles=stale,
+        obs_low=_floats(data.get("obs_low"), "obs_low", path, allow_none=True),
+        obs_high=_floats(data.get("obs_high"), "obs_high", path, allow_none=True),
+    )

@@ -1,0 +1,227 @@
+"""OPC UA security for both ends: Basic256Sha256 Sign / SignAndEncrypt with explicitly trusted peer
+certificates (pinned by fingerprint, never trust-on-first-use), and username/password.
+
+Passwords live in SecurityConfig.password (excluded from repr) and are never logged.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import hmac
+import logging
+import os
+import socket
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from asyncua import Client, Server, ua
+from asyncua.common.utils import ServiceError
+from asyncua.crypto import security_policies
+from asyncua.crypto.cert_gen import (
+    dump_private_key_as_pem,
+    generate_private_key,
+    generate_self_signed_app_certificate,
+)
+from asyncua.crypto.permission_rules import User, UserRole
+from asyncua.crypto.validator import CertificateValidator, CertificateValidatorOptions
+from asyncua.server.internal_server import InternalServer
+from cryptography import x509
+from cryptography.hazmat.primitives.serialization import Encoding
+from cryptography.x509.oid import ExtendedKeyUsageOID
+
+from rl2edge.errors import BridgeError, ConfigError
+from rl2edge.fileio import write_bytes_atomic
+
+_logger = logging.getLogger(__name__)
+
+MODES = {
+    "none": ua.MessageSecurityMode.None_,
+    "sign": ua.MessageSecurityMode.Sign,
+    "sign_and_encrypt": ua.MessageSecurityMode.SignAndEncrypt,
+}
+_SERVER_POLICY = {
+    "none": ua.SecurityPolicyType.NoSecurity,
+    "sign": ua.SecurityPolicyType.Basic256Sha256_Sign,
+    "sign_and_encrypt": ua.SecurityPolicyType.Basic256Sha256_SignAndEncrypt,
+}
+PASSWORD_ENV = "RL2EDGE_OPCUA_PASSWORD"
+
+
+@dataclass(frozen=True)
+class SecurityConfig:
+    mode: str = "none"
+    """none | sign | sign_and_encrypt (Basic256Sha256)."""
+    certificate: Path | None = None
+    """This application's certificate (DER or PEM)."""
+    private_key: Path | None = None
+    """This application's private key (PEM)."""
+    trusted: tuple[Path, ...] = ()
+    """Peer certificates trusted explicitly: for a client the server's, for a server the clients'."""
+    username: str | None = None
+    password: str | None = field(default=None, repr=False)
+
+    def check(self, role: str) -> None:
+        if self.mode not in MODES:
+            raise ConfigError(f"--security {self.mode!r}: choose one of {', '.join(MODES)}")
+        if self.mode != "none":
+            for name in ("certificate", "private_key"):
+                path = getattr(self, name)
+                if path is None:
+                    raise ConfigError(
+                        f"--security {self.mode} needs --{name.replace('_', '-')} (make one with `rl2edge certs`)"
+                    )
+                if not Path(path).is_file():
+                    raise ConfigError(f"{name.replace('_', ' ')} file {path} does not exist")
+            if not self.trusted:
+                peer = (
+                    "the server's certificate (--server-cert)"
+                    if role == "client"
+                    else "the clients' certificates (--trust)"
+                )
+                raise ConfigError(
+                    f"--security {self.mode} needs {peer}: peers are trusted explicitly, never on first use"
+                )
+            for p in self.trusted:
+                if not Path(p).is_file():
+                    raise ConfigError(f"trusted certificate {p} does not exist")
+        if (self.username is None) != (self.password is None):
+            raise ConfigError(
+                f"a username needs a password (--password-file or ${PASSWORD_ENV}) and vice versa"
+            )
+
+
+def read_password(password_file: str | None) -> str | None:
+    """From a file (first line) or the environment; never from the command line, where `ps` shows it."""
+    if password_file:
+        try:
+            return Path(password_file).read_text().splitlines()[0]
+        except (OSError, IndexError):
+            raise ConfigError(f"cannot read a password from {password_file}") from None
+    return os.environ.get(PASSWORD_ENV)
+
+
+def load_cert(path: Path) -> x509.Certificate:
+    data = Path(path).read_bytes()
+    try:
+        return (
+            x509.load_der_x509_certificate(data)
+            if not data.startswith(b"-----")
+            else x509.load_pem_x509_certificate(data)
+        )
+    except ValueError:
+        raise ConfigError(f"{path} is not a DER or PEM certificate") from None
+
+
+def application_uri(cert_path: Path) -> str:
+    cert = load_cert(cert_path)
+    try:
+        san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+        return san.get_values_for_type(x509.UniformResourceIdentifier)[0]
+    except (x509.ExtensionNotFound, IndexError):
+        raise ConfigError(f"certificate {cert_path} has no application URI in its subjectAltName") from None
+
+
+def fingerprint(cert: x509.Certificate) -> str:
+    return hashlib.sha256(cert.public_bytes(Encoding.DER)).hexdigest()
+
+
+async def apply_client_security(client: Client, sec: SecurityConfig) -> None:
+    if sec.mode != "none":
+        assert sec.certificate and sec.private_key  # checked by SecurityConfig.check
+        client.application_uri = application_uri(sec.certificate)
+        try:
+            await client.set_security(
+                security_policies.SecurityPolicyBasic256Sha256,
+                certificate=str(sec.certificate),
+                private_key=str(sec.private_key),
+                server_certificate=str(sec.trusted[0]),
+                mode=MODES[sec.mode],
+            )
+        except Exception as exc:  # asyncua/cryptography raise several types for bad key material
+            raise BridgeError(f"cannot set up {sec.mode} security: {exc}") from None
+    if sec.username is not None:
+        client.set_user(sec.username)
+        client.set_password(sec.password or "")
+
+
+class PinnedCertificateValidator:
+    """Accept a client certificate only if it is one of the trusted files (by SHA-256 fingerprint),
+    inside its validity period, and names the application URI the client presents."""
+
+    def __init__(self, trusted: Iterable[Path]):
+        self._fingerprints = {fingerprint(load_cert(p)) for p in trusted}
+        self._basic = CertificateValidator(
+            CertificateValidatorOptions.TIME_RANGE
+            | CertificateValidatorOptions.URI
+            | CertificateValidatorOptions.PEER_CLIENT
+        )
+
+    async def __call__(self, cert: x509.Certificate, app_description: ua.ApplicationDescription) -> None:
+        if fingerprint(cert) not in self._fingerprints:
+            _logger.warning("rejected untrusted client certificate %s", cert.subject.rfc4514_string())
+            raise ServiceError(ua.StatusCodes.BadCertificateUntrusted)
+        await self._basic.validate(cert, app_description)
+
+
+class PasswordUserManager:
+    """One username and password; anything else is refused."""
+
+    def __init__(self, username: str, password: str):
+        self._username, self._password = username, password
+
+    def get_user(
+        self,
+        iserver: InternalServer,
+        username: str | None = None,
+        password: str | None = None,
+        certificate: Any = None,
+    ) -> User | None:
+        if username == self._username and hmac.compare_digest(
+            (password or "").encode(), self._password.encode()
+        ):
+            return User(role=UserRole.User)
+        _logger.warning("rejected login for user %r", username)
+        return None
+
+
+async def apply_server_security(server: Server, sec: SecurityConfig) -> None:
+    server.set_security_policy([_SERVER_POLICY[sec.mode]])
+    if sec.mode != "none":
+        assert sec.certificate and sec.private_key
+        await server.set_application_uri(application_uri(sec.certificate))
+        await server.load_certificate(str(sec.certificate))
+        await server.load_private_key(str(sec.private_key))
+        server.set_certificate_validator(PinnedCertificateValidator(sec.trusted))  # type: ignore[arg-type]
+    if sec.username is not None:
+        server.set_identity_tokens([ua.UserNameIdentityToken])
+
+
+def make_certificate(
+    out_dir: Path, name: str, uri: str, host: str | None = None, days: int = 365
+) -> tuple[Path, Path]:
+    """A self-signed application certificate (DER) and its key (PEM, mode 0600), for tests and commissioning."""
+    host = host or socket.gethostname()
+    key = generate_private_key()
+    cert = generate_self_signed_app_certificate(
+        key,
+        name,
+        {"organizationName": "rl2edge"},
+        [x509.UniformResourceIdentifier(uri), x509.DNSName(host), x509.DNSName("localhost")],
+        extended=[ExtendedKeyUsageOID.CLIENT_AUTH, ExtendedKeyUsageOID.SERVER_AUTH],
+        days=days,
+    )
+    cert_path, key_path = out_dir / f"{name}.der", out_dir / f"{name}.key.pem"
+    write_bytes_atomic(key_path, dump_private_key_as_pem(key))
+    os.chmod(key_path, 0o600)
+    write_bytes_atomic(cert_path, cert.public_bytes(Encoding.DER))
+    _logger.info(
+        "certificate %s (uri %s, valid until %s), key %s",
+        cert_path,
+        uri,
+        (dt.datetime.now(dt.UTC) + dt.timedelta(days=days)).date(),
+        key_path,
+    )
+    return cert_path, key_path

@@ -1,0 +1,169 @@
+"""`rl2edge plc-sim`: a real OPC UA server (asyncua) that plays the PLC around a Gymnasium environment,
+with the node layout of `plc_bridge.layout` (what the default node map expects).
+
+lockstep: the environment steps when the written ActionSeq answers the current ObservationSeq (each
+observation gets exactly one action: for tests and for comparing with `rl2edge evaluate`).
+realtime: the environment steps every period with the last written action held, as a plant would.
+Episode i uses seed S+i, as `rl2edge evaluate --seed S` does. A writable `Run` node is the PLC's
+RUN/STOP switch: while false the plant is frozen (observation and sequence number do not move).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from asyncua import Server, ua
+from asyncua.common.callback import CallbackType
+
+from plc_bridge.layout import PlcNodes, build_plc_nodes
+from plc_bridge.security import SecurityConfig, apply_server_security
+from rl2edge.errors import ConfigError
+from rl2edge.fileio import write_json_atomic
+
+_logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    env_id: str
+    seed: int = 0
+    endpoint: str = "opc.tcp://127.0.0.1:4840"
+    mode: str = "lockstep"
+    period_ms: float = 20.0
+    episodes: int | None = None
+    record: Path | None = None
+    security: SecurityConfig = field(default_factory=SecurityConfig)
+
+    def check(self) -> None:
+        if self.mode not in ("lockstep", "realtime"):
+            raise ConfigError(f"--mode {self.mode!r}: choose lockstep or realtime")
+        if not self.endpoint.startswith("opc.tcp://"):
+            raise ConfigError(f"endpoint {self.endpoint!r} must look like opc.tcp://host:4840")
+        if self.episodes is not None and self.episodes < 1:
+            raise ConfigError("--episodes must be at least 1")
+        self.security.check("server")
+
+
+class PlcSim:
+    def __init__(self, cfg: SimConfig):
+        from train.core.envs import make_env  # gymnasium only; no deep-learning framework
+
+        cfg.check()
+        self.cfg = cfg
+        self.env = make_env(cfg.env_id)
+        space = self.env.action_space
+        self.discrete = hasattr(space, "n")
+        self.act_dim = 1 if self.discrete else int(np.prod(space.shape))
+        self.obs_dim = int(np.prod(self.env.observation_space.shape))
+        self.returns: list[float] = []
+        self.server: Server | None = None
+        self.nodes: PlcNodes | None = None
+        self._written = asyncio.Event()
+
+    async def _on_write(self, event: Any, dispatcher: Any) -> None:
+        self._written.set()
+
+    async def start(self) -> None:
+        sec = self.cfg.security
+        user_manager = None
+        if sec.username is not None:
+            from plc_bridge.security import PasswordUserManager
+
+            user_manager = PasswordUserManager(sec.username, sec.password or "")
+        server = Server(user_manager=user_manager)
+        await server.init()
+        server.set_endpoint(self.cfg.endpoint)
+        server.set_server_name("rl2edge plc-sim")
+        await apply_server_security(server, sec)
+        self.nodes = await build_plc_nodes(server, self.obs_dim, self.act_dim)
+        server.subscribe_server_callback(CallbackType.PostWrite, self._on_write)
+        await server.start()
+        self.server = server
+        _logger.info(
+            "plc-sim %s (%s, %s) listening on %s", self.cfg.env_id, self.cfg.mode, sec.mode, self.cfg.endpoint
+        )
+
+    async def stop(self) -> None:
+        if self.server is not None:
+            await self.server.stop()
+            self.server = None
+        self.env.close()
+
+    async def _publish(self, obs: np.ndarray, seq: int) -> None:
+        assert self.nodes is not None
+        values = np.asarray(obs, np.float64).reshape(-1).tolist()
+        await self.nodes.observation.write_value(ua.Variant(values, ua.VariantType.Double))
+        await self.nodes.observation_seq.write_value(ua.Variant(seq, ua.VariantType.UInt32))
+
+    def _env_action(self, raw: Any) -> Any:
+        """What the plant does with whatever was written: never crash on it."""
+        a = np.nan_to_num(np.asarray(raw if raw is not None else [0.0], np.float64).reshape(-1))
+        if self.discrete:
+            n, start = int(self.env.action_space.n), int(getattr(self.env.action_space, "start", 0))
+            return int(np.clip(np.round(a[0]) if a.size else start, start, start + n - 1))
+        space = self.env.action_space
+        a = np.resize(a, space.shape) if a.size != int(np.prod(space.shape)) else a.reshape(space.shape)
+        return np.clip(a, space.low, space.high).astype(space.dtype)
+
+    async def run(self, stop: asyncio.Event) -> list[float]:
+        """Serve episodes until `stop` or `episodes` are done; returns the episode returns."""
+        await self.start()
+        assert self.nodes is not None
+        nodes = self.nodes
+        period = self.cfg.period_ms / 1e3
+        episode, total = 0, 0.0
+        obs, _ = self.env.reset(seed=self.cfg.seed)
+        seq = 1
+        await self._publish(obs, seq)
+        try:
+            while not stop.is_set():
+                if self.cfg.mode == "lockstep":
+                    self._written.clear()
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self._written.wait(), 0.2)
+                else:
+                    await asyncio.sleep(period)
+                if stop.is_set() or not await nodes.run.read_value():
+                    continue
+                seq = int(await nodes.observation_seq.read_value())  # the PLC side may have been written
+                if self.cfg.mode == "lockstep" and int(await nodes.action_seq.read_value()) != seq:
+                    continue
+                obs, reward, terminated, truncated, _ = self.env.step(
+                    self._env_action(await nodes.action.read_value())
+                )
+                total += float(reward)
+                if terminated or truncated:
+                    self.returns.append(total)
+                    episode += 1
+                    _logger.info(
+                        "episode %d (seed %d): return %.1f", episode, self.cfg.seed + episode - 1, total
+                    )
+                    await nodes.episode_returns.write_value(
+                        ua.Variant(list(self.returns), ua.VariantType.Double)
+                    )
+                    await nodes.episodes.write_value(ua.Variant(episode, ua.VariantType.UInt32))
+                    if self.cfg.episodes is not None and episode >= self.cfg.episodes:
+                        break
+                    obs, _ = self.env.reset(seed=self.cfg.seed + episode)
+                    total = 0.0
+                seq = (seq + 1) % (1 << 32)
+                await self._publish(obs, seq)
+        finally:
+            if self.cfg.record is not None:
+                write_json_atomic(
+                    self.cfg.record,
+                    {
+                        "env_id": self.cfg.env_id,
+                        "seed": self.cfg.seed,
+                        "mode": self.cfg.mode,
+                        "returns": self.returns,
+                    },
+                )
+            await self.stop()
+        return self.returns

@@ -225,3 +225,23 @@ def make_certificate(
         key_path,
     )
     return cert_path, key_path
+
+
+class _Redact(logging.Filter):
+    def __init__(self, secret: str):
+        super().__init__()
+        self._secret = secret
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if self._secret in message:
+            record.msg, record.args = message.replace(self._secret, "***"), ()
+        return True
+
+
+def redact_in_logs(secret: str | None) -> None:
+    """Mask a secret in every log line from here on, whoever logs it: asyncua's debug log prints whole
+    ActivateSession requests, password included."""
+    if secret:
+        for handler in logging.getLogger().handlers:
+            handler.addFilter(_Redact(secret))

@@ -143,7 +143,7 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
 
 # ----------------------------------------------------------------------------------- serve, plc-sim
 def _security(args: argparse.Namespace, role: str):
-    from plc_bridge.security import SecurityConfig, read_password
+    from plc_bridge.security import SecurityConfig, read_password, redact_in_logs
 
     trusted = (
         [args.server_cert]
@@ -151,6 +151,7 @@ def _security(args: argparse.Namespace, role: str):
         else list(getattr(args, "trust", None) or [])
     )
     password = read_password(args.password_file) if args.user else None
+    redact_in_logs(password)
     sec = SecurityConfig(
         mode=args.security,
         certificate=Path(args.cert) if args.cert else None,

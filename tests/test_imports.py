@@ -22,7 +22,11 @@ def loaded_after(statement: str) -> set[str]:
             "import runtime; from runtime import Policy",
             {"torch", "tensorflow", "export", "train", "gymnasium"},
         ),
-        ("import plc_bridge", {"torch", "tensorflow", "export", "train"}),
+        (
+            "import plc_bridge.loop, plc_bridge.client, plc_bridge.security",
+            {"torch", "tensorflow", "export", "train"},
+        ),
+        ("import plc_bridge.sim; plc_bridge.sim.PlcSim", {"torch", "tensorflow", "export"}),
         (
             "import train.core.config, train.core.rollout, train.core.evaluation, train.core.metrics",
             {"torch", "tensorflow", "export", "runtime"},

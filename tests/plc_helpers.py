@@ -1,0 +1,91 @@
+"""Helpers for the OPC UA tests: free loopback ports, real plc-sim and serve processes, a PLC-side client."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from asyncua import Client, ua
+
+EXE = str(Path(sys.executable).with_name("rl2edge"))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def start(args: list[str], log: Path, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [EXE, *args], stdout=log.open("wb"), stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}
+    )
+
+
+def stop(proc: subprocess.Popen[bytes], sig: int = signal.SIGTERM, timeout: float = 20) -> int:
+    if proc.poll() is None:
+        proc.send_signal(sig)
+    return proc.wait(timeout=timeout)
+
+
+@contextlib.contextmanager
+def running(
+    args: list[str], log: Path, env: dict[str, str] | None = None
+) -> Iterator[subprocess.Popen[bytes]]:
+    proc = start(args, log, env)
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=10)
+
+
+def wait_for_server(url: str, timeout: float = 30.0) -> None:
+    async def probe() -> bool:
+        try:
+            async with Client(url, timeout=1) as c:
+                await c.get_node("ns=2;s=rl2edge.ObservationSeq").read_value()
+                return True
+        except Exception:
+            return False
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if asyncio.run(probe()):
+            return
+        time.sleep(0.3)
+    raise TimeoutError(f"no OPC UA server at {url} after {timeout} s")
+
+
+def node(name: str) -> str:
+    return f"ns=2;s=rl2edge.{name}"
+
+
+async def read(client: Client, *names: str) -> list[Any]:
+    return await client.read_values([client.get_node(node(n)) for n in names])
+
+
+async def write(client: Client, **values: ua.Variant) -> None:
+    await client.write_values(
+        [client.get_node(node(k)) for k in values], [ua.DataValue(v) for v in values.values()]
+    )
+
+
+async def wait_until(client: Client, name: str, predicate: Any, within_s: float = 10.0) -> Any:
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        (value,) = await read(client, name)
+        if predicate(value):
+            return value
+        await asyncio.sleep(0.02)
+    raise TimeoutError(f"{name} never satisfied the condition; last value {value!r}")

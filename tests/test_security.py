@@ -1,0 +1,156 @@
+"""OPC UA security against a real server: Basic256Sha256 SignAndEncrypt with explicitly trusted
+certificates, untrusted clients refused, username/password enforced, passwords never logged."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from asyncua.ua.uaerrors import BadCertificateUntrusted, BadIdentityTokenRejected, BadUserAccessDenied
+
+from plc_bridge.client import BridgeConfig, PlcClient
+from plc_bridge.security import SecurityConfig, make_certificate
+from plc_bridge.sim import PlcSim, SimConfig
+from rl2edge.errors import ConfigError
+from tests.plc_helpers import free_port, running, stop
+
+PASSWORD = "s3cret-Pa55word!"
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, Path]]:
+    d = tmp_path_factory.mktemp("pki")
+    return {
+        name: make_certificate(d, name, f"urn:rl2edge:{name}", "localhost")
+        for name in ("plc", "serve", "intruder")
+    }
+
+
+async def _session(sim_sec: SecurityConfig, client_sec: SecurityConfig) -> list:
+    url = f"opc.tcp://127.0.0.1:{free_port()}"
+    sim = PlcSim(SimConfig("CartPole-v1", endpoint=url, mode="realtime", security=sim_sec))
+    stop_sim = asyncio.Event()
+    task = asyncio.create_task(sim.run(stop_sim))
+    try:
+        for _ in range(100):
+            if sim.server is not None:
+                break
+            await asyncio.sleep(0.05)
+        async with PlcClient(BridgeConfig(url, security=client_sec, connect_timeout_s=5)) as plc:
+            obs, seq = await plc.read()
+            await plc.write([1.0], int(seq), 1, 0)
+            return list(obs)
+    finally:
+        stop_sim.set()
+        await task
+
+
+def _server_sec(pki, mode: str = "sign_and_encrypt", **kw) -> SecurityConfig:
+    cert, key = pki["plc"]
+    return SecurityConfig(mode, cert, key, trusted=(pki["serve"][0],), **kw)
+
+
+def _client_sec(pki, who: str = "serve", mode: str = "sign_and_encrypt", **kw) -> SecurityConfig:
+    cert, key = pki[who]
+    return SecurityConfig(mode, cert, key, trusted=(pki["plc"][0],), **kw)
+
+
+@pytest.mark.parametrize("mode", ["sign", "sign_and_encrypt"])
+def test_trusted_certificates_make_a_secure_session(pki, mode: str) -> None:
+    obs = asyncio.run(_session(_server_sec(pki, mode), _client_sec(pki, mode=mode)))
+    assert len(obs) == 4
+
+
+def test_a_client_the_server_does_not_trust_is_rejected(pki) -> None:
+    with pytest.raises(BadCertificateUntrusted):
+        asyncio.run(_session(_server_sec(pki), _client_sec(pki, who="intruder")))
+
+
+def test_an_unencrypted_client_is_rejected_by_an_encrypting_server(pki) -> None:
+    with pytest.raises(Exception):  # noqa: B017 (asyncua raises several types for a refused endpoint)
+        asyncio.run(_session(_server_sec(pki), SecurityConfig()))
+
+
+def test_user_and_password_are_enforced(pki) -> None:
+    server = _server_sec(pki, username="operator", password=PASSWORD)
+    assert asyncio.run(_session(server, _client_sec(pki, username="operator", password=PASSWORD)))
+    with pytest.raises(BadIdentityTokenRejected):
+        asyncio.run(_session(server, _client_sec(pki)))  # anonymous
+    with pytest.raises(BadUserAccessDenied):
+        asyncio.run(_session(server, _client_sec(pki, username="operator", password="wrong")))
+
+
+def test_security_misconfiguration_is_a_clear_error(pki) -> None:
+    with pytest.raises(ConfigError, match="never on first use"):
+        replace(_client_sec(pki), trusted=()).check("client")
+    with pytest.raises(ConfigError, match="needs --certificate"):
+        SecurityConfig("sign_and_encrypt").check("client")
+    with pytest.raises(ConfigError, match="needs a password"):
+        SecurityConfig(username="operator").check("client")
+    assert PASSWORD not in repr(_client_sec(pki, username="operator", password=PASSWORD))
+
+
+def test_serve_with_encryption_and_a_password_never_logs_it(cartpole_all, pki, tmp_path: Path) -> None:
+    _, root = cartpole_all
+    url = f"opc.tcp://127.0.0.1:{free_port()}"
+    pw_file = tmp_path / "pw"
+    pw_file.write_text(PASSWORD + "\n")
+    sim_args = [
+        "plc-sim",
+        "--env",
+        "CartPole-v1",
+        "--endpoint",
+        url,
+        "--mode",
+        "realtime",
+        "--security",
+        "sign_and_encrypt",
+        "--cert",
+        str(pki["plc"][0]),
+        "--key",
+        str(pki["plc"][1]),
+        "--trust",
+        str(pki["serve"][0]),
+        "--user",
+        "operator",
+        "--password-file",
+        str(pw_file),
+    ]
+    serve_args = [
+        "-v",
+        "serve",
+        str(root / "fp32"),
+        "--endpoint",
+        url,
+        "--period-ms",
+        "20",
+        "--cycles",
+        "20",
+        "--summary",
+        str(tmp_path / "s.json"),
+        "--security",
+        "sign_and_encrypt",
+        "--cert",
+        str(pki["serve"][0]),
+        "--key",
+        str(pki["serve"][1]),
+        "--server-cert",
+        str(pki["plc"][0]),
+        "--user",
+        "operator",
+    ]
+    with running(sim_args, tmp_path / "sim.log"):
+        from tests.plc_helpers import start
+
+        proc = start(serve_args, tmp_path / "serve.log", env={"RL2EDGE_OPCUA_PASSWORD": PASSWORD})
+        try:
+            assert proc.wait(timeout=120) == 0, (tmp_path / "serve.log").read_text()
+        finally:
+            stop(proc)
+    summary = json.loads((tmp_path / "s.json").read_text())
+    assert summary["cycles"] == 20 and summary["security"] == "sign_and_encrypt"
+    for log in ("serve.log", "sim.log"):
+        assert PASSWORD not in (tmp_path / log).read_text()

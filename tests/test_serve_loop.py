@@ -1,0 +1,228 @@
+"""The control loop and the simulated PLC over real OPC UA on loopback: closed-loop parity with
+`rl2edge evaluate`, faults written on the PLC side, a PLC that dies and comes back."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import time
+from pathlib import Path
+
+import pytest
+from asyncua import Client, ua
+
+from runtime import Policy
+from tests.plc_helpers import free_port, read, running, stop, wait_for_server, wait_until, write
+from train.core.evaluation import evaluate
+
+
+def test_lockstep_loop_gives_the_returns_of_evaluate(cartpole_all, tmp_path: Path) -> None:
+    _, root = cartpole_all
+    art = root / "fp32"
+    url = f"opc.tcp://127.0.0.1:{free_port()}"
+    record, summary = tmp_path / "returns.json", tmp_path / "serve.json"
+    with running(
+        [
+            "plc-sim",
+            "--env",
+            "CartPole-v1",
+            "--endpoint",
+            url,
+            "--mode",
+            "lockstep",
+            "--seed",
+            "3",
+            "--episodes",
+            "4",
+            "--record",
+            str(record),
+        ],
+        tmp_path / "sim.log",
+    ) as sim:
+        wait_for_server(url)
+        with running(
+            ["serve", str(art), "--endpoint", url, "--period-ms", "5", "--summary", str(summary)],
+            tmp_path / "serve.log",
+        ) as serve:
+            assert sim.wait(timeout=120) == 0, (tmp_path / "sim.log").read_text()
+            assert stop(serve) == 0, (tmp_path / "serve.log").read_text()
+    over_opcua = json.loads(record.read_text())["returns"]
+    direct = evaluate(Policy.load(art).predict, "CartPole-v1", 4, 3).returns
+    assert over_opcua == direct
+    s = json.loads(summary.read_text())
+    assert s["cycles"] > 0 and s["invalid"] == 0 and s["latency_ms"]["p50"] < 50
+
+
+def test_faults_on_the_plc_side_get_the_safe_action(cartpole_all, tmp_path: Path) -> None:
+    _, root = cartpole_all
+    url = f"opc.tcp://127.0.0.1:{free_port()}"
+    node_map = tmp_path / "map.yaml"
+    node_map.write_text(
+        "observation: ns=2;s=rl2edge.Observation\nobservation_seq: ns=2;s=rl2edge.ObservationSeq\n"
+        "action: ns=2;s=rl2edge.Action\naction_seq: ns=2;s=rl2edge.ActionSeq\nheartbeat: ns=2;s=rl2edge.Heartbeat\n"
+        "status: ns=2;s=rl2edge.Status\nsafe_action: 1\nstale_cycles: 4\nobs_range_tolerance: 0.05\n"
+    )
+    summary = tmp_path / "serve.json"
+
+    async def inject() -> None:
+        async with Client(url, timeout=2) as plc:
+            await wait_until(plc, "Status", lambda v: v == 0)  # serving normally
+            await write(plc, Run=ua.Variant(False, ua.VariantType.Boolean))  # freeze the plant
+            (seq,) = await read(plc, "ObservationSeq")
+            bad = {
+                "NaN": [0.0, float("nan"), 0.0, 0.0],
+                "Inf": [0.0, 0.0, float("inf"), 0.0],
+                "wrong length": [0.0, 0.0, 0.0],
+                "out of range": [100.0, 0.0, 0.0, 0.0],
+            }
+            for i, (what, obs) in enumerate(bad.items()):
+                # a healthy observation in between, so each fault is a new transition into INVALID
+                seq += 1
+                await write(
+                    plc,
+                    Observation=ua.Variant([0.0, 0.0, 0.01, 0.0], ua.VariantType.Double),
+                    ObservationSeq=ua.Variant(seq, ua.VariantType.UInt32),
+                )
+                await wait_until(plc, "ActionSeq", lambda v, s=seq: v == s)
+                await wait_until(plc, "Status", lambda v: v == 0)
+                seq += 1
+                await write(
+                    plc,
+                    Observation=ua.Variant(obs, ua.VariantType.Double),
+                    ObservationSeq=ua.Variant(seq, ua.VariantType.UInt32),
+                )
+                await wait_until(plc, "Status", lambda v: v == 1)
+                action, answered = await read(plc, "Action", "ActionSeq")
+                assert action == [1.0] and answered == seq, (what, i)
+            # a frozen sequence number with a valid observation: stale after 4 cycles
+            seq += 1
+            await write(
+                plc,
+                Observation=ua.Variant([0.0, 0.0, 0.01, 0.0], ua.VariantType.Double),
+                ObservationSeq=ua.Variant(seq, ua.VariantType.UInt32),
+            )
+            await wait_until(plc, "Status", lambda v: v == 2)
+            (action,) = await read(plc, "Action")
+            assert action == [1.0]
+            (hb1,) = await read(plc, "Heartbeat")
+            await asyncio.sleep(0.2)
+            (hb2,) = await read(plc, "Heartbeat")
+            assert hb2 > hb1  # the service keeps cycling through the faults
+
+    with running(
+        ["plc-sim", "--env", "CartPole-v1", "--endpoint", url, "--mode", "realtime", "--period-ms", "20"],
+        tmp_path / "sim.log",
+    ):
+        wait_for_server(url)
+        with running(
+            [
+                "serve",
+                str(root / "fp32"),
+                "--endpoint",
+                url,
+                "--map",
+                str(node_map),
+                "--period-ms",
+                "10",
+                "--summary",
+                str(summary),
+            ],
+            tmp_path / "serve.log",
+        ) as serve:
+            asyncio.run(inject())
+            assert stop(serve) == 0
+
+            async def after_stop() -> list:
+                async with Client(url, timeout=2) as plc:
+                    return await read(plc, "Status", "Action")
+
+            assert asyncio.run(after_stop()) == [5, [1.0]]  # SHUTDOWN with the safe action
+    s = json.loads(summary.read_text())
+    assert s["invalid"] >= 4 and s["stale"] >= 1
+    log = (tmp_path / "serve.log").read_text()
+    assert "INVALID_OBSERVATION: observation contains NaN or Inf" in log
+    assert "observation has 3 values" in log and "outside" in log and "STALE" in log
+
+
+def test_serve_survives_the_plc_restarting(cartpole_all, tmp_path: Path) -> None:
+    _, root = cartpole_all
+    port = free_port()
+    url = f"opc.tcp://127.0.0.1:{port}"
+    summary = tmp_path / "serve.json"
+    sim_args = [
+        "plc-sim",
+        "--env",
+        "CartPole-v1",
+        "--endpoint",
+        url,
+        "--mode",
+        "realtime",
+        "--period-ms",
+        "20",
+    ]
+
+    async def heartbeat_moves() -> None:
+        async with Client(url, timeout=2) as plc:
+            (hb,) = await read(plc, "Heartbeat")
+            await wait_until(plc, "Heartbeat", lambda v: v > hb + 5, within_s=30)
+
+    with running(
+        [
+            "serve",
+            str(root / "fp32"),
+            "--endpoint",
+            url,
+            "--period-ms",
+            "10",
+            "--summary",
+            str(summary),
+            "--timeout-ms",
+            "500",
+        ],
+        tmp_path / "serve.log",
+    ) as serve:
+        with running(sim_args, tmp_path / "sim1.log") as sim:
+            wait_for_server(url)
+            asyncio.run(heartbeat_moves())
+            sim.send_signal(signal.SIGKILL)  # the PLC dies mid-run
+            sim.wait(timeout=10)
+        time.sleep(1.5)
+        assert serve.poll() is None  # still up through the outage
+        with running(sim_args, tmp_path / "sim2.log"):
+            wait_for_server(url)
+            asyncio.run(heartbeat_moves())  # resumed against the new PLC
+        assert stop(serve) == 0
+    s = json.loads(summary.read_text())
+    assert s["connection_losses"] >= 1 and s["reconnects"] >= 1 and s["disconnected_s"] > 1.0
+    log = (tmp_path / "serve.log").read_text()
+    assert "lost" in log and "reconnected" in log
+
+
+def test_guard_and_safe_action_without_network(cartpole_all) -> None:
+    from plc_bridge.client import BridgeConfig
+    from plc_bridge.loop import ControlLoop, LoopConfig
+    from plc_bridge.nodemap import default_node_map
+    from plc_bridge.status import CycleStatus
+    from rl2edge.errors import ConfigError
+
+    _, root = cartpole_all
+    policy = Policy.load(root / "fp32")
+    loop = ControlLoop(policy, BridgeConfig("opc.tcp://127.0.0.1:1"), LoopConfig())
+    assert loop.safe_action == [0.0]  # default for Discrete: the first index
+    status, action, _ = loop.decide([0.0, 0.0, 0.0, 0.0], 1)
+    assert status == CycleStatus.OK and action in ([0.0], [1.0])
+    # CartPole's cart position is declared within +-4.8; 5% of the range is tolerated
+    assert loop.decide([5.2, 0.0, 0.0, 0.0], 2)[0] == CycleStatus.OK
+    assert loop.decide([5.4, 0.0, 0.0, 0.0], 3)[0] == CycleStatus.INVALID_OBSERVATION
+    assert loop.decide(["a", 0.0, 0.0, 0.0], 4)[0] == CycleStatus.INVALID_OBSERVATION
+    assert loop.decide(None, 5)[0] == CycleStatus.INVALID_OBSERVATION
+    statuses = [loop.decide([0.0] * 4, 6)[0] for _ in range(6)]
+    assert statuses[:5] == [CycleStatus.OK] * 5 and statuses[5] == CycleStatus.STALE
+    from dataclasses import replace
+
+    bad = replace(default_node_map(), safe_action=(7.0,))
+    with pytest.raises(ConfigError, match="safe_action"):
+        ControlLoop(policy, BridgeConfig("opc.tcp://127.0.0.1:1", node_map=bad), LoopConfig())
+    with pytest.raises(ConfigError, match=r"opc\.tcp://"):
+        ControlLoop(policy, BridgeConfig("http://plc"), LoopConfig())

@@ -131,6 +131,20 @@ class PlcClient:
         obs = values[0] if self.cfg.node_map.observation_is_array else values[:-1]
         return obs, values[-1]
 
+    async def subscribe_sequence(self, period_ms: float) -> asyncio.Queue[Any]:
+        """Data-change notifications of the PLC's sequence number; only the newest is kept."""
+        changes: asyncio.Queue[Any] = asyncio.Queue(maxsize=1)
+
+        class Handler:
+            def datachange_notification(self, node: Node, value: Any, data: Any) -> None:
+                if changes.full():
+                    changes.get_nowait()
+                changes.put_nowait(value)
+
+        sub = await self._client.create_subscription(period_ms, Handler())
+        await sub.subscribe_data_change(self._obs[-1])
+        return changes
+
     async def write(self, action: Sequence[float], answered_seq: int, heartbeat: int, status: int) -> None:
         """One Write of the action, the sequence number it answers, the heartbeat and the status."""
         m = self.cfg.node_map

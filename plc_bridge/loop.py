@@ -40,8 +40,12 @@ class LoopConfig:
     """Stop after this many cycles (benchmarks); None: run until SIGINT/SIGTERM."""
     backoff_initial_s: float = 0.1
     backoff_max_s: float = 5.0
+    mode: str = "cyclic"
+    """cyclic: one cycle per period; subscription: one per data-change of the PLC's sequence number."""
 
     def check(self) -> None:
+        if self.mode not in ("cyclic", "subscription"):
+            raise ConfigError(f"--mode {self.mode!r}: choose cyclic or subscription")
         if not (self.period_ms > 0 and self.deadline_ms > 0):
             raise ConfigError("--period-ms and --deadline-ms must be positive")
 
@@ -219,33 +223,18 @@ class ControlLoop:
 
     # ------------------------------------------------------------------------------------------- run
     async def run(self, stop: asyncio.Event) -> dict[str, Any]:
-        loop = asyncio.get_running_loop()
         period = self.cfg.period_ms / 1e3
-        last_stats = loop.time()
         started = time.time()
         while not stop.is_set() and not self._done():
             plc = await self._connect(stop)
             if plc is None:
                 break
             self.guard.reset()
-            next_slot = loop.time()
             try:
-                while not stop.is_set() and not self._done():
-                    delay = next_slot - loop.time()
-                    if delay > 0:
-                        await asyncio.sleep(delay)  # cheaper and more punctual than wait_for(stop.wait())
-                    if stop.is_set():
-                        break
-                    await self._cycle(plc, next_slot)
-                    next_slot += period
-                    behind = loop.time() - next_slot
-                    if behind > 0:  # overran: skip the slots already past, start the next one late
-                        skipped = int(behind // period)
-                        self.counters.skipped_slots += skipped
-                        next_slot += skipped * period
-                    if loop.time() - last_stats >= self.cfg.stats_interval_s:
-                        last_stats = loop.time()
-                        self._log_stats()
+                if self.cfg.mode == "subscription":
+                    await self._run_subscribed(plc, stop, period)
+                else:
+                    await self._run_cyclic(plc, stop, period)
                 await self._write_safe(plc, CycleStatus.SHUTDOWN)
                 await plc.close()
             except (OSError, TimeoutError, ConnectionError) as exc:
@@ -256,6 +245,47 @@ class ControlLoop:
                 await self._lost(plc, exc)
         self._log_stats()
         return self.summary(started)
+
+    async def _run_cyclic(self, plc: PlcClient, stop: asyncio.Event, period: float) -> None:
+        loop = asyncio.get_running_loop()
+        next_slot = last_stats = loop.time()
+        while not stop.is_set() and not self._done():
+            delay = next_slot - loop.time()
+            if delay > 0:
+                await asyncio.sleep(delay)  # cheaper and more punctual than wait_for(stop.wait())
+            if stop.is_set():
+                break
+            await self._cycle(plc, next_slot)
+            next_slot += period
+            behind = loop.time() - next_slot
+            if behind > 0:  # overran: skip the slots already past, start the next one late
+                skipped = int(behind // period)
+                self.counters.skipped_slots += skipped
+                next_slot += skipped * period
+            last_stats = self._maybe_log_stats(last_stats)
+
+    async def _run_subscribed(self, plc: PlcClient, stop: asyncio.Event, period: float) -> None:
+        """A cycle on each new PLC sequence number (data-change notification), and at least one per period,
+        so that the heartbeat keeps beating and a silent PLC is detected as stale."""
+        loop = asyncio.get_running_loop()
+        changes = await plc.subscribe_sequence(self.cfg.period_ms)
+        last_stats = loop.time()
+        while not stop.is_set() and not self._done():
+            try:
+                await asyncio.wait_for(changes.get(), period)
+            except TimeoutError:
+                pass
+            if stop.is_set():
+                break
+            await self._cycle(plc, loop.time())  # latency from the notification's arrival
+            last_stats = self._maybe_log_stats(last_stats)
+
+    def _maybe_log_stats(self, last: float) -> float:
+        now = asyncio.get_running_loop().time()
+        if now - last < self.cfg.stats_interval_s:
+            return last
+        self._log_stats()
+        return now
 
     def _done(self) -> bool:
         return self.cfg.max_cycles is not None and self.counters.cycles >= self.cfg.max_cycles

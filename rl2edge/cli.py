@@ -404,6 +404,13 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--endpoint", required=True, help="the PLC's OPC UA endpoint, opc.tcp://host:port")
     s.add_argument("--map", help="node map YAML (default: the plc-sim layout)")
     s.add_argument("--period-ms", type=float, default=20.0, help="control period (default: 20)")
+    s.add_argument(
+        "--mode",
+        default="cyclic",
+        choices=["cyclic", "subscription"],
+        help="cyclic (default): a cycle every period; subscription: a cycle on each new PLC sequence "
+        "number, and at least one per period",
+    )
     s.add_argument("--deadline-ms", type=float, default=50.0, help="latency budget per cycle (default: 50)")
     s.add_argument("--summary", help="write a JSON summary here on exit")
     s.add_argument(

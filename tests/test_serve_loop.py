@@ -17,7 +17,8 @@ from tests.plc_helpers import free_port, read, running, stop, wait_for_server, w
 from train.core.evaluation import evaluate
 
 
-def test_lockstep_loop_gives_the_returns_of_evaluate(cartpole_all, tmp_path: Path) -> None:
+@pytest.mark.parametrize("mode", ["cyclic", "subscription"])
+def test_lockstep_loop_gives_the_returns_of_evaluate(cartpole_all, tmp_path: Path, mode: str) -> None:
     _, root = cartpole_all
     art = root / "fp32"
     url = f"opc.tcp://127.0.0.1:{free_port()}"

@@ -227,3 +227,33 @@ def test_guard_and_safe_action_without_network(cartpole_all) -> None:
         ControlLoop(policy, BridgeConfig("opc.tcp://127.0.0.1:1", node_map=bad), LoopConfig())
     with pytest.raises(ConfigError, match=r"opc\.tcp://"):
         ControlLoop(policy, BridgeConfig("http://plc"), LoopConfig())
+
+
+def test_node_maps_load_and_refuse_mistakes(tmp_path: Path) -> None:
+    from dataclasses import replace
+
+    from plc_bridge.nodemap import default_node_map, load_node_map
+    from rl2edge.errors import ConfigError
+
+    example = load_node_map(Path(__file__).parents[1] / "docs" / "examples" / "plant.yaml")
+    assert replace(example, safe_action=None) == default_node_map() and example.safe_action == (0.0,)
+    scalars = tmp_path / "scalars.yaml"
+    scalars.write_text(
+        "observation: {nodes: [ns=3;s=A, ns=3;s=B]}\nobservation_seq: ns=3;s=S\naction: 2:PLC/2:Act\n"
+        "action_seq: ns=3;s=AS\nheartbeat: ns=3;s=H\nstatus: ns=3;s=St\nsafe_action: [0.5]\n"
+    )
+    m = load_node_map(scalars)
+    assert (
+        m.observation == ("ns=3;s=A", "ns=3;s=B")
+        and not m.observation_is_array
+        and m.action == ("2:PLC/2:Act",)
+    )
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("observation: ns=3;s=A\n")
+    with pytest.raises(ConfigError, match="lacks observation_seq"):
+        load_node_map(bad)
+    bad.write_text(scalars.read_text() + "stale_cycle: 3\n")
+    with pytest.raises(ConfigError, match="unknown keys stale_cycle"):
+        load_node_map(bad)
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_node_map(tmp_path / "missing.yaml")

@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: install demo test test-all lint bench clean
+.PHONY: install demo test test-all lint bench-loop clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -26,6 +26,10 @@ test: install
 # Everything, the slow tests too (full-length training runs).
 test-all: install
 	$(PY) -m pytest -m ""
+
+# Loop latency over OPC UA (needs an artifact: `make demo` makes demo-out/artifacts/int8).
+bench-loop: install
+	$(PY) benchmarks/loop_latency.py --artifact demo-out/artifacts/int8
 
 lint: install
 	$(PY) -m ruff check .

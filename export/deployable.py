@@ -2,7 +2,16 @@
 policy network -> deterministic action head -> action in env units.
 
 Built from the checkpoint alone; the same formulas as train.core.normalization and train.core.actions,
-with their float32 constants baked in as buffers.
+with their float32 constants baked in as buffers. The head is named after what the source algorithm
+does to its network output at predict time:
+
+| head          | used by                          | action                                   |
+| ------------- | -------------------------------- | ---------------------------------------- |
+| argmax        | PPO/A2C/DQN on Discrete          | argmax(out) + start                      |
+| clip_unscale  | rl2edge PPO on Box               | center + clip(out, -1, 1) * half_range   |
+| clip          | SB3 PPO/A2C on Box               | clip(out, low, high)                     |
+| tanh_unscale  | SAC, squashed (gSDE) PPO         | center + tanh(out) * half_range          |
+| unscale       | TD3/DDPG (actor ends in tanh)    | center + out * half_range                |
 """
 
 from __future__ import annotations
@@ -14,31 +23,46 @@ import torch
 from safetensors.torch import load_file
 from torch import nn
 
-from rl2edge.errors import CheckpointError
+from rl2edge.errors import CheckpointError, ExportError
 from train.core.actions import ActionTransform
 from train.core.checkpoint import Checkpoint
 from train.core.normalization import RunningNormalizer
 from train.torch_backend.policy import ActorCritic
 
+HEADS = ("argmax", "clip_unscale", "clip", "tanh_unscale", "unscale")
+_FORMULAS = {
+    "argmax": "argmax(out) + start",
+    "clip_unscale": "center + clip(out, -1, 1) * half_range",
+    "clip": "clip(out, low, high)",
+    "tanh_unscale": "center + tanh(out) * half_range",
+    "unscale": "center + out * half_range",
+}
+
 
 class DeployablePolicy(nn.Module):
-    def __init__(self, actor: nn.Module, norm: RunningNormalizer, action_spec: dict[str, Any]):
+    def __init__(self, actor: nn.Module, norm: RunningNormalizer, action_spec: dict[str, Any], head: str):
         super().__init__()
-        self.actor = actor
+        if head not in HEADS:
+            raise ExportError(f"unknown action head {head!r}")
+        transform = ActionTransform(action_spec)
+        if (head == "argmax") != transform.discrete:
+            raise ExportError(f"action head {head} does not fit a {action_spec['type']} action space")
+        self.actor, self.head = actor, head
         mean, inv_std = norm.constants()
         self.register_buffer("obs_mean", torch.from_numpy(mean.reshape(-1)))
         self.register_buffer("obs_inv_std", torch.from_numpy(inv_std.reshape(-1)))
         self.norm_clip = float(norm.clip) if norm.enabled else None
-        transform = ActionTransform(action_spec)
         self.discrete = transform.discrete
         if self.discrete:
             self.start = transform.start
         else:
             self.register_buffer("act_center", torch.from_numpy(transform.center))
             self.register_buffer("act_half_range", torch.from_numpy(transform.half_range))
+            self.register_buffer("act_low", torch.tensor(action_spec["low"], dtype=torch.float32))
+            self.register_buffer("act_high", torch.tensor(action_spec["high"], dtype=torch.float32))
 
     def pre_head(self, obs: torch.Tensor) -> torch.Tensor:
-        """Logits (discrete) or the Gaussian mean in [-1, 1]-scaled units (Box)."""
+        """The network's output before the head: logits, Q-values, or the action mean."""
         x = (obs.reshape(obs.shape[0], -1) - self.obs_mean) * self.obs_inv_std
         if self.norm_clip is not None:
             x = x.clamp(-self.norm_clip, self.norm_clip)
@@ -46,26 +70,32 @@ class DeployablePolicy(nn.Module):
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         out = self.pre_head(obs)
-        if self.discrete:
+        if self.head == "argmax":
             action = out.argmax(-1)
             return action + self.start if self.start else action
-        return self.act_center + out.clamp(-1.0, 1.0) * self.act_half_range
+        if self.head == "clip_unscale":
+            return self.act_center + out.clamp(-1.0, 1.0) * self.act_half_range
+        if self.head == "clip":  # min/max, not Clip: ONNX's Clip takes scalar bounds only
+            return torch.maximum(torch.minimum(out, self.act_high), self.act_low)
+        if self.head == "tanh_unscale":
+            return self.act_center + torch.tanh(out) * self.act_half_range
+        return self.act_center + out * self.act_half_range
 
 
-def folded_description(norm: RunningNormalizer, action_spec: dict[str, Any]) -> dict[str, Any]:
+def folded_description(norm: RunningNormalizer, action_spec: dict[str, Any], head: str) -> dict[str, Any]:
     """What the manifest says is inside the graph."""
     mean, inv_std = norm.constants()
-    transform: dict[str, Any]
+    transform: dict[str, Any] = {"kind": head, "formula": _FORMULAS[head]}
     if action_spec["type"] == "discrete":
-        transform = {"kind": "argmax", "start": int(action_spec.get("start", 0))}
+        transform["start"] = int(action_spec.get("start", 0))
     else:
         t = ActionTransform(action_spec)
-        transform = {
-            "kind": "clip_unscale",
-            "formula": "center + clip(mean, -1, 1) * half_range",
-            "center": t.center.tolist(),
-            "half_range": t.half_range.tolist(),
-        }
+        transform.update(
+            center=t.center.tolist(),
+            half_range=t.half_range.tolist(),
+            low=action_spec["low"],
+            high=action_spec["high"],
+        )
     return {
         "normalization": {
             "enabled": norm.enabled,
@@ -97,7 +127,8 @@ def build_deployable(ckpt: Checkpoint) -> tuple[DeployablePolicy, RunningNormali
         raise CheckpointError(f"cannot load weights {ckpt.weights_path}: {exc}") from None
     shape = tuple(meta["observation_space"]["shape"])
     norm = RunningNormalizer.from_dict(shape, meta["normalization"])
-    policy = DeployablePolicy(net.actor, norm, meta["action_space"]).eval()
+    head = "argmax" if meta["network"]["discrete"] else "clip_unscale"
+    policy = DeployablePolicy(net.actor, norm, meta["action_space"], head).eval()
     return policy, norm
 
 

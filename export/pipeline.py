@@ -1,4 +1,4 @@
-"""`rl2edge export`: checkpoint -> verified artifact(s), written atomically.
+"""`rl2edge export`: a checkpoint or an SB3 model -> verified artifact(s), written atomically.
 
 Order: rebuild the deployable policy; collect calibration and held-out observations by running it in its
 env; export ONNX and check it against the source; convert with onnx2tf; make each TFLite file, write it
@@ -18,40 +18,52 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 from tqdm.auto import tqdm
 
 from export.calibration import collect_rollout_data
-from export.deployable import DeployablePolicy, build_deployable, folded_description, torch_act
+from export.deployable import folded_description, torch_act
 from export.onnx_export import INPUT_NAME, OPSET, OUTPUT_NAME, export_onnx
 from export.report import ExportReport, FileRow
+from export.source import ExportSource, source_from_checkpoint
 from export.tflite_convert import MODES, convert, onnx_to_saved_model
 from export.tolerances import DEFAULT, Tolerances
 from export.verify import compare_actions, latency_us, require_fp32_parity
-from rl2edge.errors import ConfigError
+from rl2edge.errors import ConfigError, ExportError
 from rl2edge.fileio import atomic_directory, check_output_dir, write_bytes_atomic, write_json_atomic
 from runtime.interpreters import OnnxBackend
 from runtime.manifest import write_manifest
 from runtime.policy import Policy
-from train.core.checkpoint import Checkpoint, load_checkpoint
 from train.core.envs import check_env_id
 from train.core.evaluation import evaluate
 
 _logger = logging.getLogger(__name__)
 
 TOOLS = ("rl2edge", "torch", "onnx", "onnxruntime", "onnx2tf", "tensorflow", "ai-edge-litert", "numpy")
+CHOICES = (*MODES, "all", "auto")
 
 
 @dataclass(frozen=True)
 class ExportOptions:
     quantize: str = "int8"
-    """A mode of MODES, or 'all' for one artifact per mode in <out>/<mode>/."""
+    """A mode of MODES; 'all' for one artifact per mode in <out>/<mode>/; 'auto' for the fastest mode whose
+    closed-loop return stays within max_return_drop_pct of fp32's."""
     calib_episodes: int = 10
     eval_episodes: int = 10
     seed: int = 0
     force: bool = False
     progress: bool | None = None
+    max_return_drop_pct: float = 1.0
     tolerances: Tolerances = field(default_factory=lambda: DEFAULT)
+
+    def check(self) -> None:
+        if self.quantize not in CHOICES:
+            raise ConfigError(f"--quantize {self.quantize!r}: choose one of {', '.join(CHOICES)}")
+        if self.calib_episodes < 1 or self.eval_episodes < 1:
+            raise ConfigError("--calib-episodes and --eval-episodes must be at least 1")
+        if not 0 <= self.max_return_drop_pct <= 100:
+            raise ConfigError(
+                f"--max-return-drop must be a percentage in [0, 100], got {self.max_return_drop_pct}"
+            )
 
 
 def _versions() -> dict[str, str]:
@@ -64,36 +76,26 @@ def _versions() -> dict[str, str]:
     return out
 
 
-def _source_outputs(policy: DeployablePolicy, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
-    with torch.no_grad():
-        x = torch.as_tensor(obs)
-        actions = policy(x).numpy()
-        margins = None
-        if policy.discrete:
-            top2 = torch.topk(policy.pre_head(x), 2, dim=-1).values
-            margins = (top2[:, 0] - top2[:, 1]).numpy()
-    return actions, margins
-
-
 def _ret(result: Any) -> dict[str, Any]:
     return {"mean_return": result.mean, "std_return": result.std, "returns": result.returns}
 
 
 def export_checkpoint(run_dir: Path, out: Path | None, opts: ExportOptions) -> ExportReport:
-    if opts.quantize != "all" and opts.quantize not in MODES:
-        raise ConfigError(f"--quantize {opts.quantize!r}: choose one of {', '.join(MODES)} or all")
-    if opts.calib_episodes < 1 or opts.eval_episodes < 1:
-        raise ConfigError("--calib-episodes and --eval-episodes must be at least 1")
-    ckpt = load_checkpoint(run_dir)
-    check_env_id(ckpt.env_id)
-    out = out or Path("artifacts") / run_dir.resolve().name
-    check_output_dir(out, force=opts.force, what="export")
-    modes = list(MODES) if opts.quantize == "all" else [opts.quantize]
-    start = time.perf_counter()
+    """Export an rl2edge run directory."""
+    opts.check()
+    return export_source(
+        source_from_checkpoint(run_dir), out or Path("artifacts") / run_dir.resolve().name, opts
+    )
 
-    stages = ["rollouts", "onnx", "onnx2tf", *dict.fromkeys(["fp32", *modes])]
+
+def export_source(source: ExportSource, out: Path, opts: ExportOptions) -> ExportReport:
+    opts.check()
+    check_env_id(source.env_id)
+    check_output_dir(out, force=opts.force, what="export")
+    start = time.perf_counter()
+    built = list(MODES) if opts.quantize in ("all", "auto") else list(dict.fromkeys(["fp32", opts.quantize]))
     bar = tqdm(
-        total=len(stages),
+        total=3 + len(built),
         desc="export",
         unit="stage",
         disable=None if opts.progress is None else not opts.progress,
@@ -101,8 +103,7 @@ def export_checkpoint(run_dir: Path, out: Path | None, opts: ExportOptions) -> E
     )
     try:
         with tempfile.TemporaryDirectory(prefix="rl2edge-export-") as tmp, atomic_directory(out) as staging:
-            work = Path(tmp)
-            report = _export(ckpt, modes, opts, work, staging, out, bar)
+            report = _export(source, built, opts, Path(tmp), staging, out, bar)
             if opts.quantize == "all":
                 report.wall_time_s = time.perf_counter() - start
                 write_json_atomic(staging / "report.json", report.to_json())
@@ -113,28 +114,46 @@ def export_checkpoint(run_dir: Path, out: Path | None, opts: ExportOptions) -> E
     return report
 
 
+def _shipped_dir(mode: str, opts: ExportOptions, work: Path, staging: Path) -> Path:
+    if opts.quantize == "all":
+        return staging / mode
+    if opts.quantize == mode:
+        return staging
+    return work / mode  # verification only, or an auto candidate
+
+
 def _export(
-    ckpt: Checkpoint, modes: list[str], opts: ExportOptions, work: Path, staging: Path, out: Path, bar: Any
+    source: ExportSource,
+    built: list[str],
+    opts: ExportOptions,
+    work: Path,
+    staging: Path,
+    out: Path,
+    bar: Any,
 ) -> ExportReport:
-    tol, env_id, meta = opts.tolerances, ckpt.env_id, ckpt.meta
-    obs_shape = tuple(meta["observation_space"]["shape"])
-    policy, norm = build_deployable(ckpt)
-    act = torch_act(policy)
+    tol, env_id = opts.tolerances, source.env_id
+    obs_shape = tuple(source.observation_space["shape"])
+    act = torch_act(source.policy) if source.reference is None else _reference_act(source)
 
     bar.set_description("export: rollouts of the trained policy")
     data = collect_rollout_data(
-        act, env_id, opts.calib_episodes, opts.seed, tol.calibration_max_samples, tol.heldout_max_samples
+        torch_act(source.policy),
+        env_id,
+        opts.calib_episodes,
+        opts.seed,
+        tol.calibration_max_samples,
+        tol.heldout_max_samples,
     )
-    source_actions, margins = _source_outputs(policy, data.heldout)
+    source_actions, margins = source.reference_actions(data.heldout), source.margins(data.heldout)
     source_return = _ret(evaluate(act, env_id, opts.eval_episodes, opts.seed))
     bar.update()
 
     bar.set_description("export: ONNX")
     onnx_path = work / "policy.onnx"
-    export_onnx(policy, obs_shape, onnx_path)
+    export_onnx(source.policy, obs_shape, onnx_path)
     onnx_backend = OnnxBackend(onnx_path, num_threads=1)
     onnx_actions = np.stack([onnx_backend.run(o[None])[0] for o in data.heldout])
-    onnx_parity = compare_actions(source_actions, onnx_actions, policy.discrete, margins, tol)
+    onnx_parity = compare_actions(source_actions, onnx_actions, source.policy.discrete, margins, tol)
     require_fp32_parity("policy.onnx", onnx_parity, tol)
     bar.update()
 
@@ -142,45 +161,42 @@ def _export(
     saved_model = onnx_to_saved_model(onnx_path, work / "saved_model")
     bar.update()
 
-    report = ExportReport(out, env_id, modes, source_return, onnx_parity)
+    report = ExportReport(
+        out,
+        env_id,
+        [m for m in built if opts.quantize in ("all", "auto", m)],
+        source_return,
+        onnx_parity,
+        source_name=source.reference_name,
+    )
     common = {
-        "source": {
-            "checkpoint": str(ckpt.path),
-            "checkpoint_sha256": ckpt.content_hash(),
-            "algo": ckpt.algo,
-            "framework": ckpt.framework,
-            "env_id": env_id,
-            "seed": meta.get("seed"),
-            "total_timesteps": meta.get("total_timesteps"),
-        },
-        "observation": {**meta["observation_space"], "layout": "flat", "model_input_shape": [1, *obs_shape]},
-        "action": meta["action_space"],
-        "folded": folded_description(norm, meta["action_space"]),
+        "source": source.description,
+        "observation": {**source.observation_space, "layout": "flat", "model_input_shape": [1, *obs_shape]},
+        "action": source.action_space,
+        "folded": folded_description(source.norm, source.action_space, source.head),
         "onnx": {"file": "policy.onnx", "opset": OPSET, "input": INPUT_NAME, "output": OUTPUT_NAME},
         "tools": _versions(),
     }
+    manifests: dict[str, dict[str, Any]] = {}
     fp32_row: FileRow | None = None
-    for mode in dict.fromkeys(["fp32", *modes]):
+    for mode in built:
         bar.set_description(f"export: TFLite {mode}")
-        if mode in modes:
-            art = staging / mode if len(modes) > 1 else staging
-        else:
-            art = work / "fp32"  # built for verification and as the baseline, not shipped
+        art = _shipped_dir(mode, opts, work, staging)
         art.mkdir(parents=True, exist_ok=True)
         write_bytes_atomic(art / "policy.tflite", convert(saved_model, mode, data.calibration))
         shutil.copyfile(onnx_path, art / "policy.onnx")
         calibration = dict(data.description) if mode == "int8" else None
-        manifest_data = {
+        manifest = {
             **common,
             "model": {"file": "policy.tflite", "format": "tflite"},
             "quantization": {"mode": mode, "calibration": calibration},
         }
-        write_manifest(art, manifest_data)
+        write_manifest(art, manifest)
 
         # Verify through the runtime, the code that will serve this file on the device.
         served = Policy.load(art)
         backend = served._backend
-        manifest_data["model"].update(
+        manifest["model"].update(
             {
                 "input": {
                     "name": backend.input_name,
@@ -195,29 +211,24 @@ def _export(
                 },
             }
         )
-        actions = np.stack([np.asarray(served.predict(o)) for o in data.heldout])
-        parity = compare_actions(
-            source_actions, actions.reshape(source_actions.shape), policy.discrete, margins, tol
+        actions = np.stack([np.asarray(served.predict(o)) for o in data.heldout]).reshape(
+            source_actions.shape
         )
+        parity = compare_actions(source_actions, actions, source.policy.discrete, margins, tol)
         if mode == "fp32":
             require_fp32_parity(f"policy.tflite ({mode})", parity, tol)
         closed = _ret(evaluate(served.predict, env_id, opts.eval_episodes, opts.seed))
         latency = latency_us(served.predict, data.heldout)
-        row = FileRow(
-            mode,
-            (out / art.relative_to(staging) / "policy.tflite")
+        shown = (
+            out / art.relative_to(staging) / "policy.tflite"
             if art.is_relative_to(staging)
-            else Path("(verification only)"),
-            (art / "policy.tflite").stat().st_size,
-            parity,
-            closed,
-            latency,
+            else Path(f"({mode} candidate)")
         )
-        if mode == "fp32":
-            fp32_row = row
-        assert fp32_row is not None  # fp32 is always first
-        manifest_data["verification"] = {
+        row = FileRow(mode, shown, (art / "policy.tflite").stat().st_size, parity, closed, latency)
+        fp32_row = fp32_row or row  # fp32 is always built first
+        manifest["verification"] = {
             "tolerances": tol.to_json(),
+            "reference": source.reference_name,
             "heldout": data.description["heldout"],
             "onnx_vs_source": onnx_parity,
             "tflite_vs_source": parity,
@@ -231,18 +242,71 @@ def _export(
             },
             "predict_latency_us": latency,
         }
-        write_manifest(art, manifest_data)
-        if mode in modes:
+        write_manifest(art, manifest)
+        manifests[mode] = manifest
+        if mode in report.modes:
             report.rows.append(row)
         _logger.info(
-            "%s: %s, return %.1f (fp32 %.1f)",
+            "%s: %s, return %.1f (fp32 %.1f), predict p50 %.1f us",
             mode,
             parity,
             closed["mean_return"],
             fp32_row.closed_loop["mean_return"],
+            latency["p50_us"],
         )
         bar.update()
+    if opts.quantize == "auto":
+        _choose(report, manifests, opts, work, staging)
     return report
+
+
+def _reference_act(source: ExportSource) -> Any:
+    discrete = source.policy.discrete
+
+    def act(obs: np.ndarray) -> Any:
+        a = source.reference_actions(np.asarray(obs, np.float32)[None])[0]
+        return int(a) if discrete else a
+
+    return act
+
+
+def _choose(
+    report: ExportReport, manifests: dict[str, dict[str, Any]], opts: ExportOptions, work: Path, staging: Path
+) -> None:
+    """--quantize auto: the fastest file whose closed-loop return is within the allowed drop of fp32's."""
+    rows = {r.mode: r for r in report.rows}
+    fp32 = rows["fp32"].closed_loop["mean_return"]
+    floor = fp32 - abs(fp32) * opts.max_return_drop_pct / 100.0
+    candidates = [
+        {
+            "mode": m,
+            "predict_p50_us": r.latency["p50_us"],
+            "mean_return": r.closed_loop["mean_return"],
+            "size_bytes": r.size_bytes,
+            "within_drop": r.closed_loop["mean_return"] >= floor,
+        }
+        for m, r in rows.items()
+    ]
+    eligible = [c for c in candidates if c["within_drop"]]
+    if not eligible:  # cannot happen while fp32 is a candidate; kept as a guard against edits
+        raise ExportError("no quantization mode kept the closed-loop return within the allowed drop")
+    chosen = min(eligible, key=lambda c: c["predict_p50_us"])["mode"]
+    for f in (work / chosen).iterdir():
+        shutil.copyfile(f, staging / f.name)
+    manifest = manifests[chosen]
+    manifest["quantization"]["auto"] = {
+        "rule": "fastest predict p50 whose closed-loop mean return >= fp32's - |fp32's| * max_return_drop_pct / 100",
+        "max_return_drop_pct": opts.max_return_drop_pct,
+        "return_floor": floor,
+        "chosen": chosen,
+        "candidates": candidates,
+    }
+    write_manifest(staging, manifest)
+    report.chosen = chosen
+    for r in report.rows:
+        if r.mode == chosen:
+            r.path = report.out / "policy.tflite"
+    _logger.info("auto: chose %s among %s (return floor %.1f)", chosen, [c["mode"] for c in eligible], floor)
 
 
 def _q(q: tuple[float, int] | None) -> dict[str, float] | None:

@@ -38,11 +38,14 @@ class ExportReport:
     onnx_parity: dict[str, Any]
     rows: list[FileRow] = field(default_factory=list)
     wall_time_s: float = 0.0
+    source_name: str = "source"
+    chosen: str | None = None
+    """--quantize auto: the mode written to the artifact."""
 
     def table(self) -> str:
         headers = ["file", "mode", "size KB", "parity vs source", "return (mean +- std)", "predict p50 us"]
         lines = [
-            ["source (torch)", "-", "-", "-", _ret(self.source_return), "-"],
+            [self.source_name, "-", "-", "-", _ret(self.source_return), "-"],
             ["policy.onnx", "fp32", "-", parity_summary(self.onnx_parity), "-", "-"],
         ]
         for r in self.rows:
@@ -63,10 +66,12 @@ class ExportReport:
         )
 
     def footer(self) -> str:
-        first = self.out if len(self.modes) == 1 else self.out / self.modes[-1]
+        first = self.out if len(self.modes) == 1 or self.chosen else self.out / self.modes[-1]
+        chosen = f"auto chose {self.chosen}; " if self.chosen else ""
         return (
-            f"export success ({self.wall_time_s:.1f} s), saved as {self.out}\n"
-            f"evaluate: rl2edge evaluate {first} --env {self.env_id} --episodes 20 --seed 0"
+            f"export success ({self.wall_time_s:.1f} s), {chosen}saved as {self.out}\n"
+            f"evaluate: rl2edge evaluate {first} --env {self.env_id} --episodes 20 --seed 0\n"
+            f"serve:    rl2edge serve {first} --endpoint opc.tcp://PLC:4840 --map plant.yaml"
         )
 
     def to_json(self) -> dict[str, Any]:

@@ -84,7 +84,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
 # ---------------------------------------------------------------------------------------------- export
 def _cmd_export(args: argparse.Namespace) -> int:
-    from export.pipeline import ExportOptions, export_checkpoint
+    from export.pipeline import ExportOptions, export_checkpoint, export_source
 
     opts = ExportOptions(
         quantize=args.quantize,
@@ -93,8 +93,23 @@ def _cmd_export(args: argparse.Namespace) -> int:
         seed=args.seed,
         force=args.force,
         progress=None if not args.no_progress else False,
+        max_return_drop_pct=args.max_return_drop,
     )
-    report = export_checkpoint(Path(args.run_dir), Path(args.out) if args.out else None, opts)
+    opts.check()
+    src = Path(args.run_dir)
+    out = Path(args.out) if args.out else Path("artifacts") / src.resolve().with_suffix("").name
+    if src.suffix == ".zip":
+        from export.sb3 import source_from_sb3
+
+        report = export_source(
+            source_from_sb3(src, args.env, Path(args.vecnormalize) if args.vecnormalize else None), out, opts
+        )
+    else:
+        if args.env or args.vecnormalize:
+            raise ConfigError(
+                "--env and --vecnormalize are for Stable-Baselines3 .zip models; a run directory knows its env"
+            )
+        report = export_checkpoint(src, out, opts)
     print(report.table())
     print(report.footer())
     return 0
@@ -329,14 +344,35 @@ def build_parser() -> argparse.ArgumentParser:
         description="Rebuild the deterministic policy with observation normalization and the action transform "
         "folded in, export ONNX (opset 17), convert to TFLite with onnx2tf, quantize with calibration data from "
         "rollouts of the trained policy, verify every file against the source, and write the artifact "
-        "(manifest.json, policy.tflite, policy.onnx). Nothing is written when verification fails.",
+        "(manifest.json, policy.tflite, policy.onnx). Nothing is written when verification fails.\n"
+        "Stable-Baselines3 models (PPO, A2C, SAC, TD3, DQN; MlpPolicy) export the same way, with VecNormalize's "
+        "statistics folded in and the exported actions checked against SB3's own predict(). Loading an SB3 .zip "
+        "or VecNormalize .pkl runs pickle: only load files you trust.",
         epilog="examples:\n  rl2edge export runs/cp --quantize int8 --out artifacts/cp\n"
-        "  rl2edge export runs/cp --quantize all --out artifacts/cp   # one artifact per mode in artifacts/cp/<mode>/",
+        "  rl2edge export runs/cp --quantize all --out artifacts/cp   # one artifact per mode in artifacts/cp/<mode>/\n"
+        "  rl2edge export ppo_pendulum.zip --env Pendulum-v1 --vecnormalize vecnormalize.pkl --quantize auto --out artifacts/pd",
     )
-    e.add_argument("run_dir", help="checkpoint directory written by `rl2edge train`")
     e.add_argument(
-        "--quantize", default="int8", choices=[*QUANT_MODES, "all"], help="quantization mode (default: int8)"
+        "run_dir", help="checkpoint directory written by `rl2edge train`, or a Stable-Baselines3 model.zip"
     )
+    e.add_argument(
+        "--quantize",
+        default="int8",
+        choices=[*QUANT_MODES, "all", "auto"],
+        help="quantization mode (default: int8); all: one artifact per mode; auto: the fastest mode whose "
+        "closed-loop return stays within --max-return-drop of fp32's",
+    )
+    e.add_argument(
+        "--max-return-drop",
+        type=float,
+        default=1.0,
+        metavar="PCT",
+        help="--quantize auto: allowed drop of the mean return below fp32's, in %% of |fp32| (default: 1)",
+    )
+    e.add_argument(
+        "--env", help="Stable-Baselines3 models only: the Gymnasium env id the model was trained on"
+    )
+    e.add_argument("--vecnormalize", help="Stable-Baselines3 models only: the VecNormalize statistics (.pkl)")
     e.add_argument("--out", help="artifact directory (default: artifacts/<run name>)")
     e.add_argument(
         "--calib-episodes",

@@ -1,0 +1,181 @@
+"""Stable-Baselines3 models (PPO, A2C, SAC, TD3, DQN; MlpPolicy) as export sources, with VecNormalize's
+observation statistics, epsilon and clipping folded into the graph and SB3's own action post-processing
+reproduced in the head (clip to bounds for PPO/A2C, unscale for squashed policies, argmax for DQN).
+
+Loading an SB3 .zip or a VecNormalize .pkl runs pickle: only load files you trust.
+"""
+
+from __future__ import annotations
+
+import logging
+import pickle
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from export.deployable import DeployablePolicy
+from export.source import ExportSource
+from rl2edge.errors import ConfigError, ExportError
+from rl2edge.fileio import sha256_file
+from train.core.envs import check_env_id, make_env
+from train.core.normalization import RunningNormalizer
+from train.core.spaces import action_spec, observation_spec
+
+_logger = logging.getLogger(__name__)
+
+# SB3 pickles schedules as closures, which need not unpickle on another Python; none are needed here.
+_CUSTOM_OBJECTS = {
+    "learning_rate": 0.0,
+    "lr_schedule": lambda _: 0.0,
+    "clip_range": lambda _: 0.0,
+    "exploration_schedule": lambda _: 0.0,
+}
+
+
+def _algo_of(path: Path) -> str:
+    from stable_baselines3.common.save_util import load_from_zip_file
+
+    try:
+        data, _, _ = load_from_zip_file(
+            str(path), device="cpu", custom_objects=_CUSTOM_OBJECTS, print_system_info=False
+        )
+    except Exception as exc:  # zipfile, pickle and SB3 raise many types for a file that is not a model
+        raise ConfigError(f"{path} is not a Stable-Baselines3 model: {exc}") from None
+    policy_class = data.get("policy_class")
+    module = getattr(policy_class, "__module__", "")
+    name = getattr(policy_class, "__name__", str(policy_class))
+    if "Cnn" in name or "MultiInput" in name:
+        raise ExportError(f"{path}: {name} is not supported yet; MlpPolicy models on Box observations are")
+    if module.endswith("common.policies"):
+        return "ppo" if "clip_range" in data or "n_epochs" in data else "a2c"
+    for algo in ("sac", "td3", "dqn"):  # DDPG shares TD3's policy module and actor
+        if module == f"stable_baselines3.{algo}.policies":
+            return algo
+    raise ExportError(f"{path}: policy class {module}.{name} is not one of PPO, A2C, SAC, TD3, DQN")
+
+
+class Sb3Actor(nn.Module):
+    """The part of an SB3 policy that maps a (normalized) observation to logits, Q-values or the mean."""
+
+    def __init__(self, model: Any, algo: str):
+        super().__init__()
+        self.algo = algo
+        self.policy = model.policy
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        p = self.policy
+        if self.algo in ("ppo", "a2c"):
+            latent = p.mlp_extractor.forward_actor(p.extract_features(obs, p.pi_features_extractor))
+            return p.action_net(latent)
+        if self.algo == "sac":
+            a = p.actor
+            return a.mu(a.latent_pi(a.extract_features(obs, a.features_extractor)))
+        if self.algo == "td3":
+            a = p.actor
+            return a.mu(a.extract_features(obs, a.features_extractor))
+        q = p.q_net
+        return q.q_net(q.extract_features(obs, q.features_extractor))
+
+
+def _head(model: Any, algo: str, discrete: bool) -> str:
+    if discrete:
+        return "argmax"
+    if algo == "sac" or (algo in ("ppo", "a2c") and getattr(model.policy, "squash_output", False)):
+        return "tanh_unscale"
+    if algo == "td3":
+        return "unscale"
+    return "clip"
+
+
+def _normalizer(vecnormalize: Path | None, obs_shape: tuple[int, ...]) -> tuple[RunningNormalizer, Any]:
+    if vecnormalize is None:
+        return RunningNormalizer(obs_shape, enabled=False), None
+    try:
+        with open(vecnormalize, "rb") as f:
+            vn = pickle.load(f)
+    except FileNotFoundError:
+        raise ConfigError(f"VecNormalize file {vecnormalize} does not exist") from None
+    except Exception as exc:
+        raise ConfigError(f"{vecnormalize} is not a VecNormalize file: {exc}") from None
+    rms = getattr(vn, "obs_rms", None)
+    if isinstance(rms, dict):
+        raise ExportError(f"{vecnormalize}: Dict observations are not supported")
+    norm = RunningNormalizer(
+        obs_shape, clip=float(vn.clip_obs), eps=float(vn.epsilon), enabled=bool(vn.norm_obs)
+    )
+    if rms is not None:
+        norm.mean = np.asarray(rms.mean, np.float64).reshape(obs_shape)
+        norm.var = np.asarray(rms.var, np.float64).reshape(obs_shape)
+        norm.count = float(rms.count)
+    return norm, vn
+
+
+def source_from_sb3(path: Path, env_id: str | None, vecnormalize: Path | None) -> ExportSource:
+    if env_id is None:
+        raise ConfigError(
+            "exporting a Stable-Baselines3 .zip needs --env ENV_ID (SB3 files do not record it)"
+        )
+    if not path.is_file():
+        raise ConfigError(f"SB3 model {path} does not exist")
+    check_env_id(env_id)
+    algo = _algo_of(path)
+    import stable_baselines3 as sb3
+
+    cls = {"ppo": sb3.PPO, "a2c": sb3.A2C, "sac": sb3.SAC, "td3": sb3.TD3, "dqn": sb3.DQN}[algo]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = cls.load(str(path), device="cpu", custom_objects=_CUSTOM_OBJECTS)
+    model.policy.set_training_mode(False)
+    obs_spec, act_spec = observation_spec(model.observation_space), action_spec(model.action_space)
+    env = make_env(env_id)
+    try:
+        if env.observation_space.shape != model.observation_space.shape or type(env.action_space) is not type(
+            model.action_space
+        ):
+            raise ConfigError(
+                f"{path} was trained on {model.observation_space} -> {model.action_space}; {env_id} has "
+                f"{env.observation_space} -> {env.action_space}. Is --env right?"
+            )
+    finally:
+        env.close()
+    if len(obs_spec["shape"]) != 1:
+        raise ExportError(
+            f"{path}: image/multi-dimensional observations {obs_spec['shape']} are not supported yet"
+        )
+    obs_shape = tuple(obs_spec["shape"])
+    norm, vn = _normalizer(vecnormalize, obs_shape)
+    discrete = act_spec["type"] == "discrete"
+    head = _head(model, algo, discrete)
+    policy = DeployablePolicy(Sb3Actor(model, algo), norm, act_spec, head).eval()
+
+    def sb3_predict(obs: np.ndarray) -> np.ndarray:
+        x = np.asarray(obs, np.float32)
+        if vn is not None:
+            x = vn.normalize_obs(x)
+        actions, _ = model.predict(x, deterministic=True)
+        return np.asarray(actions)
+
+    description: dict[str, Any] = {
+        "kind": "stable-baselines3",
+        "file": str(path),
+        "sha256": sha256_file(path),
+        "algo": algo,
+        "framework": f"torch (stable-baselines3 {sb3.__version__})",
+        "env_id": env_id,
+        "policy": model.policy.__class__.__name__,
+        "vecnormalize": None
+        if vecnormalize is None
+        else {"file": str(vecnormalize), "sha256": sha256_file(vecnormalize)},
+    }
+    _logger.info(
+        "SB3 %s on %s, head %s, VecNormalize %s",
+        algo.upper(),
+        env_id,
+        head,
+        "yes" if vn is not None else "no",
+    )
+    return ExportSource(env_id, obs_spec, act_spec, policy, norm, description, "SB3 predict", sb3_predict)

@@ -1,0 +1,197 @@
+"""Stable-Baselines3 models with VecNormalize -> verified artifacts, checked against SB3's own predict()."""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from export.pipeline import ExportOptions, export_source
+from export.sb3 import source_from_sb3
+from rl2edge.errors import ConfigError
+from runtime import Policy, load_manifest
+
+pytest.importorskip("stable_baselines3")
+
+
+def _train_sb3(
+    algo: str, env_id: str, steps: int, out: Path, vecnormalize: bool, **kw
+) -> tuple[Path, Path | None]:
+    import stable_baselines3 as sb3
+    from stable_baselines3.common.env_util import make_vec_env
+    from stable_baselines3.common.vec_env import VecNormalize
+
+    venv = make_vec_env(env_id, n_envs=1, seed=0)
+    if vecnormalize:
+        venv = VecNormalize(venv, norm_obs=True, norm_reward=True, clip_obs=5.0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = getattr(sb3, algo)("MlpPolicy", venv, seed=0, device="cpu", **kw)
+        model.learn(steps)
+    out.mkdir(parents=True, exist_ok=True)
+    model.save(out / "model.zip")
+    vn = None
+    if vecnormalize:
+        vn = out / "vecnormalize.pkl"
+        venv.save(str(vn))
+    return out / "model.zip", vn
+
+
+def _sb3_actions(algo: str, zip_path: Path, vn_path: Path | None, obs: np.ndarray) -> np.ndarray:
+    """SB3's own deterministic predict, with VecNormalize applied as SB3 applies it."""
+    import pickle
+
+    import stable_baselines3 as sb3
+
+    model = getattr(sb3, algo).load(str(zip_path), device="cpu")
+    x = obs
+    if vn_path is not None:
+        with open(vn_path, "rb") as f:
+            x = pickle.load(f).normalize_obs(obs)
+    return model.predict(x, deterministic=True)[0]
+
+
+def _obs(env_id: str, n: int, seed: int) -> np.ndarray:
+    import gymnasium as gym
+
+    env = gym.make(env_id)
+    env.action_space.seed(seed)
+    o, _ = env.reset(seed=seed)
+    out = []
+    for _ in range(n):
+        out.append(o)
+        o, _, term, trunc, _ = env.step(env.action_space.sample())
+        if term or trunc:
+            o, _ = env.reset()
+    return np.asarray(out, np.float32)
+
+
+OPTS = dict(calib_episodes=2, eval_episodes=2, progress=False)
+
+
+def test_ppo_cartpole_with_vecnormalize_agrees_100_percent_and_auto_picks_a_mode(tmp_path: Path) -> None:
+    zip_path, vn = _train_sb3(
+        "PPO", "CartPole-v1", 512, tmp_path / "sb3", True, n_steps=128, batch_size=64, n_epochs=2
+    )
+    report = export_source(
+        source_from_sb3(zip_path, "CartPole-v1", vn), tmp_path / "art", ExportOptions(quantize="auto", **OPTS)
+    )
+    m = load_manifest(tmp_path / "art").data
+    v = m["verification"]
+    assert v["reference"] == "SB3 predict" and m["source"]["algo"] == "ppo" and m["source"]["vecnormalize"]
+    fp32 = next(r for r in report.rows if r.mode == "fp32")
+    assert fp32.parity["agreement"] == 1.0 and v["onnx_vs_source"]["agreement"] == 1.0
+    assert m["folded"]["normalization"]["clip"] == 5.0 and m["folded"]["action_transform"]["kind"] == "argmax"
+    auto = m["quantization"]["auto"]
+    assert auto["chosen"] == m["quantization"]["mode"] == report.chosen
+    assert {c["mode"] for c in auto["candidates"]} == {"fp32", "fp16", "dynamic", "int8"}
+    chosen = next(c for c in auto["candidates"] if c["mode"] == auto["chosen"])
+    assert chosen["within_drop"] and all(
+        chosen["predict_p50_us"] <= c["predict_p50_us"] for c in auto["candidates"] if c["within_drop"]
+    )
+    # independent check on fresh observations, through the runtime, against SB3 itself
+    obs = _obs("CartPole-v1", 200, seed=11)
+    fp32_art = tmp_path / "fp32"
+    export_source(
+        source_from_sb3(zip_path, "CartPole-v1", vn), fp32_art, ExportOptions(quantize="fp32", **OPTS)
+    )
+    policy = Policy.load(fp32_art)
+    assert [policy.predict(o) for o in obs] == _sb3_actions("PPO", zip_path, vn, obs).tolist()
+
+
+def test_sac_pendulum_with_vecnormalize_within_1e_4(tmp_path: Path) -> None:
+    zip_path, vn = _train_sb3(
+        "SAC", "Pendulum-v1", 300, tmp_path / "sb3", True, learning_starts=100, batch_size=64
+    )
+    export_source(
+        source_from_sb3(zip_path, "Pendulum-v1", vn), tmp_path / "art", ExportOptions(quantize="fp32", **OPTS)
+    )
+    m = load_manifest(tmp_path / "art").data
+    assert m["verification"]["tflite_vs_source"]["max_abs_error"] <= 1e-4
+    assert m["folded"]["action_transform"]["kind"] == "tanh_unscale"
+    obs = _obs("Pendulum-v1", 200, seed=12)
+    policy = Policy.load(tmp_path / "art")
+    got = np.stack([policy.predict(o) for o in obs])
+    expected = _sb3_actions("SAC", zip_path, vn, obs)
+    assert np.abs(got - expected).max() <= 1e-4 and np.abs(expected).max() > 1e-3
+
+
+@pytest.mark.parametrize(
+    ("algo", "env_id", "head", "kw"),
+    [
+        ("DQN", "CartPole-v1", "argmax", {"learning_starts": 100}),
+        ("A2C", "Pendulum-v1", "clip", {}),
+        ("TD3", "Pendulum-v1", "unscale", {"learning_starts": 100}),
+    ],
+)
+def test_other_algorithms_match_sb3_predict(
+    tmp_path: Path, algo: str, env_id: str, head: str, kw: dict
+) -> None:
+    zip_path, _ = _train_sb3(algo, env_id, 300, tmp_path / "sb3", False, **kw)
+    export_source(
+        source_from_sb3(zip_path, env_id, None), tmp_path / "art", ExportOptions(quantize="fp32", **OPTS)
+    )
+    m = load_manifest(tmp_path / "art").data
+    assert m["folded"]["action_transform"]["kind"] == head and m["source"]["algo"] == algo.lower()
+    parity = m["verification"]["tflite_vs_source"]
+    if head == "argmax":
+        assert parity["agreement"] == 1.0
+    else:
+        assert parity["max_abs_error"] <= 1e-4
+
+
+def test_sb3_input_errors(tmp_path: Path) -> None:
+    bogus = tmp_path / "model.zip"
+    bogus.write_bytes(b"not a zip")
+    with pytest.raises(ConfigError, match="needs --env"):
+        source_from_sb3(bogus, None, None)
+    with pytest.raises(ConfigError, match="not a Stable-Baselines3 model"):
+        source_from_sb3(bogus, "CartPole-v1", None)
+    zip_path, _ = _train_sb3(
+        "PPO", "CartPole-v1", 64, tmp_path / "sb3", False, n_steps=64, batch_size=64, n_epochs=1
+    )
+    with pytest.raises(ConfigError, match="Is --env right"):
+        source_from_sb3(zip_path, "Pendulum-v1", None)
+    with pytest.raises(ConfigError, match="VecNormalize file"):
+        source_from_sb3(zip_path, "CartPole-v1", tmp_path / "missing.pkl")
+
+
+def test_cli_exports_an_sb3_zip_and_says_how_to_serve_it(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    zip_path, vn = _train_sb3(
+        "PPO", "CartPole-v1", 128, tmp_path / "sb3", True, n_steps=64, batch_size=64, n_epochs=1
+    )
+    exe = str(Path(sys.executable).with_name("rl2edge"))
+    proc = subprocess.run(
+        [
+            exe,
+            "export",
+            str(zip_path),
+            "--env",
+            "CartPole-v1",
+            "--vecnormalize",
+            str(vn),
+            "--quantize",
+            "int8",
+            "--out",
+            str(tmp_path / "art"),
+            "--calib-episodes",
+            "2",
+            "--eval-episodes",
+            "2",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "SB3 predict" in proc.stdout and "policy.tflite" in proc.stdout
+    assert f"rl2edge serve {tmp_path / 'art'}" in proc.stdout
+    bad = subprocess.run(
+        [exe, "export", str(zip_path), "--out", str(tmp_path / "x")], capture_output=True, text=True
+    )
+    assert bad.returncode == 2 and "needs --env" in bad.stderr and "Traceback" not in bad.stderr

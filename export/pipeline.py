@@ -21,11 +21,11 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from export.calibration import collect_rollout_data
-from export.deployable import folded_description, torch_act
-from export.onnx_export import INPUT_NAME, OPSET, OUTPUT_NAME, export_onnx
+from export.deployable import folded_description
+from export.onnx_export import INPUT_NAME, OPSET, OUTPUT_NAME
 from export.report import ExportReport, FileRow
 from export.source import ExportSource, source_from_checkpoint
-from export.tflite_convert import MODES, convert, onnx_to_saved_model
+from export.tflite_convert import MODES, convert
 from export.tolerances import DEFAULT, Tolerances
 from export.verify import compare_actions, latency_us, require_fp32_parity
 from rl2edge.errors import ConfigError, ExportError
@@ -132,12 +132,11 @@ def _export(
     bar: Any,
 ) -> ExportReport:
     tol, env_id = opts.tolerances, source.env_id
-    obs_shape = tuple(source.observation_space["shape"])
-    act = torch_act(source.policy) if source.reference is None else _reference_act(source)
+    obs_shape = source.obs_shape
 
     bar.set_description("export: rollouts of the trained policy")
     data = collect_rollout_data(
-        torch_act(source.policy),
+        source.act,
         env_id,
         opts.calib_episodes,
         opts.seed,
@@ -145,20 +144,23 @@ def _export(
         tol.heldout_max_samples,
     )
     source_actions, margins = source.reference_actions(data.heldout), source.margins(data.heldout)
-    source_return = _ret(evaluate(act, env_id, opts.eval_episodes, opts.seed))
+    source_return = _ret(evaluate(source.act, env_id, opts.eval_episodes, opts.seed))
     bar.update()
 
     bar.set_description("export: ONNX")
-    onnx_path = work / "policy.onnx"
-    export_onnx(source.policy, obs_shape, onnx_path)
-    onnx_backend = OnnxBackend(onnx_path, num_threads=1)
-    onnx_actions = np.stack([onnx_backend.run(o[None])[0] for o in data.heldout])
-    onnx_parity = compare_actions(source_actions, onnx_actions, source.policy.discrete, margins, tol)
-    require_fp32_parity("policy.onnx", onnx_parity, tol)
+    onnx_path: Path | None = work / "policy.onnx"
+    onnx_parity: dict[str, Any] | None = None
+    if source.write_onnx(onnx_path):
+        onnx_backend = OnnxBackend(onnx_path, num_threads=1)
+        onnx_actions = np.stack([onnx_backend.run(o[None])[0] for o in data.heldout])
+        onnx_parity = compare_actions(source_actions, onnx_actions, source.discrete, margins, tol)
+        require_fp32_parity("policy.onnx", onnx_parity, tol)
+    else:
+        onnx_path = None
     bar.update()
 
-    bar.set_description("export: onnx2tf")
-    saved_model = onnx_to_saved_model(onnx_path, work / "saved_model")
+    bar.set_description("export: SavedModel")
+    saved_model = source.write_saved_model(work, onnx_path)
     bar.update()
 
     report = ExportReport(
@@ -174,7 +176,9 @@ def _export(
         "observation": {**source.observation_space, "layout": "flat", "model_input_shape": [1, *obs_shape]},
         "action": source.action_space,
         "folded": folded_description(source.norm, source.action_space, source.head),
-        "onnx": {"file": "policy.onnx", "opset": OPSET, "input": INPUT_NAME, "output": OUTPUT_NAME},
+        "onnx": {"file": "policy.onnx", "opset": OPSET, "input": INPUT_NAME, "output": OUTPUT_NAME}
+        if onnx_path
+        else None,
         "tools": _versions(),
     }
     manifests: dict[str, dict[str, Any]] = {}
@@ -184,7 +188,8 @@ def _export(
         art = _shipped_dir(mode, opts, work, staging)
         art.mkdir(parents=True, exist_ok=True)
         write_bytes_atomic(art / "policy.tflite", convert(saved_model, mode, data.calibration))
-        shutil.copyfile(onnx_path, art / "policy.onnx")
+        if onnx_path is not None:
+            shutil.copyfile(onnx_path, art / "policy.onnx")
         calibration = dict(data.description) if mode == "int8" else None
         manifest = {
             **common,
@@ -214,7 +219,7 @@ def _export(
         actions = np.stack([np.asarray(served.predict(o)) for o in data.heldout]).reshape(
             source_actions.shape
         )
-        parity = compare_actions(source_actions, actions, source.policy.discrete, margins, tol)
+        parity = compare_actions(source_actions, actions, source.discrete, margins, tol)
         if mode == "fp32":
             require_fp32_parity(f"policy.tflite ({mode})", parity, tol)
         closed = _ret(evaluate(served.predict, env_id, opts.eval_episodes, opts.seed))
@@ -258,16 +263,6 @@ def _export(
     if opts.quantize == "auto":
         _choose(report, manifests, opts, work, staging)
     return report
-
-
-def _reference_act(source: ExportSource) -> Any:
-    discrete = source.policy.discrete
-
-    def act(obs: np.ndarray) -> Any:
-        a = source.reference_actions(np.asarray(obs, np.float32)[None])[0]
-        return int(a) if discrete else a
-
-    return act
 
 
 def _choose(

@@ -35,7 +35,7 @@ class ExportReport:
     env_id: str
     modes: list[str]
     source_return: dict[str, Any]
-    onnx_parity: dict[str, Any]
+    onnx_parity: dict[str, Any] | None
     rows: list[FileRow] = field(default_factory=list)
     wall_time_s: float = 0.0
     source_name: str = "source"
@@ -46,8 +46,9 @@ class ExportReport:
         headers = ["file", "mode", "size KB", "parity vs source", "return (mean +- std)", "predict p50 us"]
         lines = [
             [self.source_name, "-", "-", "-", _ret(self.source_return), "-"],
-            ["policy.onnx", "fp32", "-", parity_summary(self.onnx_parity), "-", "-"],
         ]
+        if self.onnx_parity is not None:
+            lines.append(["policy.onnx", "fp32", "-", parity_summary(self.onnx_parity), "-", "-"])
         for r in self.rows:
             lines.append(
                 [

@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from export.deployable import DeployablePolicy
-from export.source import ExportSource
+from export.source import ExportSource, TorchSource
 from rl2edge.errors import ConfigError, ExportError
 from rl2edge.fileio import sha256_file
 from train.core.envs import check_env_id, make_env
@@ -178,4 +178,14 @@ def source_from_sb3(path: Path, env_id: str | None, vecnormalize: Path | None) -
         head,
         "yes" if vn is not None else "no",
     )
-    return ExportSource(env_id, obs_spec, act_spec, policy, norm, description, "SB3 predict", sb3_predict)
+    return TorchSource(
+        env_id,
+        obs_spec,
+        act_spec,
+        norm,
+        head,
+        description,
+        "SB3 predict",
+        policy=policy,
+        reference=sb3_predict,
+    )

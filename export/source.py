@@ -1,6 +1,8 @@
-"""What an export starts from: an rl2edge checkpoint, or a Stable-Baselines3 model (.zip) with its
-VecNormalize statistics. Either way: the deployable torch policy, its normalizer, the I/O specs, what
-the manifest says about the source, and the reference the exported files are checked against."""
+"""What an export starts from: an rl2edge checkpoint (torch or tf), or a Stable-Baselines3 model (.zip)
+with its VecNormalize statistics. Every source gives the pipeline the same things: the deterministic
+policy on raw observations (for rollouts), the reference actions exported files are checked against,
+the I/O specs, the folded normalizer and head, the manifest's `source` section, and the graph as ONNX
+(torch sources) and as a TF SavedModel."""
 
 from __future__ import annotations
 
@@ -10,9 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 
-from export.deployable import DeployablePolicy, build_deployable
 from train.core.checkpoint import load_checkpoint
 from train.core.normalization import RunningNormalizer
 
@@ -22,53 +22,119 @@ class ExportSource:
     env_id: str
     observation_space: dict[str, Any]
     action_space: dict[str, Any]
-    policy: DeployablePolicy
     norm: RunningNormalizer
+    head: str
     description: dict[str, Any]
     """The manifest's `source` section."""
     reference_name: str
     """How the report names what exported files are compared with."""
-    reference: Callable[[np.ndarray], np.ndarray] | None = None
-    """Raw observations [N, ...] -> the source's own actions [N, ...]; None: the deployable torch policy."""
 
     @property
-    def head(self) -> str:
-        return self.policy.head
+    def discrete(self) -> bool:
+        return self.action_space["type"] == "discrete"
+
+    @property
+    def obs_shape(self) -> tuple[int, ...]:
+        return tuple(self.observation_space["shape"])
+
+    def deployable_actions(self, obs: np.ndarray) -> np.ndarray:
+        """The deployable graph in its source framework, on a batch of raw observations."""
+        raise NotImplementedError
+
+    def pre_head(self, obs: np.ndarray) -> np.ndarray:
+        raise NotImplementedError
 
     def reference_actions(self, obs: np.ndarray) -> np.ndarray:
-        if self.reference is not None:
-            return np.asarray(self.reference(obs))
-        with torch.no_grad():
-            return self.policy(torch.as_tensor(obs)).numpy()
+        """What exported files must reproduce; the deployable graph itself unless a source says otherwise."""
+        return self.deployable_actions(obs)
+
+    def act(self, obs: np.ndarray) -> Any:
+        """One raw observation -> one env action, for rollouts."""
+        a = self.deployable_actions(np.asarray(obs, np.float32)[None])[0]
+        return int(a) if self.discrete else a
 
     def margins(self, obs: np.ndarray) -> np.ndarray | None:
         """Discrete: the gap between the top two logits/Q-values (near ties may flip in any conversion)."""
-        if not self.policy.discrete:
+        if not self.discrete:
             return None
+        top2 = np.sort(self.pre_head(obs), axis=-1)[:, -2:]
+        return top2[:, 1] - top2[:, 0]
+
+    def write_onnx(self, path: Path) -> bool:
+        """Write the graph as ONNX; False where the source has no ONNX route."""
+        return False
+
+    def write_saved_model(self, work: Path, onnx_path: Path | None) -> Path:
+        raise NotImplementedError
+
+
+@dataclass
+class TorchSource(ExportSource):
+    policy: Any = None  # export.deployable.DeployablePolicy
+    reference: Callable[[np.ndarray], np.ndarray] | None = None
+    """Raw observations -> the source's own actions (SB3's predict); None: the deployable graph."""
+
+    def deployable_actions(self, obs: np.ndarray) -> np.ndarray:
+        import torch
+
         with torch.no_grad():
-            top2 = torch.topk(self.policy.pre_head(torch.as_tensor(obs)), 2, dim=-1).values
-        return (top2[:, 0] - top2[:, 1]).numpy()
+            return self.policy(torch.as_tensor(np.asarray(obs, np.float32))).numpy()
+
+    def pre_head(self, obs: np.ndarray) -> np.ndarray:
+        import torch
+
+        with torch.no_grad():
+            return self.policy.pre_head(torch.as_tensor(np.asarray(obs, np.float32))).numpy()
+
+    def reference_actions(self, obs: np.ndarray) -> np.ndarray:
+        return self.deployable_actions(obs) if self.reference is None else np.asarray(self.reference(obs))
+
+    def act(self, obs: np.ndarray) -> Any:
+        if self.reference is None:
+            return super().act(obs)
+        a = self.reference_actions(np.asarray(obs, np.float32)[None])[0]
+        return int(a) if self.discrete else a
+
+    def write_onnx(self, path: Path) -> bool:
+        from export.onnx_export import export_onnx
+
+        export_onnx(self.policy, self.obs_shape, path)
+        return True
+
+    def write_saved_model(self, work: Path, onnx_path: Path | None) -> Path:
+        from export.tflite_convert import onnx_to_saved_model
+
+        assert onnx_path is not None
+        return onnx_to_saved_model(onnx_path, work / "saved_model")
 
 
 def source_from_checkpoint(run_dir: Path) -> ExportSource:
     ckpt = load_checkpoint(run_dir)
-    policy, norm = build_deployable(ckpt)
     meta = ckpt.meta
-    return ExportSource(
-        env_id=ckpt.env_id,
-        observation_space=meta["observation_space"],
-        action_space=meta["action_space"],
+    description = {
+        "kind": "rl2edge-checkpoint",
+        "checkpoint": str(ckpt.path),
+        "checkpoint_sha256": ckpt.content_hash(),
+        "algo": ckpt.algo,
+        "framework": ckpt.framework,
+        "env_id": ckpt.env_id,
+        "seed": meta.get("seed"),
+        "total_timesteps": meta.get("total_timesteps"),
+    }
+    if ckpt.framework == "tf":
+        from export.tf_source import tf_source
+
+        return tf_source(ckpt, description)
+    from export.deployable import build_deployable
+
+    policy, norm = build_deployable(ckpt)
+    return TorchSource(
+        ckpt.env_id,
+        meta["observation_space"],
+        meta["action_space"],
+        norm,
+        policy.head,
+        description,
+        f"source ({ckpt.framework})",
         policy=policy,
-        norm=norm,
-        description={
-            "kind": "rl2edge-checkpoint",
-            "checkpoint": str(ckpt.path),
-            "checkpoint_sha256": ckpt.content_hash(),
-            "algo": ckpt.algo,
-            "framework": ckpt.framework,
-            "env_id": ckpt.env_id,
-            "seed": meta.get("seed"),
-            "total_timesteps": meta.get("total_timesteps"),
-        },
-        reference_name=f"source ({ckpt.framework})",
     )

@@ -47,7 +47,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
     if args.framework == "torch":
         from train.torch_backend.ppo import train_ppo
     else:
-        raise ConfigError("--framework tf is not implemented yet; use --framework torch")
+        from train.tf_backend.ppo import train_ppo
     _logger.info(
         "training ppo/%s on %s for %d steps, seed %d -> %s",
         args.framework,

@@ -1,0 +1,222 @@
+"""PPO's framework-neutral driver, top to bottom in execution order: seeding, envs, rollout with
+recorded log-probs and values, GAE and minibatches (train.core.rollout), the update loop over epochs,
+periodic deterministic evaluation, metrics, checkpoint. A backend (torch or tf) supplies only the
+network, the loss and the optimizer step, as a `PPOAgent`.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from rl2edge.fileio import write_json_atomic
+from train.core.actions import ActionTransform
+from train.core.checkpoint import library_versions, write_checkpoint
+from train.core.config import PPOConfig
+from train.core.envs import make_vec_env
+from train.core.evaluation import EvalResult, evaluate
+from train.core.metrics import MetricsLogger
+from train.core.normalization import RunningNormalizer
+from train.core.rollout import Minibatch, RolloutBuffer, check_minibatch
+from train.core.spaces import action_dim, action_spec, is_discrete, obs_dim, observation_spec
+
+_logger = logging.getLogger(__name__)
+
+EVAL_SEED_OFFSET = 10_000  # periodic evaluation never reuses the training envs' seeds
+STAT_NAMES = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction")
+
+
+class PPOAgent(Protocol):
+    """What a backend provides. Observations are normalized float32 numpy arrays [B, obs_dim]."""
+
+    framework: str
+    device: str
+
+    def act(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Sample actions; return (actions, log-probs, values), recorded for the update."""
+
+    def value(self, obs: np.ndarray) -> np.ndarray: ...
+
+    def deterministic(self, obs: np.ndarray) -> np.ndarray:
+        """Argmax index (discrete) or the mean in [-1, 1]-scaled units (Box)."""
+
+    def set_learning_rate(self, lr: float) -> None: ...
+
+    def train_step(self, mb: Minibatch, clip: float) -> Any:
+        """One gradient step; returns the STAT_NAMES as the backend's own tensor (no host sync)."""
+
+    def mean_stats(self, rows: list[Any]) -> np.ndarray:
+        """Mean of train_step results over the rows, on the host: one sync."""
+
+    def save_weights(self, run_dir: Path) -> str:
+        """Write the weights atomically; return the file's name."""
+
+
+AgentFactory = Callable[[dict[str, Any], PPOConfig, int, str], PPOAgent]
+
+
+@dataclass(frozen=True)
+class TrainResult:
+    run_dir: Path
+    steps: int
+    wall_time_s: float
+    final_eval: EvalResult
+
+    @property
+    def steps_per_s(self) -> float:
+        return self.steps / self.wall_time_s
+
+
+def train_ppo(
+    env_id: str,
+    cfg: PPOConfig,
+    seed: int,
+    run_dir: Path,
+    make_agent: AgentFactory,
+    device: str = "auto",
+    progress: bool | None = None,
+) -> TrainResult:
+    # SEEDING: once, here. Env seeds are given at the first reset; the agent factory seeds its framework
+    # before it initializes anything; numpy's generator drives the minibatch order.
+    rng = np.random.default_rng(seed)
+    envs = make_vec_env(env_id, cfg.n_envs)
+    obs_spec = observation_spec(envs.single_observation_space)
+    act_spec = action_spec(envs.single_action_space)
+    discrete = is_discrete(act_spec)
+    obs_shape = tuple(obs_spec["shape"])
+    to_env = ActionTransform(act_spec).to_env
+    network = {
+        "type": "actor_critic_mlp",
+        "obs_dim": obs_dim(obs_spec),
+        "act_dim": action_dim(act_spec),
+        "discrete": discrete,
+        "net_arch": list(cfg.net_arch),
+        "activation": cfg.activation,
+        "log_std_init": cfg.log_std_init,
+    }
+    agent = make_agent(network, cfg, seed, device)
+    norm = RunningNormalizer(obs_shape, clip=cfg.norm_obs_clip, enabled=cfg.normalize_obs)
+    buffer = RolloutBuffer(cfg.n_steps, cfg.n_envs, obs_shape, discrete, action_dim(act_spec))
+    metrics = MetricsLogger(run_dir)
+
+    def deterministic_act(raw_obs: np.ndarray) -> np.ndarray:
+        return to_env(agent.deterministic(norm.normalize(raw_obs[None]))[0])
+
+    batch_steps = cfg.n_envs * cfg.n_steps
+    n_updates = max(1, math.ceil(cfg.n_timesteps / batch_steps))
+    gamma32 = np.float32(cfg.gamma)
+    raw_obs, _ = envs.reset(seed=seed)
+    norm.update(raw_obs)
+    ep_returns = np.zeros(cfg.n_envs)
+    recent_returns: list[float] = []
+    next_eval, global_step = cfg.eval_freq, 0
+    start = time.perf_counter()
+    bar = tqdm(
+        total=n_updates * batch_steps,
+        desc=f"ppo/{agent.framework} {env_id}",
+        unit="step",
+        disable=None if progress is None else not progress,
+        leave=False,
+    )
+    try:
+        for update in range(n_updates):
+            progress_remaining = 1.0 - update / n_updates
+            clip = cfg.clip_range(progress_remaining)
+            lr = cfg.learning_rate(progress_remaining)
+            agent.set_learning_rate(lr)
+
+            # ROLLOUT: act, and record log-probs and values now so the update needs no second forward pass.
+            for _ in range(cfg.n_steps):
+                obs = norm.normalize(raw_obs)
+                action, logp, value = agent.act(obs)
+                raw_obs, reward, terminated, truncated, info = envs.step(to_env(action))
+                reward = reward.astype(np.float32)
+                ep_returns += reward
+                # CRUCIAL: a time-limit truncation is not a terminal state; bootstrap it with V(final obs).
+                bootstrap = truncated & ~terminated
+                if bootstrap.any():
+                    final = np.stack([info["final_obs"][i] for i in np.flatnonzero(bootstrap)])
+                    reward[bootstrap] += gamma32 * agent.value(norm.normalize(final))
+                done = terminated | truncated
+                buffer.add(obs, action, logp, value, reward, done)
+                for i in np.flatnonzero(done):
+                    recent_returns.append(float(ep_returns[i]))
+                    ep_returns[i] = 0.0
+                norm.update(raw_obs)
+                global_step += cfg.n_envs
+            buffer.finish(agent.value(norm.normalize(raw_obs)), cfg.gamma, cfg.gae_lambda)
+
+            # UPDATE: n_epochs over shuffled minibatches; the backend does the gradient step.
+            rows: list[Any] = []
+            for epoch in range(cfg.n_epochs):
+                epoch_rows = []
+                for mb in buffer.minibatches(cfg.batch_size, rng, cfg.normalize_advantage):
+                    if update == 0 and epoch == 0 and not rows and not epoch_rows:
+                        check_minibatch(mb, obs_shape, discrete, action_dim(act_spec))
+                    epoch_rows.append(agent.train_step(mb, clip))
+                rows += epoch_rows
+                if cfg.target_kl is not None and agent.mean_stats(epoch_rows)[3] > 1.5 * cfg.target_kl:
+                    break
+            stats = dict(zip(STAT_NAMES, agent.mean_stats(rows).tolist(), strict=True))
+            bar.update(batch_steps)
+
+            row = {"lr": lr, "clip_range": clip, **stats}
+            if recent_returns:
+                row["rollout_return_mean"] = float(np.mean(recent_returns[-20:]))
+                bar.set_postfix(ret=f"{row['rollout_return_mean']:.1f}")
+            if cfg.eval_freq and global_step >= next_eval:
+                result = evaluate(deterministic_act, env_id, cfg.eval_episodes, seed + EVAL_SEED_OFFSET)
+                row["eval_return_mean"], row["eval_return_std"] = result.mean, result.std
+                _logger.info("step %d: eval return %.1f +- %.1f", global_step, result.mean, result.std)
+                next_eval += cfg.eval_freq
+            metrics.log(global_step, row)
+    finally:
+        bar.close()
+        metrics.close()
+        envs.close()
+    wall = time.perf_counter() - start
+
+    final_eval = evaluate(deterministic_act, env_id, cfg.eval_episodes, seed + EVAL_SEED_OFFSET)
+    weights_file = agent.save_weights(run_dir)
+    write_checkpoint(
+        run_dir,
+        {
+            "algo": "ppo",
+            "framework": agent.framework,
+            "env_id": env_id,
+            "seed": seed,
+            "total_timesteps": global_step,
+            "observation_space": obs_spec,
+            "action_space": act_spec,
+            "network": network,
+            "hyperparameters": cfg.to_json(),
+            "normalization": norm.to_dict(),
+            "versions": library_versions("torch" if agent.framework == "torch" else "tensorflow"),
+        },
+        weights_file,
+    )
+    write_json_atomic(
+        run_dir / "summary.json",
+        {
+            "steps": global_step,
+            "wall_time_s": wall,
+            "steps_per_s": global_step / wall,
+            "device": agent.device,
+            "framework": agent.framework,
+            "final_eval": {
+                "seed": seed + EVAL_SEED_OFFSET,
+                "mean_return": final_eval.mean,
+                "std_return": final_eval.std,
+                "returns": final_eval.returns,
+            },
+        },
+    )
+    return TrainResult(run_dir, global_step, wall, final_eval)

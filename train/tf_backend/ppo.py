@@ -1,0 +1,180 @@
+"""PPO's TensorFlow side: the network, the clipped-surrogate loss and the optimizer step, as compiled
+tf.functions with fixed input signatures. The driver is train.core.ppo_driver, shared with torch.
+
+Graph discipline: every compiled function has an `input_signature` of tensors (None only for the batch
+size, which really varies); nothing Python-valued that changes (clip range, learning rate) crosses into
+a graph, only tensors and variables; hyperparameters fixed for the run are graph constants; counters
+are tf.Variables; sampling draws from one tf.random.Generator seeded once. `trace_counts()` reports how
+often each function traced, and tests assert once.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from train.core.config import PPOConfig
+from train.core.ppo_driver import TrainResult
+from train.core.ppo_driver import train_ppo as drive_ppo
+from train.core.rollout import Minibatch
+from train.tf_backend.setup import configure_tensorflow
+
+WEIGHTS_FILE = "policy.weights.h5"
+
+
+def make_loss_fn(model: Any, cfg: PPOConfig) -> Any:
+    """The PPO loss as a plain function of tensors (traced inside train_step; called eagerly in tests)."""
+    import tensorflow as tf
+
+    clip_vf = cfg.clip_range_vf
+
+    def loss_fn(obs, actions, old_logp, old_values, adv, returns, clip):
+        out = model.actor(obs)
+        logp, entropy = model.log_prob_entropy(out, actions)
+        values = model.value(obs)
+        log_ratio = logp - old_logp
+        ratio = tf.exp(log_ratio)
+        # The clipped surrogate is a min of two objectives, not clip_by_value(ratio) * adv.
+        pg_loss = -tf.reduce_mean(
+            tf.minimum(adv * ratio, adv * tf.clip_by_value(ratio, 1.0 - clip, 1.0 + clip))
+        )
+        if clip_vf is not None:
+            values = old_values + tf.clip_by_value(values - old_values, -clip_vf, clip_vf)
+        v_loss = tf.reduce_mean(tf.square(returns - values))
+        ent = tf.reduce_mean(entropy)
+        loss = pg_loss - cfg.ent_coef * ent + cfg.vf_coef * v_loss
+        kl = tf.reduce_mean((ratio - 1.0) - log_ratio)
+        clip_frac = tf.reduce_mean(tf.cast(tf.abs(ratio - 1.0) > clip, tf.float32))
+        return loss, tf.stack([pg_loss, v_loss, ent, kl, clip_frac])
+
+    return loss_fn
+
+
+class TFPPO:
+    framework = "tf"
+
+    def __init__(self, network: dict[str, Any], cfg: PPOConfig, seed: int, device: str):
+        self.device = configure_tensorflow(device)
+        import keras
+        import tensorflow as tf
+
+        from train.tf_backend.policy import TFActorCritic
+
+        self.tf, self.cfg = tf, cfg
+        keras.utils.set_random_seed(seed)  # once, before the layers' initializers draw
+        self.rng = tf.random.Generator.from_seed(seed)  # the one generator that sampling draws from
+        self.model = TFActorCritic.from_network_spec(network, seed)
+        self.discrete, obs_dim, act_dim = network["discrete"], network["obs_dim"], network["act_dim"]
+        self.optimizer = keras.optimizers.Adam(learning_rate=cfg.learning_rate(1.0), epsilon=1e-5)
+        self.optimizer.build(self.model.trainable_variables)
+        self.updates = tf.Variable(
+            0, dtype=tf.int64, trainable=False, name="updates"
+        )  # a counter in the graph
+        self.loss_fn = make_loss_fn(self.model, cfg)
+        obs_spec = tf.TensorSpec([None, obs_dim], tf.float32)
+        act_spec = (
+            tf.TensorSpec([None], tf.int64) if self.discrete else tf.TensorSpec([None, act_dim], tf.float32)
+        )
+        vec, scalar = tf.TensorSpec([None], tf.float32), tf.TensorSpec([], tf.float32)
+        self._act = tf.function(self._act_graph, input_signature=[obs_spec], reduce_retracing=False)
+        self._value = tf.function(self.model.value, input_signature=[obs_spec])
+        self._deterministic = tf.function(self._deterministic_graph, input_signature=[obs_spec])
+        self._train_step = tf.function(
+            self._train_graph, input_signature=[obs_spec, act_spec, vec, vec, vec, vec, scalar]
+        )
+
+    # ---------------------------------------------------------------------------------- graphs
+    def _act_graph(self, obs):
+        tf = self.tf
+        out = self.model.actor(obs)
+        if self.discrete:
+            seed = self.rng.make_seeds(1)[:, 0]
+            action = tf.random.stateless_categorical(out, 1, seed=seed, dtype=tf.int64)[:, 0]
+        else:
+            action = out + tf.exp(self.model.log_std) * self.rng.normal(tf.shape(out))
+        logp, _ = self.model.log_prob_entropy(out, action)
+        return action, logp, self.model.value(obs)
+
+    def _deterministic_graph(self, obs):
+        out = self.model.actor(obs)
+        return self.tf.argmax(out, axis=-1) if self.discrete else out
+
+    def _train_graph(self, obs, actions, old_logp, old_values, adv, returns, clip):
+        tf = self.tf
+        variables = self.model.trainable_variables
+        with tf.GradientTape() as tape:
+            loss, stats = self.loss_fn(obs, actions, old_logp, old_values, adv, returns, clip)
+        grads = tape.gradient(loss, variables)
+        grads, _ = tf.clip_by_global_norm(grads, self.cfg.max_grad_norm)
+        self.optimizer.apply_gradients(zip(grads, variables, strict=True))
+        self.updates.assign_add(1)
+        return stats
+
+    # ----------------------------------------------------------------------------- the agent API
+    def act(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        action, logp, value = self._act(obs)
+        return action.numpy(), logp.numpy(), value.numpy()
+
+    def value(self, obs: np.ndarray) -> np.ndarray:
+        return self._value(obs).numpy()
+
+    def deterministic(self, obs: np.ndarray) -> np.ndarray:
+        return self._deterministic(obs).numpy()
+
+    def set_learning_rate(self, lr: float) -> None:
+        self.optimizer.learning_rate.assign(lr)  # a variable: the graph reads it, no retrace
+
+    def train_step(self, mb: Minibatch, clip: float) -> Any:
+        return self._train_step(
+            mb.obs, mb.actions, mb.old_logprobs, mb.old_values, mb.advantages, mb.returns, np.float32(clip)
+        )
+
+    def mean_stats(self, rows: list[Any]) -> np.ndarray:
+        return self.tf.reduce_mean(self.tf.stack(rows), axis=0).numpy()
+
+    def trace_counts(self) -> dict[str, int]:
+        return {
+            name: fn.experimental_get_tracing_count()
+            for name, fn in (
+                ("act", self._act),
+                ("value", self._value),
+                ("deterministic", self._deterministic),
+                ("train_step", self._train_step),
+            )
+        }
+
+    def save_weights(self, run_dir: Path) -> str:
+        import os
+        import tempfile
+
+        fd, tmp = tempfile.mkstemp(dir=run_dir, suffix=".weights.h5")
+        os.close(fd)
+        try:
+            self.model.save_weights(tmp, overwrite=True)
+            os.replace(tmp, run_dir / WEIGHTS_FILE)
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+        return WEIGHTS_FILE
+
+
+def train_ppo(
+    env_id: str,
+    cfg: PPOConfig,
+    seed: int,
+    run_dir: Path,
+    device: str = "auto",
+    progress: bool | None = None,
+    agent_out: list[Any] | None = None,
+) -> TrainResult:
+    """`agent_out`, when given, receives the agent (tests read its trace counts)."""
+
+    def factory(network: dict[str, Any], cfg: PPOConfig, seed: int, device: str) -> TFPPO:
+        agent = TFPPO(network, cfg, seed, device)
+        if agent_out is not None:
+            agent_out.append(agent)
+        return agent
+
+    return drive_ppo(env_id, cfg, seed, run_dir, factory, device=device, progress=progress)

@@ -51,10 +51,26 @@ def _batch(n: int, discrete: bool, rng: np.random.Generator) -> Minibatch:
 
 
 def test_every_compiled_function_traces_once_over_a_run(tmp_path: Path) -> None:
-    # batch_size 96 over 256-step rollouts: minibatches of 96, 96 and 64, so sizes really vary.
-    _, agent = tf_train("CartPole-v1", tmp_path / "r", 2048, batch_size=96, n_epochs=3)
-    assert agent.trace_counts() == {"act": 1, "value": 1, "deterministic": 1, "train_step": 1}
-    assert int(agent.updates.numpy()) == 8 * 3 * 3  # a tf.Variable counter, incremented in the graph
+    # The CartPole preset: every update's 20 epochs go to the fused, XLA-compiled call.
+    _, agent = tf_train("CartPole-v1", tmp_path / "r", 2048)
+    assert agent.trace_counts() == {
+        "act": 1,
+        "value": 1,
+        "deterministic": 1,
+        "train_step": 0,
+        "train_many": 1,
+    }
+    assert int(agent.updates.numpy()) == 8 * 20  # a tf.Variable counter, incremented in the graph
+    # batch_size 96 over 256-step rollouts: minibatches of 96, 96 and 64, one call each, still one trace
+    _, agent = tf_train("CartPole-v1", tmp_path / "r2", 1024, batch_size=96, n_epochs=2)
+    assert agent.trace_counts() == {
+        "act": 1,
+        "value": 1,
+        "deterministic": 1,
+        "train_step": 1,
+        "train_many": 0,
+    }
+    assert int(agent.updates.numpy()) == 4 * 2 * 3
 
 
 def test_memory_stays_flat_over_thousands_of_steps() -> None:
@@ -74,16 +90,21 @@ def test_memory_stays_flat_over_thousands_of_steps() -> None:
     assert grown_mb < 20, f"RSS grew {grown_mb:.1f} MB over 3000 steps"
 
 
+@pytest.mark.parametrize("fused", [False, True])
 @pytest.mark.parametrize("discrete", [True, False])
-def test_eager_and_graph_updates_agree(discrete: bool) -> None:
-    batch = _batch(64, discrete, np.random.default_rng(1))
+def test_eager_and_graph_updates_agree(discrete: bool, fused: bool) -> None:
+    rng = np.random.default_rng(1)
+    batches = [_batch(64, discrete, rng) for _ in range(3)]
     states = []
     for eager in (False, True):
         tf.config.run_functions_eagerly(eager)
         try:
             agent, _ = _agent(discrete, seed=3)
-            for _ in range(2):
-                agent.train_step(batch, 0.2)
+            if fused:  # the XLA-compiled call that runs all minibatches of an update
+                agent.train_minibatches(batches, 0.2)
+            else:
+                for mb in batches:
+                    agent.train_step(mb, 0.2)
             states.append(
                 [v.numpy() for v in agent.model.trainable_variables]
                 + [v.numpy() for v in agent.optimizer.variables]

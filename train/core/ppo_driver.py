@@ -50,11 +50,8 @@ class PPOAgent(Protocol):
 
     def set_learning_rate(self, lr: float) -> None: ...
 
-    def train_step(self, mb: Minibatch, clip: float) -> Any:
-        """One gradient step; returns the STAT_NAMES as the backend's own tensor (no host sync)."""
-
-    def mean_stats(self, rows: list[Any]) -> np.ndarray:
-        """Mean of train_step results over the rows, on the host: one sync."""
+    def train_minibatches(self, mbs: list[Minibatch], clip: float) -> np.ndarray:
+        """One gradient step per minibatch, in order; the mean of STAT_NAMES over them (one host sync)."""
 
     def save_weights(self, run_dir: Path) -> str:
         """Write the weights atomically; return the file's name."""
@@ -154,18 +151,24 @@ def train_ppo(
                 global_step += cfg.n_envs
             buffer.finish(agent.value(norm.normalize(raw_obs)), cfg.gamma, cfg.gae_lambda)
 
-            # UPDATE: n_epochs over shuffled minibatches; the backend does the gradient step.
-            rows: list[Any] = []
-            for epoch in range(cfg.n_epochs):
-                epoch_rows = []
-                for mb in buffer.minibatches(cfg.batch_size, rng, cfg.normalize_advantage):
-                    if update == 0 and epoch == 0 and not rows and not epoch_rows:
-                        check_minibatch(mb, obs_shape, discrete, action_dim(act_spec))
-                    epoch_rows.append(agent.train_step(mb, clip))
-                rows += epoch_rows
-                if cfg.target_kl is not None and agent.mean_stats(epoch_rows)[3] > 1.5 * cfg.target_kl:
-                    break
-            stats = dict(zip(STAT_NAMES, agent.mean_stats(rows).tolist(), strict=True))
+            # UPDATE: n_epochs over shuffled minibatches; the backend does the gradient steps. Without a
+            # target KL all epochs go to the backend at once (TF runs them in one compiled call).
+            epochs = [
+                list(buffer.minibatches(cfg.batch_size, rng, cfg.normalize_advantage))
+                for _ in range(cfg.n_epochs)
+            ]
+            if update == 0:
+                check_minibatch(epochs[0][0], obs_shape, discrete, action_dim(act_spec))
+            if cfg.target_kl is None:
+                stats_arr = agent.train_minibatches([mb for epoch in epochs for mb in epoch], clip)
+            else:
+                done_epochs = []
+                for epoch_mbs in epochs:
+                    done_epochs.append(agent.train_minibatches(epoch_mbs, clip))
+                    if done_epochs[-1][3] > 1.5 * cfg.target_kl:
+                        break
+                stats_arr = np.mean(done_epochs, axis=0)
+            stats = dict(zip(STAT_NAMES, np.asarray(stats_arr, np.float64).tolist(), strict=True))
             bar.update(batch_steps)
 
             row = {"lr": lr, "clip_range": clip, **stats}

@@ -84,6 +84,25 @@ class TFPPO:
         self._train_step = tf.function(
             self._train_graph, input_signature=[obs_spec, act_spec, vec, vec, vec, vec, scalar]
         )
+        self._act_cf = self._act.get_concrete_function()
+        self._value_cf = self._value.get_concrete_function()
+        self._deterministic_cf = self._deterministic.get_concrete_function()
+        # All of an update's minibatches in one call, compiled with XLA: on a small net the per-call
+        # overhead, not the arithmetic, is what costs (a TF call is ~0.5 ms on a 2-core machine).
+        stack = lambda spec: tf.TensorSpec([None, *spec.shape], spec.dtype)  # noqa: E731
+        self._train_many = tf.function(
+            self._train_many_graph,
+            jit_compile=True,
+            input_signature=[
+                stack(obs_spec),
+                stack(act_spec),
+                stack(vec),
+                stack(vec),
+                stack(vec),
+                stack(vec),
+                scalar,
+            ],
+        )
 
     # ---------------------------------------------------------------------------------- graphs
     def _act_graph(self, obs):
@@ -112,16 +131,28 @@ class TFPPO:
         self.updates.assign_add(1)
         return stats
 
+    def _train_many_graph(self, obs, actions, old_logp, old_values, adv, returns, clip):
+        tf = self.tf
+        n = tf.shape(obs)[0]
+        stats = tf.TensorArray(tf.float32, size=n)
+        for i in tf.range(n):
+            stats = stats.write(
+                i, self._train_graph(obs[i], actions[i], old_logp[i], old_values[i], adv[i], returns[i], clip)
+            )
+        return tf.reduce_mean(stats.stack(), axis=0)
+
     # ----------------------------------------------------------------------------- the agent API
+    # The per-step calls go to the concrete functions: the same single trace, minus the signature matching
+    # that tf.function does on every call (a third of the call's cost here).
     def act(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        action, logp, value = self._act(obs)
+        action, logp, value = self._act_cf(self.tf.constant(obs))
         return action.numpy(), logp.numpy(), value.numpy()
 
     def value(self, obs: np.ndarray) -> np.ndarray:
-        return self._value(obs).numpy()
+        return self._value_cf(self.tf.constant(obs)).numpy()
 
     def deterministic(self, obs: np.ndarray) -> np.ndarray:
-        return self._deterministic(obs).numpy()
+        return self._deterministic_cf(self.tf.constant(obs)).numpy()
 
     def set_learning_rate(self, lr: float) -> None:
         self.optimizer.learning_rate.assign(lr)  # a variable: the graph reads it, no retrace
@@ -130,6 +161,15 @@ class TFPPO:
         return self._train_step(
             mb.obs, mb.actions, mb.old_logprobs, mb.old_values, mb.advantages, mb.returns, np.float32(clip)
         )
+
+    def train_minibatches(self, mbs: list[Minibatch], clip: float) -> np.ndarray:
+        if len({mb.obs.shape[0] for mb in mbs}) != 1:  # uneven last minibatch: one call each
+            return self.mean_stats([self.train_step(mb, clip) for mb in mbs])
+        cols = [
+            np.stack([getattr(mb, f) for mb in mbs])
+            for f in ("obs", "actions", "old_logprobs", "old_values", "advantages", "returns")
+        ]
+        return self._train_many(*cols, np.float32(clip)).numpy()
 
     def mean_stats(self, rows: list[Any]) -> np.ndarray:
         return self.tf.reduce_mean(self.tf.stack(rows), axis=0).numpy()
@@ -142,6 +182,7 @@ class TFPPO:
                 ("value", self._value),
                 ("deterministic", self._deterministic),
                 ("train_step", self._train_step),
+                ("train_many", self._train_many),
             )
         }
 

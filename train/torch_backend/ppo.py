@@ -115,8 +115,8 @@ class TorchPPO:
             kl = ((ratio - 1) - log_ratio).mean()
             return torch.stack([pg_loss, v_loss, ent, kl, ((ratio - 1).abs() > clip).float().mean()]).detach()
 
-    def mean_stats(self, rows: list[torch.Tensor]) -> np.ndarray:
-        return torch.stack(rows).mean(0).cpu().numpy()
+    def train_minibatches(self, mbs: list[Minibatch], clip: float) -> np.ndarray:
+        return torch.stack([self.train_step(mb, clip) for mb in mbs]).mean(0).cpu().numpy()
 
     def save_weights(self, run_dir: Path) -> str:
         state = {k: v.detach().cpu().contiguous() for k, v in self.policy.state_dict().items()}

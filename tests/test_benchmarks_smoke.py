@@ -20,3 +20,14 @@ def test_loop_latency_benchmark_smoke(cartpole_all, tmp_path: Path) -> None:
     assert set(saved["results"]) == {"none", "sign_and_encrypt"} and "machine" in saved
     for mode in data["results"].values():
         assert mode["serve_loop"]["cycles"] == 15 and mode["bare_read_write_ms"]["n"] == 15
+
+
+def test_train_throughput_benchmark_smoke(tmp_path: Path) -> None:
+    from benchmarks.train_throughput import main
+
+    data = main(["--steps", "512", "--who", "torch,tf,sb3", "--out", str(tmp_path)])
+    for ext in ("json", "md", "png"):
+        assert (tmp_path / f"train_throughput.{ext}").stat().st_size > 0
+    assert set(data["results"]) == {"torch", "tf", "sb3"}
+    assert all(r["steps_per_s_median"] > 0 for r in data["results"].values())
+    assert "SB3" in (tmp_path / "train_throughput.md").read_text()

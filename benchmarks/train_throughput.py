@@ -1,0 +1,184 @@
+"""Training throughput: env steps per second of rl2edge PPO (torch and TF) next to Stable-Baselines3's
+PPO, on the same preset, on the same machine, in one run (interleaved, so drift hits all alike), with the
+deterministic return each reaches.
+
+    python benchmarks/train_throughput.py [--env CartPole-v1] [--steps 100000] [--repeats 1]
+
+Writes benchmarks/results/train_throughput.{json,md,png}. One torch thread for every contender, as in
+../shared/REFERENCE.md (SB3 2.9.2, Zoo CartPole preset: 4201 env steps/s, 23.8 s, 500 +- 0).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.common import RESULTS, markdown_table, save_figure, write_results  # noqa: E402
+
+REFERENCE = {"CartPole-v1": {"sb3_steps_per_s": 4201, "sb3_return": "500 +- 0"}}
+
+# Each contender runs in its own fresh process, so no framework's threads or allocators affect another's.
+_RUNNER = r"""
+import json, sys, time, warnings
+from pathlib import Path
+warnings.filterwarnings("ignore")
+who, env_id, steps, seed, out = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), Path(sys.argv[5])
+import torch
+torch.set_num_threads(1)
+from train.core.config import build_config, load_preset
+from train.core.evaluation import evaluate
+if who == "sb3":
+    import numpy as np
+    from stable_baselines3 import PPO
+    from stable_baselines3.common.env_util import make_vec_env
+    p = load_preset("ppo", env_id)
+    lin = lambda v: (lambda f: f * float(str(v)[4:])) if str(v).startswith("lin_") else v
+    kw = {k: lin(v) for k, v in p.items() if k not in ("n_envs", "n_timesteps", "normalize_obs", "policy")}
+    model = PPO("MlpPolicy", make_vec_env(env_id, n_envs=p.get("n_envs", 1), seed=seed), seed=seed, device="cpu", **kw)
+    t0 = time.perf_counter()
+    model.learn(steps)
+    wall = time.perf_counter() - t0
+    done = model.num_timesteps
+    result = evaluate(lambda o: model.predict(o, deterministic=True)[0], env_id, 20, 0)
+else:
+    cfg = build_config(env_id, overrides={"n_timesteps": steps, "eval_freq": 0, "eval_episodes": 1})
+    mod = __import__(f"train.{'torch' if who == 'torch' else 'tf'}_backend.ppo", fromlist=["train_ppo"])
+    out.mkdir(parents=True, exist_ok=True)
+    r = mod.train_ppo(env_id, cfg, seed, out, device="cpu", progress=False)
+    wall, done = r.wall_time_s, r.steps
+    if who == "torch":
+        from export.source import source_from_checkpoint
+        act = source_from_checkpoint(out).act
+    else:
+        from export.tf_source import tf_source
+        from train.core.checkpoint import load_checkpoint
+        act = tf_source(load_checkpoint(out), {}).act
+    result = evaluate(act, env_id, 20, 0)
+print(json.dumps({"who": who, "steps": done, "wall_s": wall, "steps_per_s": done / wall,
+                  "mean_return": result.mean, "std_return": result.std}))
+"""
+
+NAMES = {"torch": "rl2edge PPO (torch)", "tf": "rl2edge PPO (TF)", "sb3": "Stable-Baselines3 PPO"}
+
+
+def run_one(who: str, env_id: str, steps: int, seed: int, tmp: Path) -> dict[str, Any]:
+    proc = subprocess.run(
+        [sys.executable, "-c", _RUNNER, who, env_id, str(steps), str(seed), str(tmp / f"{who}-{seed}")],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={"TF_CPP_MIN_LOG_LEVEL": "3", **__import__("os").environ},
+    )
+    if proc.returncode != 0:
+        raise RuntimeError(f"{who} failed:\n{proc.stderr[-3000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--env", default="CartPole-v1")
+    ap.add_argument("--steps", type=int, default=100_000)
+    ap.add_argument(
+        "--repeats", type=int, default=1, help="rounds; each runs every contender once, interleaved"
+    )
+    ap.add_argument("--who", default="torch,tf,sb3")
+    ap.add_argument("--out", default=str(RESULTS))
+    args = ap.parse_args(argv)
+    who = args.who.split(",")
+    runs: dict[str, list[dict[str, Any]]] = {w: [] for w in who}
+    with tempfile.TemporaryDirectory() as tmp:
+        for r in range(args.repeats):
+            for w in who:
+                res = run_one(w, args.env, args.steps, r, Path(tmp))
+                runs[w].append(res)
+                print(
+                    f"round {r}: {NAMES[w]}: {res['steps_per_s']:.0f} steps/s, return {res['mean_return']:.1f}",
+                    flush=True,
+                )
+    rows, summary = [], {}
+    for w in who:
+        sps = np.array([x["steps_per_s"] for x in runs[w]])
+        ret = np.array([x["mean_return"] for x in runs[w]])
+        summary[w] = {
+            "steps_per_s_median": float(np.median(sps)),
+            "mean_return": float(ret.mean()),
+            "runs": runs[w],
+        }
+        rows.append(
+            [
+                NAMES[w],
+                f"{np.median(sps):.0f}",
+                f"{np.median([x['wall_s'] for x in runs[w]]):.1f}",
+                f"{ret.mean():.1f}",
+                len(runs[w]),
+            ]
+        )
+    base = summary.get("sb3", {}).get("steps_per_s_median")
+    ratios = {w: summary[w]["steps_per_s_median"] / base for w in who if base}
+    ref = REFERENCE.get(args.env)
+    md = (
+        f"PPO on {args.env}, preset train/presets/ppo.yml, {args.steps} steps, {args.repeats} round(s), one "
+        "torch thread, each run in a fresh process; return: 20 deterministic episodes, seeds 0..19.\n\n"
+        + markdown_table(["contender", "env steps/s (median)", "wall s", "mean return", "runs"], rows)
+        + (
+            "\n\nsteps/s relative to SB3 in this run: "
+            + ", ".join(f"{NAMES[w]} {v:.2f}x" for w, v in ratios.items())
+            if ratios
+            else ""
+        )
+        + (
+            f"\n\nREFERENCE.md (SB3, same preset, a machine like this): {ref['sb3_steps_per_s']} steps/s, return "
+            f"{ref['sb3_return']}."
+            if ref
+            else ""
+        )
+    )
+    data = {
+        "env_id": args.env,
+        "steps": args.steps,
+        "repeats": args.repeats,
+        "results": summary,
+        "ratio_to_sb3": ratios,
+    }
+    write_results("train_throughput", data, md, Path(args.out))
+    _plot(summary, Path(args.out) / "train_throughput.png", args.env)
+    print(md)
+    return data
+
+
+def _plot(summary: dict[str, Any], path: Path, env_id: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 3.2))
+    names = [NAMES[w] for w in summary]
+    ax.barh(
+        names, [summary[w]["steps_per_s_median"] for w in summary], color=["C0", "C1", "C2"][: len(summary)]
+    )
+    for i, w in enumerate(summary):
+        ax.text(
+            summary[w]["steps_per_s_median"],
+            i,
+            f" return {summary[w]['mean_return']:.0f}",
+            va="center",
+            fontsize=8,
+        )
+    ax.set_xlabel("env steps / s (higher is better)")
+    ax.set_title(f"PPO training throughput, {env_id}")
+    save_figure(fig, path)
+
+
+if __name__ == "__main__":
+    main()

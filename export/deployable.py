@@ -40,8 +40,18 @@ _FORMULAS = {
 
 
 class DeployablePolicy(nn.Module):
-    def __init__(self, actor: nn.Module, norm: RunningNormalizer, action_spec: dict[str, Any], head: str):
+    def __init__(
+        self,
+        actor: nn.Module,
+        norm: RunningNormalizer,
+        action_spec: dict[str, Any],
+        head: str,
+        obs_layout: str = "flat",
+    ):
+        """`obs_layout` HWC: the graph takes NCHW (torch's convention); the runtime transposes the env's
+        observation for ONNX, and onnx2tf makes the TFLite input NHWC, the env's own order."""
         super().__init__()
+        self.obs_layout = obs_layout
         if head not in HEADS:
             raise ExportError(f"unknown action head {head!r}")
         transform = ActionTransform(action_spec)
@@ -49,8 +59,15 @@ class DeployablePolicy(nn.Module):
             raise ExportError(f"action head {head} does not fit a {action_spec['type']} action space")
         self.actor, self.head = actor, head
         mean, inv_std = norm.constants()
-        self.register_buffer("obs_mean", torch.from_numpy(mean.reshape(-1)))
-        self.register_buffer("obs_inv_std", torch.from_numpy(inv_std.reshape(-1)))
+        if obs_layout == "HWC":  # statistics follow the graph's CHW order
+            mean, inv_std = mean.transpose(2, 0, 1), inv_std.transpose(2, 0, 1)
+        flat = obs_layout == "flat"
+        self.register_buffer(
+            "obs_mean", torch.from_numpy(np.ascontiguousarray(mean.reshape(-1) if flat else mean))
+        )
+        self.register_buffer(
+            "obs_inv_std", torch.from_numpy(np.ascontiguousarray(inv_std.reshape(-1) if flat else inv_std))
+        )
         self.norm_clip = float(norm.clip) if norm.enabled else None
         self.discrete = transform.discrete
         if self.discrete:
@@ -63,7 +80,8 @@ class DeployablePolicy(nn.Module):
 
     def pre_head(self, obs: torch.Tensor) -> torch.Tensor:
         """The network's output before the head: logits, Q-values, or the action mean."""
-        x = (obs.reshape(obs.shape[0], -1) - self.obs_mean) * self.obs_inv_std
+        x = obs.reshape(obs.shape[0], -1) if self.obs_layout == "flat" else obs
+        x = (x - self.obs_mean) * self.obs_inv_std
         if self.norm_clip is not None:
             x = x.clamp(-self.norm_clip, self.norm_clip)
         return self.actor(x)
@@ -80,6 +98,17 @@ class DeployablePolicy(nn.Module):
         if self.head == "tanh_unscale":
             return self.act_center + torch.tanh(out) * self.act_half_range
         return self.act_center + out * self.act_half_range
+
+    def input_shape(self, obs_shape: tuple[int, ...]) -> tuple[int, ...]:
+        """The graph's input for one observation: the env's shape, or CHW for HWC images."""
+        if self.obs_layout == "HWC":
+            h, w, c = obs_shape
+            return (c, h, w)
+        return tuple(obs_shape)
+
+    def from_env_layout(self, obs: np.ndarray) -> np.ndarray:
+        """A batch of observations as the env gives them -> the graph's input order."""
+        return np.ascontiguousarray(obs.transpose(0, 3, 1, 2)) if self.obs_layout == "HWC" else obs
 
 
 def folded_description(norm: RunningNormalizer, action_spec: dict[str, Any], head: str) -> dict[str, Any]:

@@ -132,7 +132,6 @@ def _export(
     bar: Any,
 ) -> ExportReport:
     tol, env_id = opts.tolerances, source.env_id
-    obs_shape = source.obs_shape
 
     bar.set_description("export: rollouts of the trained policy")
     data = collect_rollout_data(
@@ -152,7 +151,8 @@ def _export(
     onnx_parity: dict[str, Any] | None = None
     if source.write_onnx(onnx_path):
         onnx_backend = OnnxBackend(onnx_path, num_threads=1)
-        onnx_actions = np.stack([onnx_backend.run(o[None])[0] for o in data.heldout])
+        onnx_obs = source.onnx_input(data.heldout)
+        onnx_actions = np.stack([onnx_backend.run(o[None])[0] for o in onnx_obs])
         onnx_parity = compare_actions(source_actions, onnx_actions, source.discrete, margins, tol)
         require_fp32_parity("policy.onnx", onnx_parity, tol)
     else:
@@ -173,7 +173,7 @@ def _export(
     )
     common = {
         "source": source.description,
-        "observation": {**source.observation_space, "layout": "flat", "model_input_shape": [1, *obs_shape]},
+        "observation": {"layout": "flat", **source.observation_space},
         "action": source.action_space,
         "folded": folded_description(source.norm, source.action_space, source.head),
         "onnx": {"file": "policy.onnx", "opset": OPSET, "input": INPUT_NAME, "output": OUTPUT_NAME}
@@ -196,6 +196,7 @@ def _export(
             "model": {"file": "policy.tflite", "format": "tflite"},
             "quantization": {"mode": mode, "calibration": calibration},
         }
+        manifest["model"]["input"] = {"layout": _graph_layout(source.observation_space, onnx=False)}
         write_manifest(art, manifest)
 
         # Verify through the runtime, the code that will serve this file on the device.
@@ -302,6 +303,14 @@ def _choose(
         if r.mode == chosen:
             r.path = report.out / "policy.tflite"
     _logger.info("auto: chose %s among %s (return floor %.1f)", chosen, [c["mode"] for c in eligible], floor)
+
+
+def _graph_layout(obs_space: dict[str, Any], onnx: bool) -> str | None:
+    """Image models: NCHW in torch and its ONNX file, NHWC after onnx2tf. Flat observations: None."""
+    layout = obs_space.get("layout", "flat")
+    if layout == "flat":
+        return None
+    return "NCHW" if onnx and layout == "HWC" else "N" + ("HWC" if layout == "HWC" else layout)
 
 
 def _q(q: tuple[float, int] | None) -> dict[str, float] | None:

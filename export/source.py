@@ -67,6 +67,10 @@ class ExportSource:
     def write_saved_model(self, work: Path, onnx_path: Path | None) -> Path:
         raise NotImplementedError
 
+    def onnx_input(self, obs: np.ndarray) -> np.ndarray:
+        """A batch of env observations in the ONNX graph's input order."""
+        return obs
+
 
 @dataclass
 class TorchSource(ExportSource):
@@ -78,13 +82,16 @@ class TorchSource(ExportSource):
         import torch
 
         with torch.no_grad():
-            return self.policy(torch.as_tensor(np.asarray(obs, np.float32))).numpy()
+            return self.policy(
+                torch.as_tensor(self.policy.from_env_layout(np.asarray(obs, np.float32)))
+            ).numpy()
 
     def pre_head(self, obs: np.ndarray) -> np.ndarray:
         import torch
 
         with torch.no_grad():
-            return self.policy.pre_head(torch.as_tensor(np.asarray(obs, np.float32))).numpy()
+            x = torch.as_tensor(self.policy.from_env_layout(np.asarray(obs, np.float32)))
+            return self.policy.pre_head(x).numpy()
 
     def reference_actions(self, obs: np.ndarray) -> np.ndarray:
         return self.deployable_actions(obs) if self.reference is None else np.asarray(self.reference(obs))
@@ -98,8 +105,11 @@ class TorchSource(ExportSource):
     def write_onnx(self, path: Path) -> bool:
         from export.onnx_export import export_onnx
 
-        export_onnx(self.policy, self.obs_shape, path)
+        export_onnx(self.policy, self.policy.input_shape(self.obs_shape), path)
         return True
+
+    def onnx_input(self, obs: np.ndarray) -> np.ndarray:
+        return self.policy.from_env_layout(obs)
 
     def write_saved_model(self, work: Path, onnx_path: Path | None) -> Path:
         from export.tflite_convert import onnx_to_saved_model

@@ -293,6 +293,25 @@ def _cmd_certs(args: argparse.Namespace) -> int:
     return 0
 
 
+# ----------------------------------------------------------------------------------------------- bench
+def _cmd_bench(args: argparse.Namespace) -> int:
+    """The benchmark scripts live in the source tree's benchmarks/, not in the installed packages."""
+    import runpy
+
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / f"{args.what}.py"
+    if not script.is_file():
+        raise ConfigError(f"{script} not found: `rl2edge bench` runs from a source checkout of rl2edge")
+    argv = ["--suite"] if args.suite else []
+    if args.artifact:
+        argv = ["--artifact", args.artifact]
+    if args.what == "latency" and not argv:
+        raise ConfigError("rl2edge bench latency needs an ARTIFACT or --suite")
+    argv += list(args.rest)
+    sys.argv = [str(script), *argv]
+    runpy.run_path(str(script), run_name="__main__")
+    return 0
+
+
 # ------------------------------------------------------------------------------------------------ main
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
@@ -495,6 +514,23 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--host", help="host name in subjectAltName (default: this host)")
     c.add_argument("--days", type=int, default=365, help="validity (default: 365)")
     c.set_defaults(func=_cmd_certs)
+
+    b = sub.add_parser(
+        "bench",
+        help="run a benchmark (latency, loop_latency, train_throughput, quantization)",
+        formatter_class=fmt,
+        description="Run a script of benchmarks/ (needs a source checkout). Results go to benchmarks/results/ as "
+        "JSON, markdown and PNG. `latency ARTIFACT` needs only the runtime (numpy + an interpreter).",
+        epilog="examples:\n  rl2edge bench latency artifacts/cp\n  rl2edge bench latency --suite\n"
+        "  rl2edge bench loop_latency -- --artifact artifacts/cp --cycles 1000",
+    )
+    b.add_argument("what", choices=["latency", "loop_latency", "train_throughput", "quantization"])
+    b.add_argument("artifact", nargs="?", help="latency: the artifact to measure")
+    b.add_argument(
+        "--suite", action="store_true", help="latency: MLP 64x64, MLP 256x256, Nature-CNN in every form"
+    )
+    b.add_argument("rest", nargs=argparse.REMAINDER, help="further options for the script (after --)")
+    b.set_defaults(func=_cmd_bench)
     return p
 
 

@@ -36,6 +36,8 @@ class Policy:
             self.action_high = np.asarray(act["high"], np.float32)
         self._in_quant = backend.input_quant
         self._out_quant = backend.output_quant
+        # Image observations: the env gives e.g. HWC, torch/ONNX models take NCHW, TFLite models NHWC.
+        self._axes = _transpose_axes(obs.get("layout", "flat"), _model_layout(manifest, backend))
 
     @classmethod
     def load(
@@ -65,6 +67,8 @@ class Policy:
         x = arr.astype(np.float32, copy=False)
         if not np.all(np.isfinite(x)):
             raise ObservationError("observation contains NaN or Inf")
+        if self._axes is not None:
+            x = x.reshape(self.obs_shape).transpose(self._axes)
         x = x.reshape(self._model_shape)
         if self._in_quant is not None:
             scale, zp = self._in_quant
@@ -90,3 +94,20 @@ class Policy:
             return int(np.clip(int(np.asarray(y).reshape(-1)[0]), self._lo, self._hi))
         a = np.asarray(y, np.float32).reshape(self.action_low.shape)
         return np.clip(a, self.action_low, self.action_high)
+
+
+def _model_layout(manifest: Manifest, backend: TFLiteBackend | OnnxBackend) -> str | None:
+    if isinstance(backend, OnnxBackend):
+        return (manifest.data.get("onnx") or {}).get("input_layout")
+    return manifest.model.get("input", {}).get("layout")
+
+
+def _transpose_axes(obs_layout: str, model_layout: str | None) -> tuple[int, ...] | None:
+    """Axes that take an observation in `obs_layout` (HWC, CHW) to the model's (NHWC, NCHW), batch aside."""
+    if obs_layout == "flat" or not model_layout:
+        return None
+    target = model_layout[1:] if model_layout.startswith("N") else model_layout
+    if sorted(target) != sorted(obs_layout):
+        raise ManifestError(f"model input layout {model_layout} does not fit observation layout {obs_layout}")
+    axes = tuple(obs_layout.index(c) for c in target)
+    return None if axes == tuple(range(len(axes))) else axes

@@ -31,8 +31,14 @@ def test_tf_cartpole_ppo_and_its_int8_artifact_reach_475(tmp_path: Path) -> None
 
     run = tmp_path / "run"
     run.mkdir()
-    result = train_ppo("CartPole-v1", build_config("CartPole-v1", overrides={"eval_episodes": 20}), 0, run,
-                       device="cpu", progress=False)
+    result = train_ppo(
+        "CartPole-v1",
+        build_config("CartPole-v1", overrides={"eval_episodes": 20}),
+        0,
+        run,
+        device="cpu",
+        progress=False,
+    )
     assert result.final_eval.mean >= 475
     export_checkpoint(run, tmp_path / "art", ExportOptions(quantize="int8", eval_episodes=5, progress=False))
     assert evaluate(Policy.load(tmp_path / "art").predict, "CartPole-v1", 20, 0).mean >= 475

@@ -27,7 +27,19 @@ def observation_spec(space: gym.Space) -> dict[str, Any]:
         "dtype": str(space.dtype),
         "low": _bounds(space.low),
         "high": _bounds(space.high),
+        "layout": image_layout(tuple(space.shape)),
     }
+
+
+def image_layout(shape: tuple[int, ...]) -> str:
+    """'HWC' or 'CHW' for image observations (channels: the small axis of 1-4), else 'flat'."""
+    if len(shape) != 3:
+        return "flat"
+    if shape[-1] <= 4 < shape[0]:
+        return "HWC"
+    if shape[0] <= 4 < shape[-1]:
+        return "CHW"
+    raise ConfigError(f"observation shape {shape} is 3-D but neither HWC nor CHW with 1-4 channels")
 
 
 def action_spec(space: gym.Space) -> dict[str, Any]:

@@ -1,0 +1,265 @@
+"""Inference latency: what a policy costs per call, in each form it can be served in.
+
+    python benchmarks/latency.py --suite                 # MLP 64x64, MLP 256x256, Nature-CNN 84x84x4
+    python benchmarks/latency.py --artifact ARTIFACT     # one artifact: invoke and predict (edge: no torch needed)
+    rl2edge bench latency --suite | ARTIFACT             # the same, from the CLI
+
+Forms (suite): torch eager, torch no-grad, ONNX Runtime, TFLite fp32 / fp16 / dynamic-range / int8 (bare
+invoke), and the runtime's full `Policy.predict` (validation, int8 (de)quantization, clamping) for every
+TFLite file; each with one thread and with all threads. Microseconds per call, p50/p99/p99.9/max over
+`--calls` single-observation calls after a warm-up. The suite's artifacts come from the real export
+pipeline (rollout calibration, verification). Writes benchmarks/results/latency.{json,md,png}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.common import RESULTS, markdown_table, save_figure, write_results
+
+MODES = ("fp32", "fp16", "dynamic", "int8")
+
+
+def measure(fn: Callable[[], Any], calls: int, warmup: int = 50) -> dict[str, float]:
+    for _ in range(warmup):
+        fn()
+    t = np.empty(calls)
+    clock = time.perf_counter_ns
+    for i in range(calls):
+        t0 = clock()
+        fn()
+        t[i] = clock() - t0
+    t /= 1e3
+    return {
+        "p50": float(np.percentile(t, 50)),
+        "p99": float(np.percentile(t, 99)),
+        "p99.9": float(np.percentile(t, 99.9)),
+        "max": float(t.max()),
+        "calls": calls,
+    }
+
+
+def _artifact_forms(
+    art: Path, obs: np.ndarray, threads: int, calls: int, prefix: str = ""
+) -> list[dict[str, Any]]:
+    """Bare invoke and full predict of one artifact's TFLite file (and its ONNX file, where there is one)."""
+    from runtime import Policy
+
+    rows = []
+    policy = Policy.load(art, num_threads=threads)
+    mode = policy.manifest.quantization["mode"]
+    x = policy._prepare(obs[0])  # the model's own input: quantized for int8, in the model's layout
+    backend = policy._backend
+    rows.append(
+        {
+            "form": f"{prefix}TFLite {mode} invoke",
+            "threads": threads,
+            **measure(lambda: backend.run(x), calls),
+        }
+    )
+    i = iter(range(1 << 62))
+    rows.append(
+        {
+            "form": f"{prefix}TFLite {mode} predict",
+            "threads": threads,
+            **measure(lambda: policy.predict(obs[next(i) % len(obs)]), calls),
+        }
+    )
+    return rows
+
+
+def _suite_rows(kind: str, tmp: Path, calls: int, thread_counts: list[int]) -> list[dict[str, Any]]:
+    import torch
+
+    from benchmarks.synthetic import synthetic_source
+    from export.pipeline import ExportOptions, export_source
+    from runtime.interpreters import OnnxBackend
+
+    source = synthetic_source(kind)
+    out = tmp / kind
+    export_source(
+        source, out, ExportOptions(quantize="all", calib_episodes=2, eval_episodes=1, progress=False)
+    )
+    env_obs = np.stack(_observations(source.env_id, 64))
+    graph_in = torch.as_tensor(source.policy.from_env_layout(env_obs[:1].astype(np.float32)))
+    rows: list[dict[str, Any]] = []
+    for threads in thread_counts:
+        torch.set_num_threads(threads)
+        rows.append(
+            {"form": "torch eager", "threads": threads, **measure(lambda: source.policy(graph_in), calls)}
+        )
+        with torch.inference_mode():
+            rows.append(
+                {
+                    "form": "torch no-grad",
+                    "threads": threads,
+                    **measure(lambda: source.policy(graph_in), calls),
+                }
+            )
+        ort = OnnxBackend(out / "fp32" / "policy.onnx", num_threads=threads)
+        onnx_in = source.onnx_input(env_obs[:1].astype(np.float32))
+        rows.append(
+            {
+                "form": "ONNX Runtime",
+                "threads": threads,
+                **measure(lambda ort=ort, x=onnx_in: ort.run(x), calls),
+            }
+        )
+        for mode in MODES:
+            rows += _artifact_forms(out / mode, env_obs, threads, calls)
+    for r in rows:
+        r["policy"] = {"mlp64": "MLP 64x64", "mlp256": "MLP 256x256", "cnn": "Nature-CNN 84x84x4"}[kind]
+    return rows
+
+
+def _observations(env_id: str, n: int) -> list[np.ndarray]:
+    from train.core.envs import make_env
+
+    env = make_env(env_id)
+    env.action_space.seed(0)
+    o, _ = env.reset(seed=0)
+    out = []
+    for _ in range(n):
+        out.append(o)
+        o, _, term, trunc, _ = env.step(env.action_space.sample())
+        if term or trunc:
+            o, _ = env.reset()
+    env.close()
+    return out
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    what = ap.add_mutually_exclusive_group(required=True)
+    what.add_argument("--suite", action="store_true", help="MLP 64x64, MLP 256x256, Nature-CNN, every form")
+    what.add_argument("--artifact", help="one artifact directory")
+    ap.add_argument("--calls", type=int, default=0, help="calls per measurement (default: 3000 MLP, 500 CNN)")
+    ap.add_argument("--policies", default="mlp64,mlp256,cnn", help="suite: which synthetic policies")
+    ap.add_argument("--out", default=str(RESULTS))
+    args = ap.parse_args(argv)
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    thread_counts = sorted({1, os.cpu_count() or 1})
+    rows: list[dict[str, Any]] = []
+    if args.suite:
+        with tempfile.TemporaryDirectory() as tmp:
+            for kind in args.policies.split(","):
+                calls = args.calls or (500 if kind == "cnn" else 3000)
+                rows += _suite_rows(kind, Path(tmp), calls, thread_counts)
+    else:
+        from runtime import load_manifest
+
+        art = Path(args.artifact)
+        m = load_manifest(art)
+        obs = _artifact_observations(m.observation)
+        for threads in thread_counts:
+            rows += _artifact_forms(art, obs, threads, args.calls or 3000)
+        for r in rows:
+            r["policy"] = str(art)
+    table_rows = [
+        [
+            r["policy"],
+            r["form"],
+            r["threads"],
+            f"{r['p50']:.1f}",
+            f"{r['p99']:.1f}",
+            f"{r['p99.9']:.1f}",
+            f"{r['max']:.1f}",
+        ]
+        for r in rows
+    ]
+    derived = _derived(rows)
+    md = (
+        "Latency per call in microseconds (single observation, after warm-up).\n\n"
+        + markdown_table(["policy", "form", "threads", "p50 us", "p99 us", "p99.9 us", "max us"], table_rows)
+        + ("\n\n" + "\n".join(f"- {line}" for line in derived["lines"]) if derived["lines"] else "")
+    )
+    data = {"rows": rows, "derived": derived}
+    name = "latency" if args.suite else "latency_artifact"
+    write_results(name, data, md, Path(args.out))
+    _plot(rows, Path(args.out) / f"{name}.png")
+    print(md)
+    return data
+
+
+def _artifact_observations(spec: dict[str, Any]) -> np.ndarray:
+    """Observations inside the declared bounds (unbounded sides: a unit normal)."""
+    rng = np.random.default_rng(0)
+    shape = tuple(spec["shape"])
+    low = np.array(
+        [-1.0 if v is None else v for v in np.ravel(spec.get("low", []) or [None] * int(np.prod(shape)))]
+    )
+    high = np.array(
+        [1.0 if v is None else v for v in np.ravel(spec.get("high", []) or [None] * int(np.prod(shape)))]
+    )
+    x = rng.uniform(low, high, size=(256, low.size)).astype(np.float32)
+    return x.reshape(256, *shape)
+
+
+def _derived(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The figures the README quotes: int8 vs torch eager on the CNN; predict's overhead over invoke."""
+    out: dict[str, Any] = {"lines": []}
+    key = {(r["policy"], r["form"], r["threads"]): r for r in rows}
+    cnn = "Nature-CNN 84x84x4"
+    if (cnn, "torch eager", 1) in key and (cnn, "TFLite int8 invoke", 1) in key:
+        speedup = key[(cnn, "torch eager", 1)]["p50"] / key[(cnn, "TFLite int8 invoke", 1)]["p50"]
+        out["cnn_int8_vs_torch_eager_1thread"] = speedup
+        out["lines"].append(
+            f"Nature-CNN, one thread: TFLite int8 invoke is {speedup:.1f}x faster than torch eager (p50)."
+        )
+    overheads = {}
+    for (policy, form, threads), r in key.items():
+        if form.endswith(" predict") and threads == 1:
+            invoke = key.get((policy, form.replace(" predict", " invoke"), 1))
+            if invoke:
+                overheads[f"{policy} | {form[:-8]}"] = r["p50"] - invoke["p50"]
+    out["predict_overhead_us_1thread"] = overheads
+    if overheads:
+        vals = np.array(list(overheads.values()))
+        out["lines"].append(
+            f"Policy.predict over a bare invoke (one thread, p50): {vals.min():.1f} to {vals.max():.1f} us "
+            "(validation, int8 (de)quantization, clamping)."
+        )
+    return out
+
+
+def _plot(rows: list[dict[str, Any]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    policies = list(dict.fromkeys(r["policy"] for r in rows))
+    fig, axes = plt.subplots(len(policies), 1, figsize=(8, 2.8 * len(policies)), squeeze=False)
+    for ax, policy in zip(axes[:, 0], policies, strict=True):
+        sel = [r for r in rows if r["policy"] == policy]
+        forms = list(dict.fromkeys(r["form"] for r in sel))
+        threads = sorted({r["threads"] for r in sel})
+        y = np.arange(len(forms))
+        h = 0.8 / len(threads)
+        for k, t in enumerate(threads):
+            vals = [next((r for r in sel if r["form"] == f and r["threads"] == t), None) for f in forms]
+            p50 = [v["p50"] if v else np.nan for v in vals]
+            p99 = [v["p99"] - v["p50"] if v else 0 for v in vals]
+            ax.barh(y + k * h, p50, h, xerr=[np.zeros(len(p99)), p99], label=f"{t} thread(s)", capsize=2)
+        ax.set_yticks(y + h * (len(threads) - 1) / 2, forms, fontsize=7)
+        ax.set_xscale("log")
+        ax.set_title(policy, fontsize=9)
+        ax.set_xlabel("us per call: p50 bar, p99 whisker")
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    save_figure(fig, path)
+
+
+if __name__ == "__main__":
+    main()

@@ -176,7 +176,13 @@ def _export(
         "observation": {"layout": "flat", **source.observation_space},
         "action": source.action_space,
         "folded": folded_description(source.norm, source.action_space, source.head),
-        "onnx": {"file": "policy.onnx", "opset": OPSET, "input": INPUT_NAME, "output": OUTPUT_NAME}
+        "onnx": {
+            "file": "policy.onnx",
+            "opset": OPSET,
+            "input": INPUT_NAME,
+            "output": OUTPUT_NAME,
+            "input_layout": _graph_layout(source.observation_space, onnx=True),
+        }
         if onnx_path
         else None,
         "tools": _versions(),
@@ -209,6 +215,7 @@ def _export(
                     "shape": list(backend.input_shape),
                     "dtype": str(backend.input_dtype),
                     "quantization": _q(backend.input_quant),
+                    "layout": manifest["model"]["input"]["layout"],
                 },
                 "output": {
                     "name": backend.output_name,

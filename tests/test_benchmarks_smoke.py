@@ -31,3 +31,49 @@ def test_train_throughput_benchmark_smoke(tmp_path: Path) -> None:
     assert set(data["results"]) == {"torch", "tf", "sb3"}
     assert all(r["steps_per_s_median"] > 0 for r in data["results"].values())
     assert "SB3" in (tmp_path / "train_throughput.md").read_text()
+
+
+def test_latency_suite_smoke(tmp_path: Path) -> None:
+    from benchmarks.latency import main
+
+    data = main(["--suite", "--policies", "mlp64", "--calls", "20", "--out", str(tmp_path)])
+    forms = {r["form"] for r in data["rows"]}
+    assert {
+        "torch eager",
+        "torch no-grad",
+        "ONNX Runtime",
+        "TFLite int8 invoke",
+        "TFLite fp16 predict",
+    } <= forms
+    assert {r["threads"] for r in data["rows"]} >= {1}
+    assert data["derived"]["predict_overhead_us_1thread"]
+    for ext in ("json", "md", "png"):
+        assert (tmp_path / f"latency.{ext}").stat().st_size > 0
+
+
+def test_latency_of_one_artifact_needs_only_the_runtime(cartpole_all, tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    _, root = cartpole_all
+    code = (
+        f"import sys; sys.argv = ['x', '--artifact', {str(root / 'int8')!r}, '--calls', '20', '--out', {str(tmp_path)!r}]\n"
+        "from benchmarks.latency import main; main()\n"
+        "print('LOADED', sorted(m for m in ('torch', 'tensorflow') if m in sys.modules))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=Path(__file__).parents[1],
+    ).stdout
+    assert "LOADED []" in out and "TFLite int8 predict" in (tmp_path / "latency_artifact.md").read_text()
+
+
+def test_quantization_benchmark_smoke(cartpole_run: Path, tmp_path: Path) -> None:
+    from benchmarks.quantization import main
+
+    data = main(["--runs", str(cartpole_run), "--episodes", "1", "--out", str(tmp_path)])
+    assert [f["mode"] for f in data["files"]] == ["fp32", "fp16", "dynamic", "int8"]
+    assert (tmp_path / "quantization.png").stat().st_size > 0

@@ -111,3 +111,27 @@ def test_onnx_file_runs_through_the_runtime_too(cartpole_all) -> None:
     assert onx.backend_name == "onnxruntime"
     obs = _rollout_obs("CartPole-v1", 200, seed=9)
     assert [tfl.predict(o) for o in obs] == [onx.predict(o) for o in obs]
+
+
+def test_image_observations_export_nchw_torch_nhwc_tflite(tmp_path: Path) -> None:
+    """A Nature-CNN on 84x84x4 frames as the env gives them (HWC): the torch graph and its ONNX file take
+    NCHW, onnx2tf makes the TFLite input NHWC, the manifest says so, and the runtime takes the env's frame."""
+    from benchmarks.synthetic import FrameEnv, synthetic_source
+    from export.pipeline import export_source
+
+    source = synthetic_source("cnn")
+    export_source(
+        source,
+        tmp_path / "cnn",
+        ExportOptions(quantize="fp32", calib_episodes=1, eval_episodes=1, progress=False),
+    )
+    m = load_manifest(tmp_path / "cnn").data
+    assert m["observation"]["layout"] == "HWC" and m["observation"]["shape"] == [84, 84, 4]
+    assert m["model"]["input"]["layout"] == "NHWC" and m["model"]["input"]["shape"] == [1, 84, 84, 4]
+    assert m["onnx"]["input_layout"] == "NCHW"
+    env = FrameEnv()
+    frames = [env.reset(seed=s)[0] for s in range(20)]
+    expected = source.deployable_actions(np.stack(frames))
+    for backend in ("auto", "onnxruntime"):
+        policy = Policy.load(tmp_path / "cnn", backend=backend)
+        assert [policy.predict(f) for f in frames] == expected.tolist()

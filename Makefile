@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: install demo test test-all lint bench-loop clean
+.PHONY: install demo test test-all lint bench bench-loop clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -27,7 +27,16 @@ test: install
 test-all: install
 	$(PY) -m pytest -m ""
 
-# Loop latency over OPC UA (needs an artifact: `make demo` makes demo-out/artifacts/int8).
+# Every benchmark; results (JSON + markdown + PNG) in benchmarks/results/. About 15 minutes on 2 cores.
+bench: install
+	test -d demo-out/artifacts/int8 || $(PY) scripts/demo.py
+	$(PY) benchmarks/latency.py --suite
+	$(PY) benchmarks/latency.py --artifact demo-out/artifacts/int8
+	$(PY) benchmarks/train_throughput.py --repeats 2
+	$(PY) benchmarks/quantization.py
+	$(PY) benchmarks/loop_latency.py --artifact demo-out/artifacts/int8
+
+# Loop latency over OPC UA alone (needs an artifact: `make demo` makes demo-out/artifacts/int8).
 bench-loop: install
 	$(PY) benchmarks/loop_latency.py --artifact demo-out/artifacts/int8
 

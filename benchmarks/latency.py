@@ -31,52 +31,53 @@ from benchmarks.common import RESULTS, markdown_table, save_figure, write_result
 MODES = ("fp32", "fp16", "dynamic", "int8")
 
 
-def measure(fn: Callable[[], Any], calls: int, warmup: int = 50) -> dict[str, float]:
-    for _ in range(warmup):
-        fn()
-    t = np.empty(calls)
+def measure(
+    fns: dict[str, Callable[[], Any]], calls: int, rounds: int = 5, warmup: int = 50
+) -> dict[str, dict[str, float]]:
+    """Per-call microseconds of each function, interleaved: every round runs each function calls/rounds
+    times, so that the machine's drift (shared, noisy) hits all forms alike."""
     clock = time.perf_counter_ns
-    for i in range(calls):
-        t0 = clock()
-        fn()
-        t[i] = clock() - t0
-    t /= 1e3
-    return {
-        "p50": float(np.percentile(t, 50)),
-        "p99": float(np.percentile(t, 99)),
-        "p99.9": float(np.percentile(t, 99.9)),
-        "max": float(t.max()),
-        "calls": calls,
-    }
+    samples: dict[str, list[np.ndarray]] = {name: [] for name in fns}
+    for fn in fns.values():
+        for _ in range(warmup):
+            fn()
+    per_round = max(1, calls // rounds)
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            t = np.empty(per_round)
+            for i in range(per_round):
+                t0 = clock()
+                fn()
+                t[i] = clock() - t0
+            samples[name].append(t / 1e3)
+    out = {}
+    for name, parts in samples.items():
+        t = np.concatenate(parts)
+        out[name] = {
+            "p50": float(np.percentile(t, 50)),
+            "p99": float(np.percentile(t, 99)),
+            "p99.9": float(np.percentile(t, 99.9)),
+            "max": float(t.max()),
+            "calls": int(t.size),
+        }
+    return out
 
 
 def _artifact_forms(
-    art: Path, obs: np.ndarray, threads: int, calls: int, prefix: str = ""
-) -> list[dict[str, Any]]:
-    """Bare invoke and full predict of one artifact's TFLite file (and its ONNX file, where there is one)."""
+    art: Path, obs: np.ndarray, threads: int, prefix: str = ""
+) -> dict[str, Callable[[], Any]]:
+    """Bare invoke and full predict of one artifact's TFLite file."""
     from runtime import Policy
 
-    rows = []
     policy = Policy.load(art, num_threads=threads)
     mode = policy.manifest.quantization["mode"]
     x = policy._prepare(obs[0])  # the model's own input: quantized for int8, in the model's layout
     backend = policy._backend
-    rows.append(
-        {
-            "form": f"{prefix}TFLite {mode} invoke",
-            "threads": threads,
-            **measure(lambda: backend.run(x), calls),
-        }
-    )
     i = iter(range(1 << 62))
-    rows.append(
-        {
-            "form": f"{prefix}TFLite {mode} predict",
-            "threads": threads,
-            **measure(lambda: policy.predict(obs[next(i) % len(obs)]), calls),
-        }
-    )
-    return rows
+    return {
+        f"{prefix}TFLite {mode} invoke": lambda: backend.run(x),
+        f"{prefix}TFLite {mode} predict": lambda: policy.predict(obs[next(i) % len(obs)]),
+    }
 
 
 def _suite_rows(kind: str, tmp: Path, calls: int, thread_counts: list[int]) -> list[dict[str, Any]]:
@@ -96,28 +97,21 @@ def _suite_rows(kind: str, tmp: Path, calls: int, thread_counts: list[int]) -> l
     rows: list[dict[str, Any]] = []
     for threads in thread_counts:
         torch.set_num_threads(threads)
-        rows.append(
-            {"form": "torch eager", "threads": threads, **measure(lambda: source.policy(graph_in), calls)}
-        )
-        with torch.inference_mode():
-            rows.append(
-                {
-                    "form": "torch no-grad",
-                    "threads": threads,
-                    **measure(lambda: source.policy(graph_in), calls),
-                }
-            )
         ort = OnnxBackend(out / "fp32" / "policy.onnx", num_threads=threads)
         onnx_in = source.onnx_input(env_obs[:1].astype(np.float32))
-        rows.append(
-            {
-                "form": "ONNX Runtime",
-                "threads": threads,
-                **measure(lambda ort=ort, x=onnx_in: ort.run(x), calls),
-            }
-        )
+
+        def no_grad() -> Any:
+            with torch.inference_mode():
+                return source.policy(graph_in)
+
+        fns: dict[str, Callable[[], Any]] = {
+            "torch eager": lambda: source.policy(graph_in),
+            "torch no-grad": no_grad,
+            "ONNX Runtime": lambda ort=ort, x=onnx_in: ort.run(x),
+        }
         for mode in MODES:
-            rows += _artifact_forms(out / mode, env_obs, threads, calls)
+            fns.update(_artifact_forms(out / mode, env_obs, threads))
+        rows += [{"form": name, "threads": threads, **stats} for name, stats in measure(fns, calls).items()]
     for r in rows:
         r["policy"] = {"mlp64": "MLP 64x64", "mlp256": "MLP 256x256", "cnn": "Nature-CNN 84x84x4"}[kind]
     return rows
@@ -163,7 +157,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         m = load_manifest(art)
         obs = _artifact_observations(m.observation)
         for threads in thread_counts:
-            rows += _artifact_forms(art, obs, threads, args.calls or 3000)
+            stats = measure(_artifact_forms(art, obs, threads), args.calls or 3000)
+            rows += [{"form": name, "threads": threads, **st} for name, st in stats.items()]
         for r in rows:
             r["policy"] = str(art)
     table_rows = [

@@ -36,6 +36,10 @@ class Policy:
             self.action_high = np.asarray(act["high"], np.float32)
         self._in_quant = backend.input_quant
         self._out_quant = backend.output_quant
+        if self._in_quant is not None:
+            info = np.iinfo(backend.input_dtype)
+            self._in_inv_scale = np.float32(1.0 / self._in_quant[0])
+            self._in_zp, self._in_lo, self._in_hi = np.float32(self._in_quant[1]), info.min, info.max
         # Image observations: the env gives e.g. HWC, torch/ONNX models take NCHW, TFLite models NHWC.
         self._axes = _transpose_axes(obs.get("layout", "flat"), _model_layout(manifest, backend))
 
@@ -65,15 +69,16 @@ class Policy:
                 f"observation shape {arr.shape} does not match the artifact's {self.obs_shape}"
             )
         x = arr.astype(np.float32, copy=False)
-        if not np.all(np.isfinite(x)):
+        if not np.isfinite(x).all():
             raise ObservationError("observation contains NaN or Inf")
         if self._axes is not None:
             x = x.reshape(self.obs_shape).transpose(self._axes)
         x = x.reshape(self._model_shape)
-        if self._in_quant is not None:
-            scale, zp = self._in_quant
-            info = np.iinfo(self._backend.input_dtype)
-            x = np.clip(np.round(x / scale) + zp, info.min, info.max).astype(self._backend.input_dtype)
+        if self._in_quant is not None:  # per-call cost matters here: constants precomputed in __init__
+            q = np.rint(x * self._in_inv_scale)
+            q += self._in_zp
+            np.clip(q, self._in_lo, self._in_hi, out=q)
+            x = q.astype(self._backend.input_dtype)
         return x
 
     def raw(self, obs: np.ndarray) -> np.ndarray:

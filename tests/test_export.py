@@ -38,7 +38,7 @@ def test_all_modes_make_one_verified_artifact_each(cartpole_all) -> None:
     assert int8["model"]["input"]["dtype"] == "int8" and int8["model"]["input"]["quantization"]["scale"] > 0
     assert int8["quantization"]["calibration"]["source"].startswith("rollouts of the trained policy")
     assert int8["quantization"]["calibration"]["calibration"]["samples"] > 10
-    assert fp32["folded"]["normalization"]["enabled"] and any(fp32["folded"]["normalization"]["mean"])
+    assert fp32["folded"]["normalization"]["enabled"] is False  # the CartPole preset, as the Zoo, does not normalize
 
 
 def _rollout_obs(env_id: str, n: int, seed: int) -> np.ndarray:
@@ -60,6 +60,7 @@ def test_continuous_fp32_tflite_matches_torch_within_1e_4(pendulum_run: Path, pe
     m = load_manifest(art).data
     assert m["verification"]["tflite_vs_source"]["max_abs_error"] <= 1e-4
     assert m["folded"]["action_transform"]["half_range"] == [2.0]
+    assert m["folded"]["normalization"]["enabled"] and any(m["folded"]["normalization"]["mean"])
     source, _ = build_deployable(load_checkpoint(pendulum_run))
     policy = Policy.load(art)
     obs = _rollout_obs("Pendulum-v1", 300, seed=123)  # not the export's own held-out data

@@ -25,7 +25,7 @@ from export.deployable import folded_description
 from export.onnx_export import INPUT_NAME, OPSET, OUTPUT_NAME
 from export.report import ExportReport, FileRow
 from export.source import ExportSource, source_from_checkpoint
-from export.tflite_convert import MODES, convert
+from export.tflite_convert import FLOAT_OPS, MODES, convert
 from export.tolerances import DEFAULT, Tolerances
 from export.verify import compare_actions, latency_us, require_fp32_parity
 from rl2edge.errors import ConfigError, ExportError
@@ -193,7 +193,15 @@ def _export(
         bar.set_description(f"export: TFLite {mode}")
         art = _shipped_dir(mode, opts, work, staging)
         art.mkdir(parents=True, exist_ok=True)
-        write_bytes_atomic(art / "policy.tflite", convert(saved_model, mode, data.calibration))
+        flat = source.observation_space.get("layout", "flat") == "flat"
+        if mode == "int8" and flat and not source.norm.enabled:
+            _logger.warning(
+                "int8 without folded observation normalization: raw observations of very different scales reach "
+                "the int8 network through one per-tensor scale; train with normalize_obs (the default) for int8"
+            )
+        write_bytes_atomic(
+            art / "policy.tflite", convert(saved_model, mode, data.calibration, float_io_ops=flat)
+        )
         if onnx_path is not None:
             shutil.copyfile(onnx_path, art / "policy.onnx")
         calibration = dict(data.description) if mode == "int8" else None
@@ -202,6 +210,11 @@ def _export(
             "model": {"file": "policy.tflite", "format": "tflite"},
             "quantization": {"mode": mode, "calibration": calibration},
         }
+        if mode == "int8" and flat:
+            manifest["quantization"]["float_ops"] = {
+                "ops": FLOAT_OPS,
+                "why": "normalization and action head in float32; the network in int8",
+            }
         manifest["model"]["input"] = {"layout": _graph_layout(source.observation_space, onnx=False)}
         write_manifest(art, manifest)
 

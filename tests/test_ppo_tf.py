@@ -189,7 +189,7 @@ def test_tf_checkpoint_exports_through_the_savedmodel_route(tmp_path: Path) -> N
     )
     m = load_manifest(tmp_path / "art").data
     assert m["onnx"] is None and "policy.onnx" not in m["files"] and m["source"]["framework"] == "tf"
-    assert m["model"]["input"]["dtype"] == "int8"
+    assert m["model"]["input"]["dtype"] == "float32" and m["quantization"]["mode"] == "int8"
     policy = Policy.load(tmp_path / "art")
     assert policy.predict(np.zeros(3, np.float32)).shape == (1,)
     # the fp32 file of the same run, checked by the pipeline against the tf.function within 1e-4

@@ -60,6 +60,9 @@ class PPOConfig:
     """Deterministic evaluation every this many env steps (0: off)."""
     eval_episodes: int = 5
     """Episodes per periodic evaluation."""
+    keep_best: bool = True
+    """Checkpoint the policy (and its normalization statistics) of the best periodic evaluation rather than
+    the last update's; both evaluations are in summary.json. PPO can peak and then degrade late in a run."""
     policy: str = "MlpPolicy"
     """Zoo compatibility; only MlpPolicy is implemented."""
 

@@ -6,6 +6,7 @@ network, the loss and the optimizer step, as a `PPOAgent`.
 
 from __future__ import annotations
 
+import copy
 import logging
 import math
 import time
@@ -55,6 +56,11 @@ class PPOAgent(Protocol):
 
     def save_weights(self, run_dir: Path) -> str:
         """Write the weights atomically; return the file's name."""
+
+    def get_state(self) -> Any:
+        """A copy of the network's weights, in memory."""
+
+    def set_state(self, state: Any) -> None: ...
 
 
 AgentFactory = Callable[[dict[str, Any], PPOConfig, int, str], PPOAgent]
@@ -115,6 +121,7 @@ def train_ppo(
     ep_returns = np.zeros(cfg.n_envs)
     recent_returns: list[float] = []
     next_eval, global_step = cfg.eval_freq, 0
+    best: tuple[float, int, Any, RunningNormalizer] | None = None  # (return, step, weights, normalizer)
     start = time.perf_counter()
     bar = tqdm(
         total=n_updates * batch_steps,
@@ -179,6 +186,8 @@ def train_ppo(
                 result = evaluate(deterministic_act, env_id, cfg.eval_episodes, seed + EVAL_SEED_OFFSET)
                 row["eval_return_mean"], row["eval_return_std"] = result.mean, result.std
                 _logger.info("step %d: eval return %.1f +- %.1f", global_step, result.mean, result.std)
+                if cfg.keep_best and (best is None or result.mean > best[0]):
+                    best = (result.mean, global_step, agent.get_state(), copy.deepcopy(norm))
                 next_eval += cfg.eval_freq
             metrics.log(global_step, row)
     finally:
@@ -187,7 +196,19 @@ def train_ppo(
         envs.close()
     wall = time.perf_counter() - start
 
-    final_eval = evaluate(deterministic_act, env_id, cfg.eval_episodes, seed + EVAL_SEED_OFFSET)
+    final_eval = last_eval = evaluate(deterministic_act, env_id, cfg.eval_episodes, seed + EVAL_SEED_OFFSET)
+    kept = {"kept": "last", "step": global_step}
+    if best is not None and best[0] > last_eval.mean:
+        agent.set_state(best[2])
+        norm = best[3]
+        final_eval = evaluate(deterministic_act, env_id, cfg.eval_episodes, seed + EVAL_SEED_OFFSET)
+        kept = {"kept": "best", "step": best[1]}
+        _logger.info(
+            "checkpoint: the policy of step %d (eval %.1f), not the last one (eval %.1f)",
+            best[1],
+            final_eval.mean,
+            last_eval.mean,
+        )
     weights_file = agent.save_weights(run_dir)
     write_checkpoint(
         run_dir,
@@ -214,6 +235,8 @@ def train_ppo(
             "steps_per_s": global_step / wall,
             "device": agent.device,
             "framework": agent.framework,
+            "checkpoint": kept,
+            "last_eval": {"mean_return": last_eval.mean, "std_return": last_eval.std},
             "final_eval": {
                 "seed": seed + EVAL_SEED_OFFSET,
                 "mean_return": final_eval.mean,

@@ -186,6 +186,12 @@ class TFPPO:
             )
         }
 
+    def get_state(self) -> list[np.ndarray]:
+        return [w.copy() for w in self.model.get_weights()]
+
+    def set_state(self, state: list[np.ndarray]) -> None:
+        self.model.set_weights(state)
+
     def save_weights(self, run_dir: Path) -> str:
         import os
         import tempfile

@@ -118,6 +118,12 @@ class TorchPPO:
     def train_minibatches(self, mbs: list[Minibatch], clip: float) -> np.ndarray:
         return torch.stack([self.train_step(mb, clip) for mb in mbs]).mean(0).cpu().numpy()
 
+    def get_state(self) -> dict[str, torch.Tensor]:
+        return {k: v.detach().clone() for k, v in self.policy.state_dict().items()}
+
+    def set_state(self, state: dict[str, torch.Tensor]) -> None:
+        self.policy.load_state_dict(state)
+
     def save_weights(self, run_dir: Path) -> str:
         state = {k: v.detach().cpu().contiguous() for k, v in self.policy.state_dict().items()}
         write_bytes_atomic(run_dir / WEIGHTS_FILE, safetensors_save(state))

@@ -86,13 +86,14 @@ def _suite_rows(kind: str, tmp: Path, calls: int, thread_counts: list[int]) -> l
     from benchmarks.synthetic import synthetic_source
     from export.pipeline import ExportOptions, export_source
     from runtime.interpreters import OnnxBackend
+    from train.core.evaluation import random_observations
 
     source = synthetic_source(kind)
     out = tmp / kind
     export_source(
         source, out, ExportOptions(quantize="all", calib_episodes=2, eval_episodes=1, progress=False)
     )
-    env_obs = np.stack(_observations(source.env_id, 64))
+    env_obs = random_observations(source.env_id, 64, seed=0)
     graph_in = torch.as_tensor(source.policy.from_env_layout(env_obs[:1].astype(np.float32)))
     rows: list[dict[str, Any]] = []
     for threads in thread_counts:
@@ -115,22 +116,6 @@ def _suite_rows(kind: str, tmp: Path, calls: int, thread_counts: list[int]) -> l
     for r in rows:
         r["policy"] = {"mlp64": "MLP 64x64", "mlp256": "MLP 256x256", "cnn": "Nature-CNN 84x84x4"}[kind]
     return rows
-
-
-def _observations(env_id: str, n: int) -> list[np.ndarray]:
-    from train.core.envs import make_env
-
-    env = make_env(env_id)
-    env.action_space.seed(0)
-    o, _ = env.reset(seed=0)
-    out = []
-    for _ in range(n):
-        out.append(o)
-        o, _, term, trunc, _ = env.step(env.action_space.sample())
-        if term or trunc:
-            o, _ = env.reset()
-    env.close()
-    return out
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:

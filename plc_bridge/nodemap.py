@@ -11,10 +11,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from plc_bridge.layout import node_id
 from rl2edge.errors import ConfigError
+from rl2edge.fileio import load_yaml
 
 
 @dataclass(frozen=True)
@@ -84,12 +83,7 @@ def load_node_map(path: str | Path | None) -> NodeMap:
     if path is None:
         return default_node_map()
     path = Path(path)
-    try:
-        data = yaml.safe_load(path.read_text())
-    except FileNotFoundError:
-        raise ConfigError(f"node map {path} does not exist") from None
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"node map {path} is not valid YAML: {exc}") from None
+    data = load_yaml(path, "node map")
     if not isinstance(data, dict):
         raise ConfigError(f"node map {path} must be a mapping")
     required = ("observation", "observation_seq", "action", "action_seq", "heartbeat", "status")

@@ -80,3 +80,18 @@ def atomic_directory(final: str | os.PathLike[str]) -> Iterator[Path]:
     os.replace(tmp, final)
     if old is not None:
         shutil.rmtree(old, ignore_errors=True)
+
+
+def load_yaml(path: str | os.PathLike[str], what: str) -> Any:
+    """A YAML file's content, or a ConfigError that names the file and what is wrong with it."""
+    import yaml
+
+    path = Path(path)
+    try:
+        return yaml.safe_load(path.read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"{what} {path} does not exist") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"cannot read {what} {path}: {exc}") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{what} {path} is not valid YAML: {exc}") from None

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import gymnasium as gym
 import numpy as np
 import pytest
 import torch
@@ -16,6 +15,7 @@ from export.tolerances import Tolerances
 from rl2edge.errors import ConfigError, ToleranceError
 from runtime import Policy, load_manifest
 from train.core.checkpoint import load_checkpoint
+from train.core.evaluation import random_observations
 
 
 def test_all_modes_make_one_verified_artifact_each(cartpole_all) -> None:
@@ -42,19 +42,6 @@ def test_all_modes_make_one_verified_artifact_each(cartpole_all) -> None:
     assert fp32["folded"]["normalization"]["enabled"] and any(fp32["folded"]["normalization"]["mean"])
 
 
-def _rollout_obs(env_id: str, n: int, seed: int) -> np.ndarray:
-    env = gym.make(env_id)
-    env.action_space.seed(seed)
-    obs, _ = env.reset(seed=seed)
-    out = []
-    for _ in range(n):
-        out.append(obs)
-        obs, _, term, trunc, _ = env.step(env.action_space.sample())
-        if term or trunc:
-            obs, _ = env.reset()
-    return np.asarray(out, np.float32)
-
-
 def test_continuous_fp32_tflite_matches_torch_within_1e_4(pendulum_run: Path, pendulum_fp32) -> None:
     """Normalization and action unscaling are folded in: raw observation in, action in [-2, 2] out."""
     _, art = pendulum_fp32
@@ -64,7 +51,7 @@ def test_continuous_fp32_tflite_matches_torch_within_1e_4(pendulum_run: Path, pe
     assert m["folded"]["normalization"]["enabled"] and any(m["folded"]["normalization"]["mean"])
     source, _ = build_deployable(load_checkpoint(pendulum_run))
     policy = Policy.load(art)
-    obs = _rollout_obs("Pendulum-v1", 300, seed=123)  # not the export's own held-out data
+    obs = random_observations("Pendulum-v1", 300, seed=123)  # not the export's own held-out data
     with torch.no_grad():
         expected = source(torch.as_tensor(obs)).numpy()
     got = np.stack([policy.predict(o) for o in obs])
@@ -79,7 +66,7 @@ def test_continuous_int8_dequantizes_output_and_stays_in_bounds(pendulum_int8) -
     parity = m["verification"]["tflite_vs_source"]
     assert parity["metric"] == "abs_error" and parity["max_abs_error"] < 0.5
     policy = Policy.load(art)
-    for o in _rollout_obs("Pendulum-v1", 50, seed=5):
+    for o in random_observations("Pendulum-v1", 50, seed=5):
         a = policy.predict(o)
         assert a.shape == (1,) and -2.0 <= float(a[0]) <= 2.0
 
@@ -111,7 +98,7 @@ def test_onnx_file_runs_through_the_runtime_too(cartpole_all) -> None:
     _, root = cartpole_all
     tfl, onx = Policy.load(root / "fp32"), Policy.load(root / "fp32", backend="onnxruntime")
     assert onx.backend_name == "onnxruntime"
-    obs = _rollout_obs("CartPole-v1", 200, seed=9)
+    obs = random_observations("CartPole-v1", 200, seed=9)
     assert [tfl.predict(o) for o in obs] == [onx.predict(o) for o in obs]
 
 

@@ -12,6 +12,7 @@ from export.pipeline import ExportOptions, export_source
 from export.sb3 import source_from_sb3
 from rl2edge.errors import ConfigError
 from runtime import Policy, load_manifest
+from train.core.evaluation import random_observations
 
 pytest.importorskip("stable_baselines3")
 
@@ -53,21 +54,6 @@ def _sb3_actions(algo: str, zip_path: Path, vn_path: Path | None, obs: np.ndarra
     return model.predict(x, deterministic=True)[0]
 
 
-def _obs(env_id: str, n: int, seed: int) -> np.ndarray:
-    import gymnasium as gym
-
-    env = gym.make(env_id)
-    env.action_space.seed(seed)
-    o, _ = env.reset(seed=seed)
-    out = []
-    for _ in range(n):
-        out.append(o)
-        o, _, term, trunc, _ = env.step(env.action_space.sample())
-        if term or trunc:
-            o, _ = env.reset()
-    return np.asarray(out, np.float32)
-
-
 OPTS = dict(calib_episodes=2, eval_episodes=2, progress=False)
 
 
@@ -92,7 +78,7 @@ def test_ppo_cartpole_with_vecnormalize_agrees_100_percent_and_auto_picks_a_mode
         chosen["predict_p50_us"] <= c["predict_p50_us"] for c in auto["candidates"] if c["within_drop"]
     )
     # independent check on fresh observations, through the runtime, against SB3 itself
-    obs = _obs("CartPole-v1", 200, seed=11)
+    obs = random_observations("CartPole-v1", 200, seed=11)
     fp32_art = tmp_path / "fp32"
     export_source(
         source_from_sb3(zip_path, "CartPole-v1", vn), fp32_art, ExportOptions(quantize="fp32", **OPTS)
@@ -111,7 +97,7 @@ def test_sac_pendulum_with_vecnormalize_within_1e_4(tmp_path: Path) -> None:
     m = load_manifest(tmp_path / "art").data
     assert m["verification"]["tflite_vs_source"]["max_abs_error"] <= 1e-4
     assert m["folded"]["action_transform"]["kind"] == "tanh_unscale"
-    obs = _obs("Pendulum-v1", 200, seed=12)
+    obs = random_observations("Pendulum-v1", 200, seed=12)
     policy = Policy.load(tmp_path / "art")
     got = np.stack([policy.predict(o) for o in obs])
     expected = _sb3_actions("SAC", zip_path, vn, obs)

@@ -11,6 +11,7 @@ from typing import Any
 import yaml
 
 from rl2edge.errors import ConfigError
+from rl2edge.fileio import load_yaml
 from train.core.schedules import Schedule
 
 
@@ -122,12 +123,7 @@ def build_config(
     _apply(cfg, load_preset("ppo", env_id), f"preset ppo.yml[{env_id}]")
     if config_file is not None:
         path = Path(config_file)
-        try:
-            data = yaml.safe_load(path.read_text())
-        except FileNotFoundError:
-            raise ConfigError(f"config file {path} does not exist") from None
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"config file {path} is not valid YAML: {exc}") from None
+        data = load_yaml(path, "config file")
         if isinstance(data, dict) and env_id in data and isinstance(data[env_id], dict):
             data = data[env_id]  # a Zoo-style file keyed by env id
         if not isinstance(data, dict):

@@ -57,3 +57,21 @@ def evaluate(
     finally:
         env.close()
     return EvalResult(returns, lengths)
+
+
+def random_observations(env_id: str, n: int, seed: int) -> np.ndarray:
+    """n observations of the env under uniformly random actions (episodes restart as they end): inputs
+    for checks and measurements that must not reuse a policy's own rollouts."""
+    env = make_env(env_id)
+    env.action_space.seed(seed)
+    obs, _ = env.reset(seed=seed)
+    out = []
+    try:
+        for _ in range(n):
+            out.append(np.asarray(obs))
+            obs, _, terminated, truncated, _ = env.step(env.action_space.sample())
+            if terminated or truncated:
+                obs, _ = env.reset()
+    finally:
+        env.close()
+    return np.stack(out)

@@ -91,7 +91,14 @@ class PlcSim:
 
     async def stop(self) -> None:
         if self.server is not None:
-            await self.server.stop()
+            # Cut the clients first, as a PLC powering down does: Server.stop() would otherwise wait for
+            # connected clients (serve keeps its session open) and the process would not exit.
+            for transport in list(getattr(self.server.iserver, "asyncio_transports", [])):
+                transport.abort()
+            try:
+                await asyncio.wait_for(self.server.stop(), 5.0)
+            except TimeoutError:
+                _logger.warning("OPC UA server did not stop within 5 s; exiting anyway")
             self.server = None
         self.env.close()
 

@@ -543,6 +543,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     for noisy in ("tensorflow", "absl", "onnx2tf", "h5py", "matplotlib"):
         logging.getLogger(noisy).setLevel(max(level, logging.ERROR))
+    # asyncua logs every Read and Write at INFO: 100 lines a second at a 20 ms period. Its warnings stay.
+    logging.getLogger("asyncua").setLevel(level if args.verbose else logging.WARNING)
     func: Callable[[argparse.Namespace], int] = args.func
     try:
         return func(args)

@@ -27,7 +27,7 @@ from export.report import ExportReport, FileRow
 from export.source import ExportSource, source_from_checkpoint
 from export.tflite_convert import FLOAT_OPS, MODES, convert
 from export.tolerances import DEFAULT, Tolerances
-from export.verify import compare_actions, latency_us, require_fp32_parity
+from export.verify import compare_actions, latency_interleaved_us, latency_us, require_fp32_parity
 from rl2edge.errors import ConfigError, ExportError
 from rl2edge.fileio import atomic_directory, check_output_dir, write_bytes_atomic, write_json_atomic
 from runtime.interpreters import OnnxBackend
@@ -282,21 +282,31 @@ def _export(
         )
         bar.update()
     if opts.quantize == "auto":
-        _choose(report, manifests, opts, work, staging)
+        _choose(report, manifests, opts, work, staging, data.heldout)
     return report
 
 
 def _choose(
-    report: ExportReport, manifests: dict[str, dict[str, Any]], opts: ExportOptions, work: Path, staging: Path
+    report: ExportReport,
+    manifests: dict[str, dict[str, Any]],
+    opts: ExportOptions,
+    work: Path,
+    staging: Path,
+    heldout: np.ndarray,
 ) -> None:
     """--quantize auto: the fastest file whose closed-loop return is within the allowed drop of fp32's."""
     rows = {r.mode: r for r in report.rows}
     fp32 = rows["fp32"].closed_loop["mean_return"]
     floor = fp32 - abs(fp32) * opts.max_return_drop_pct / 100.0
+    # The per-file latencies were measured one file after another; the choice rests on a fresh,
+    # interleaved measurement of all candidates, so that machine drift cannot pick the winner.
+    policies = {m: Policy.load(work / m) for m in rows}
+    latency = latency_interleaved_us({m: p.predict for m, p in policies.items()}, heldout)
     candidates = [
         {
             "mode": m,
-            "predict_p50_us": r.latency["p50_us"],
+            "predict_p50_us": latency[m]["p50_us"],
+            "predict_p99_us": latency[m]["p99_us"],
             "mean_return": r.closed_loop["mean_return"],
             "size_bytes": r.size_bytes,
             "within_drop": r.closed_loop["mean_return"] >= floor,

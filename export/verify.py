@@ -76,3 +76,26 @@ def latency_us(fn: Callable[[np.ndarray], Any], samples: np.ndarray, calls: int 
         fn(x)
         times[i] = time.perf_counter_ns() - t0
     return {"p50_us": float(np.percentile(times, 50) / 1e3), "p99_us": float(np.percentile(times, 99) / 1e3)}
+
+
+def latency_interleaved_us(
+    fns: dict[str, Callable[[np.ndarray], Any]], samples: np.ndarray, calls: int = 2000, rounds: int = 5
+) -> dict[str, dict[str, float]]:
+    """latency_us for several callables at once, interleaved over rounds so that a noisy machine's drift
+    hits all of them alike: what a choice between them should rest on."""
+    times: dict[str, list[float]] = {name: [] for name in fns}
+    for fn in fns.values():
+        for row in samples[:50]:
+            fn(row)
+    per_round, n = max(1, calls // rounds), len(samples)
+    for r in range(rounds):
+        for name, fn in fns.items():
+            for i in range(per_round):
+                x = samples[(r * per_round + i) % n]
+                t0 = time.perf_counter_ns()
+                fn(x)
+                times[name].append(time.perf_counter_ns() - t0)
+    return {
+        name: {"p50_us": float(np.percentile(t, 50) / 1e3), "p99_us": float(np.percentile(t, 99) / 1e3)}
+        for name, t in times.items()
+    }

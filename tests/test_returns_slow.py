@@ -16,7 +16,9 @@ def test_cartpole_ppo_and_its_int8_artifact_reach_475(tmp_path: Path) -> None:
     from train.core.evaluation import evaluate
 
     # the CLI's configuration: periodic evaluation on, so keep_best checkpoints the best policy
-    run = tiny_train("CartPole-v1", tmp_path / "run", steps=100_000, seed=0, eval_freq=10_000, eval_episodes=5)
+    run = tiny_train(
+        "CartPole-v1", tmp_path / "run", steps=100_000, seed=0, eval_freq=10_000, eval_episodes=5
+    )
     export_checkpoint(run, tmp_path / "art", ExportOptions(quantize="int8", eval_episodes=5, progress=False))
     result = evaluate(Policy.load(tmp_path / "art").predict, "CartPole-v1", 20, 0)
     assert result.mean >= 475, result.returns

@@ -554,6 +554,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"rl2edge {args.command}: interrupted", file=sys.stderr)
         return 130
+    except ModuleNotFoundError as exc:  # e.g. `train` or `evaluate` on the edge install, which has no torch
+        print(
+            f"rl2edge {args.command}: error: this command needs the Python package {exc.name!r}, which is not "
+            "installed; the edge install serves artifacts only (pip install 'rl2edge[train]' for the rest)",
+            file=sys.stderr,
+        )
+        return 2
 
 
 if __name__ == "__main__":

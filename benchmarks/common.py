@@ -68,6 +68,19 @@ def write_results(
     return json_path, md_path
 
 
+def pyplot() -> Any:
+    """matplotlib.pyplot on the file-only Agg backend, or None where matplotlib is not installed (the edge
+    install measures artifacts without a plotting stack): the caller then skips its PNG."""
+    try:
+        import matplotlib
+    except ImportError:
+        return None
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
 def save_figure(fig: Any, path: Path) -> None:
     tmp = path.with_suffix(".tmp.png")
     fig.savefig(tmp, dpi=110, bbox_inches="tight")

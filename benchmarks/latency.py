@@ -26,7 +26,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.common import RESULTS, markdown_table, save_figure, write_results
+from benchmarks.common import RESULTS, markdown_table, pyplot, save_figure, write_results
 
 MODES = ("fp32", "fp16", "dynamic", "int8")
 
@@ -71,8 +71,8 @@ def _artifact_forms(
 
     policy = Policy.load(art, num_threads=threads)
     mode = policy.manifest.quantization["mode"]
-    x = policy._prepare(obs[0])  # the model's own input: quantized for int8, in the model's layout
-    backend = policy._backend
+    x = policy.model_input(obs[0])  # the model's own input: quantized for int8, in the model's layout
+    backend = policy.backend
     i = iter(range(1 << 62))
     return {
         f"{prefix}TFLite {mode} invoke": lambda: backend.run(x),
@@ -214,14 +214,10 @@ def _derived(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def _plot(rows: list[dict[str, Any]], path: Path) -> None:
-    try:
-        import matplotlib
-    except ImportError:  # the edge install measures artifacts without a plotting stack
+    plt = pyplot()
+    if plt is None:
         print(f"matplotlib is not installed: no {path.name}")
         return
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
     policies = list(dict.fromkeys(r["policy"] for r in rows))
     fig, axes = plt.subplots(len(policies), 1, figsize=(8, 2.8 * len(policies)), squeeze=False)

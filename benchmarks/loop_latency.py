@@ -25,11 +25,12 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.common import RESULTS, markdown_table, save_figure, write_results
+from benchmarks.common import RESULTS, markdown_table, pyplot, save_figure, write_results
 from plc_bridge.client import BridgeConfig, PlcClient
 from plc_bridge.latency import LatencyHistogram
 from plc_bridge.loop import ControlLoop, LoopConfig
 from plc_bridge.security import SecurityConfig, make_certificate
+from plc_bridge.sim import free_port
 from runtime import Policy
 
 # ../shared/REFERENCE.md: asyncua 2.1, one batched Read + one batched Write, two processes on loopback.
@@ -37,12 +38,6 @@ REFERENCE_MS = {
     "none": {"p50": 0.83, "p99": 1.21, "max": 4.7},
     "sign_and_encrypt": {"p50": 1.13, "p99": 2.41, "max": 5.7},
 }
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @contextlib.contextmanager
@@ -148,7 +143,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             ),
         }
         for mode, (sim_args, client_sec) in modes.items():
-            url = f"opc.tcp://127.0.0.1:{_free_port()}"
+            url = f"opc.tcp://127.0.0.1:{free_port()}"
             with plc_sim(args.env, url, sim_args, pki / f"sim-{mode}.log"):
                 bridge = BridgeConfig(url, security=client_sec)
                 action = [0.0] * (1 if policy.discrete else int(policy.action_low.size))
@@ -213,10 +208,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
 
 def _plot(bare: dict[str, np.ndarray], served: dict[str, Any], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
+    if plt is None:
+        print(f"matplotlib is not installed: no {path.name}")
+        return
 
     fig, ax = plt.subplots(figsize=(7, 4))
     bins = np.geomspace(0.1, 100, 80)

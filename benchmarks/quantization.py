@@ -18,7 +18,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.common import RESULTS, markdown_table, save_figure, write_results
+from benchmarks.common import RESULTS, markdown_table, pyplot, save_figure, write_results
 
 
 def _train_defaults(tmp: Path, steps: int) -> list[Path]:
@@ -109,10 +109,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
 
 def _plot(results: list[dict[str, Any]], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
+    if plt is None:
+        print(f"matplotlib is not installed: no {path.name}")
+        return
 
     fig, ax = plt.subplots(figsize=(6.5, 3.5))
     for i, run in enumerate(dict.fromkeys(r["run"] for r in results)):

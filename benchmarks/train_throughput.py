@@ -23,7 +23,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.common import RESULTS, markdown_table, save_figure, write_results  # noqa: E402
+from benchmarks.common import RESULTS, markdown_table, pyplot, save_figure, write_results  # noqa: E402
 
 REFERENCE = {"CartPole-v1": {"sb3_steps_per_s": 4201, "sb3_return": "500 +- 0"}}
 
@@ -157,10 +157,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
 
 def _plot(summary: dict[str, Any], path: Path, env_id: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
+    if plt is None:
+        print(f"matplotlib is not installed: no {path.name}")
+        return
 
     fig, ax = plt.subplots(figsize=(6, 3.2))
     names = [NAMES[w] for w in summary]

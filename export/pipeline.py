@@ -220,7 +220,7 @@ def _export(
 
         # Verify through the runtime, the code that will serve this file on the device.
         served = Policy.load(art)
-        backend = served._backend
+        backend = served.backend
         manifest["model"].update(
             {
                 "input": {

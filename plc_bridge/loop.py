@@ -115,7 +115,7 @@ class ObservationGuard:
 
 def resolve_safe_action(policy: Policy, configured: tuple[float, ...] | None) -> list[float]:
     if policy.discrete:
-        lo, hi = policy._lo, policy._hi
+        lo, hi = policy.action_index_range
         value = lo if configured is None else configured[0]
         if configured is not None and (len(configured) != 1 or not lo <= value <= hi or value != int(value)):
             raise ConfigError(f"safe_action {list(configured)} must be one action index in [{lo}, {hi}]")

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -48,6 +49,13 @@ class SimConfig:
         if self.episodes is not None and self.episodes < 1:
             raise ConfigError("--episodes must be at least 1")
         self.security.check("server")
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port free on `host` right now: where the demo, the tests and the benchmarks put a plc-sim."""
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
 
 
 class PlcSim:

@@ -55,10 +55,21 @@ class Policy:
         return cls(manifest, open_backend(manifest.file(name), backend, num_threads))
 
     @property
+    def backend(self) -> TFLiteBackend | OnnxBackend:
+        """The interpreter: its tensor names, dtypes and quantization parameters, and bare `run`."""
+        return self._backend
+
+    @property
     def backend_name(self) -> str:
         return self._backend.name
 
-    def _prepare(self, obs: np.ndarray) -> np.ndarray:
+    @property
+    def action_index_range(self) -> tuple[int, int]:
+        """Discrete actions: the first and last valid index."""
+        return self._lo, self._hi
+
+    def model_input(self, obs: np.ndarray) -> np.ndarray:
+        """The validated observation as the model takes it: float32 or quantized, in the model's layout."""
         arr = np.asarray(obs)
         if arr.dtype.kind not in "fiu":
             raise ObservationError(
@@ -83,7 +94,7 @@ class Policy:
 
     def raw(self, obs: np.ndarray) -> np.ndarray:
         """Invoke without the final clamp (the head's own output, dequantized): for verification."""
-        y = self._backend.run(self._prepare(obs))
+        y = self._backend.run(self.model_input(obs))
         if self._out_quant is not None:
             scale, zp = self._out_quant
             y = (y.astype(np.float32) - zp) * scale

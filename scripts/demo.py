@@ -11,7 +11,6 @@ import argparse
 import json
 import shlex
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -32,9 +31,9 @@ def run(cmd: list[str], capture: bool = False) -> str:
 
 def closed_loop(exe: str, artifact: Path, env_id: str, seed: int, out: Path, episodes: int = 3) -> None:
     """plc-sim plays the PLC (a real OPC UA server on loopback); serve closes the loop over OPC UA."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        url = f"opc.tcp://127.0.0.1:{s.getsockname()[1]}"
+    from plc_bridge.sim import free_port
+
+    url = f"opc.tcp://127.0.0.1:{free_port()}"
     record, summary = out / "plc-returns.json", out / "serve-summary.json"
     sim_cmd = [
         exe,

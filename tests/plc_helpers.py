@@ -6,7 +6,6 @@ import asyncio
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -16,13 +15,11 @@ from typing import Any
 
 from asyncua import Client, ua
 
+from plc_bridge.sim import free_port
+
+__all__ = ["free_port"]
+
 EXE = str(Path(sys.executable).with_name("rl2edge"))
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def start(args: list[str], log: Path, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:

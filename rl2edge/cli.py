@@ -33,30 +33,33 @@ def _cmd_train(args: argparse.Namespace) -> int:
     from train.core.config import build_config
     from train.core.envs import check_env_id
 
-    if args.algo != "ppo":
-        raise ConfigError(f"--algo {args.algo} is not implemented yet; available: ppo")
     check_env_id(args.env)
     overrides = {"n_timesteps": args.steps} if args.steps is not None else {}
-    cfg = build_config(args.env, args.config, overrides)
+    cfg = build_config(args.env, args.config, overrides, algo=args.algo)
     run_dir = Path(
         args.out
         or f"runs/{args.env.replace('/', '_').replace(':', '_')}_{args.algo}_{args.framework}_s{args.seed}"
     )
     check_output_dir(run_dir, force=args.force, what="train")
     run_dir.mkdir(parents=True, exist_ok=True)
-    if args.framework == "torch":
-        from train.torch_backend.ppo import train_ppo
+    if args.algo == "ppo" and args.framework == "torch":
+        from train.torch_backend.ppo import train_ppo as train
+    elif args.algo == "ppo":
+        from train.tf_backend.ppo import train_ppo as train
+    elif args.framework == "torch":
+        from train.torch_backend.offpolicy import train
     else:
-        from train.tf_backend.ppo import train_ppo
+        from train.tf_backend.offpolicy import train
     _logger.info(
-        "training ppo/%s on %s for %d steps, seed %d -> %s",
+        "training %s/%s on %s for %d steps, seed %d -> %s",
+        args.algo,
         args.framework,
         args.env,
         cfg.n_timesteps,
         args.seed,
         run_dir,
     )
-    result = train_ppo(
+    result = train(
         args.env,
         cfg,
         args.seed,
@@ -337,7 +340,9 @@ def build_parser() -> argparse.ArgumentParser:
         "the env's preset (train/presets/ppo.yml, Zoo style), then --config FILE, then --steps.",
         epilog="example:\n  rl2edge train --algo ppo --framework torch --env CartPole-v1 --steps 100000 --seed 0 --out runs/cp",
     )
-    t.add_argument("--algo", default="ppo", choices=["ppo"], help="algorithm (default: ppo)")
+    t.add_argument(
+        "--algo", default="ppo", choices=["ppo", "sac", "td3", "ddpg", "dqn"], help="algorithm (default: ppo)"
+    )
     t.add_argument("--framework", default="torch", choices=["torch", "tf"], help="backend (default: torch)")
     t.add_argument("--env", required=True, help="Gymnasium id (CartPole-v1) or package.module:EnvClass")
     t.add_argument("--steps", type=int, help="total env steps (default: the preset's n_timesteps)")

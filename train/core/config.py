@@ -1,4 +1,6 @@
-"""PPO configuration: defaults (SB3's), then the env's preset, then a user's config file, then the CLI."""
+"""Training configuration: defaults (SB3's), then the env's preset, then a user's config file, then the CLI.
+
+PPO's config is here; the off-policy algorithms' are in train.core.offpolicy_config."""
 
 from __future__ import annotations
 
@@ -89,24 +91,28 @@ class PPOConfig:
             raise ConfigError(f"policy {self.policy!r} is not implemented; use MlpPolicy")
 
 
-_SCHEDULES = ("learning_rate", "clip_range")
-_INTS = ("n_timesteps", "n_envs", "n_steps", "batch_size", "n_epochs", "eval_freq", "eval_episodes")
-
-
-def _apply(cfg: PPOConfig, values: dict[str, Any], source: str) -> None:
-    known = {f.name for f in dataclasses.fields(cfg)}
+def _apply(cfg: Any, values: dict[str, Any], source: str) -> None:
+    """Set hyperparameters on a config dataclass, typed by its field annotations (int, Schedule, ...)."""
+    fields = {f.name: f for f in dataclasses.fields(cfg)}
+    algo = getattr(cfg, "algo", "ppo").upper()
     for key, value in values.items():
-        if key not in known:
+        if key not in fields:
             raise ConfigError(
-                f"{source}: unknown PPO hyperparameter {key!r}; known: {', '.join(sorted(known))}"
+                f"{source}: unknown {algo} hyperparameter {key!r}; known: {', '.join(sorted(fields))}"
             )
-        if key in _SCHEDULES:
+        kind = str(fields[key].type)
+        if kind == "Schedule":
             value = Schedule.parse(value, f"{source}: {key}")
-        elif key in _INTS:
+        elif kind == "int":
             try:
                 value = int(float(value))
             except (TypeError, ValueError):
                 raise ConfigError(f"{source}: {key} must be an integer, got {value!r}") from None
+        elif kind in ("float", "float | None") and value is not None:
+            try:  # YAML reads 1e-3 (no dot) as a string
+                value = float(value)
+            except (TypeError, ValueError):
+                raise ConfigError(f"{source}: {key} must be a number, got {value!r}") from None
         setattr(cfg, key, value)
 
 
@@ -116,11 +122,34 @@ def load_preset(algo: str, env_id: str) -> dict[str, Any]:
     return dict(presets.get(env_id, {}))
 
 
+ALGOS = ("ppo", "sac", "td3", "ddpg", "dqn")
+
+
+def config_class(algo: str) -> type:
+    if algo == "ppo":
+        return PPOConfig
+    from train.core import offpolicy_config
+
+    classes = {
+        "sac": offpolicy_config.SACConfig,
+        "td3": offpolicy_config.TD3Config,
+        "ddpg": offpolicy_config.DDPGConfig,
+        "dqn": offpolicy_config.DQNConfig,
+    }
+    if algo not in classes:
+        raise ConfigError(f"unknown algorithm {algo!r}; choose one of {', '.join(ALGOS)}")
+    return classes[algo]
+
+
 def build_config(
-    env_id: str, config_file: str | Path | None = None, overrides: dict[str, Any] | None = None
-) -> PPOConfig:
-    cfg = PPOConfig()
-    _apply(cfg, load_preset("ppo", env_id), f"preset ppo.yml[{env_id}]")
+    env_id: str,
+    config_file: str | Path | None = None,
+    overrides: dict[str, Any] | None = None,
+    algo: str = "ppo",
+) -> Any:
+    """The algorithm's defaults, then its preset for env_id, then the config file, then the CLI."""
+    cfg = config_class(algo)()
+    _apply(cfg, load_preset(algo, env_id), f"preset {algo}.yml[{env_id}]")
     if config_file is not None:
         path = Path(config_file)
         data = load_yaml(path, "config file")

@@ -6,24 +6,21 @@ network, the loss and the optimizer step, as a `PPOAgent`.
 
 from __future__ import annotations
 
-import copy
 import logging
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
 from tqdm.auto import tqdm
 
-from rl2edge.fileio import write_json_atomic
 from train.core.actions import ActionTransform
-from train.core.checkpoint import library_versions, write_checkpoint
 from train.core.config import PPOConfig
 from train.core.envs import make_vec_env
-from train.core.evaluation import EvalResult, evaluate
+from train.core.evaluation import evaluate
+from train.core.finish import EVAL_SEED_OFFSET, BestKeeper, TrainResult, deterministic_fn, finish_run
 from train.core.metrics import MetricsLogger
 from train.core.normalization import RunningNormalizer
 from train.core.rollout import Minibatch, RolloutBuffer, check_minibatch
@@ -31,7 +28,6 @@ from train.core.spaces import action_dim, action_spec, is_discrete, obs_dim, obs
 
 _logger = logging.getLogger(__name__)
 
-EVAL_SEED_OFFSET = 10_000  # periodic evaluation never reuses the training envs' seeds
 STAT_NAMES = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction")
 
 
@@ -64,18 +60,6 @@ class PPOAgent(Protocol):
 
 
 AgentFactory = Callable[[dict[str, Any], PPOConfig, int, str], PPOAgent]
-
-
-@dataclass(frozen=True)
-class TrainResult:
-    run_dir: Path
-    steps: int
-    wall_time_s: float
-    final_eval: EvalResult
-
-    @property
-    def steps_per_s(self) -> float:
-        return self.steps / self.wall_time_s
 
 
 def train_ppo(
@@ -113,6 +97,8 @@ def train_ppo(
     def deterministic_act(raw_obs: np.ndarray) -> np.ndarray:
         return to_env(agent.deterministic(norm.normalize(raw_obs[None]))[0])
 
+    keeper = BestKeeper(cfg.keep_best)
+
     batch_steps = cfg.n_envs * cfg.n_steps
     n_updates = max(1, math.ceil(cfg.n_timesteps / batch_steps))
     gamma32 = np.float32(cfg.gamma)
@@ -121,7 +107,6 @@ def train_ppo(
     ep_returns = np.zeros(cfg.n_envs)
     recent_returns: list[float] = []
     next_eval, global_step = cfg.eval_freq, 0
-    best: tuple[float, int, Any, RunningNormalizer] | None = None  # (return, step, weights, normalizer)
     start = time.perf_counter()
     bar = tqdm(
         total=n_updates * batch_steps,
@@ -186,8 +171,7 @@ def train_ppo(
                 result = evaluate(deterministic_act, env_id, cfg.eval_episodes, seed + EVAL_SEED_OFFSET)
                 row["eval_return_mean"], row["eval_return_std"] = result.mean, result.std
                 _logger.info("step %d: eval return %.1f +- %.1f", global_step, result.mean, result.std)
-                if cfg.keep_best and (best is None or result.mean > best[0]):
-                    best = (result.mean, global_step, agent.get_state(), copy.deepcopy(norm))
+                keeper.offer(result, global_step, agent, norm)
                 next_eval += cfg.eval_freq
             metrics.log(global_step, row)
     finally:
@@ -195,54 +179,22 @@ def train_ppo(
         metrics.close()
         envs.close()
     wall = time.perf_counter() - start
-
-    final_eval = last_eval = evaluate(deterministic_act, env_id, cfg.eval_episodes, seed + EVAL_SEED_OFFSET)
-    kept = {"kept": "last", "step": global_step}
-    if best is not None and best[0] > last_eval.mean:
-        agent.set_state(best[2])
-        norm = best[3]
-        final_eval = evaluate(deterministic_act, env_id, cfg.eval_episodes, seed + EVAL_SEED_OFFSET)
-        kept = {"kept": "best", "step": best[1]}
-        _logger.info(
-            "checkpoint: the policy of step %d (eval %.1f), not the last one (eval %.1f)",
-            best[1],
-            final_eval.mean,
-            last_eval.mean,
-        )
-    weights_file = agent.save_weights(run_dir)
-    write_checkpoint(
-        run_dir,
-        {
-            "algo": "ppo",
-            "framework": agent.framework,
-            "env_id": env_id,
-            "seed": seed,
-            "total_timesteps": global_step,
+    return finish_run(
+        algo="ppo",
+        agent=agent,
+        norm=norm,
+        keeper=keeper,
+        act_fn=deterministic_fn(to_env),
+        env_id=env_id,
+        seed=seed,
+        eval_episodes=cfg.eval_episodes,
+        run_dir=run_dir,
+        global_step=global_step,
+        wall=wall,
+        meta={
             "observation_space": obs_spec,
             "action_space": act_spec,
             "network": network,
             "hyperparameters": cfg.to_json(),
-            "normalization": norm.to_dict(),
-            "versions": library_versions("torch" if agent.framework == "torch" else "tensorflow"),
-        },
-        weights_file,
-    )
-    write_json_atomic(
-        run_dir / "summary.json",
-        {
-            "steps": global_step,
-            "wall_time_s": wall,
-            "steps_per_s": global_step / wall,
-            "device": agent.device,
-            "framework": agent.framework,
-            "checkpoint": kept,
-            "last_eval": {"mean_return": last_eval.mean, "std_return": last_eval.std},
-            "final_eval": {
-                "seed": seed + EVAL_SEED_OFFSET,
-                "mean_return": final_eval.mean,
-                "std_return": final_eval.std,
-                "returns": final_eval.returns,
-            },
         },
     )
-    return TrainResult(run_dir, global_step, wall, final_eval)

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from train.core.config import PPOConfig
-from train.core.ppo_driver import TrainResult
+from train.core.finish import TrainResult
 from train.core.ppo_driver import train_ppo as drive_ppo
 from train.core.rollout import Minibatch
 from train.tf_backend.setup import configure_tensorflow

@@ -14,7 +14,7 @@ from torch import nn
 from rl2edge.errors import ConfigError
 from rl2edge.fileio import write_bytes_atomic
 from train.core.config import PPOConfig
-from train.core.ppo_driver import TrainResult
+from train.core.finish import TrainResult
 from train.core.ppo_driver import train_ppo as drive_ppo
 from train.core.rollout import Minibatch
 from train.torch_backend.policy import ActorCritic

@@ -1,0 +1,197 @@
+"""Returns against the RL Baselines3 Zoo: train each algorithm on its preset for the Zoo's step count,
+over several seeds and both backends, export each run to int8 (which measures the fp32 and int8 files'
+deterministic closed-loop returns through the runtime), and write a table next to the Zoo's published
+numbers.
+
+    python benchmarks/returns.py --suite must-show            # SAC/TD3 Pendulum 20k, DQN CartPole 50k
+    python benchmarks/returns.py --suite zoo --seeds 0        # + Acrobot DQN, LunarLander(Continuous)
+    python benchmarks/returns.py --cells sac:Pendulum-v1 --frameworks torch --seeds 0,1,2
+
+Each training and each export runs in its own process (`rl2edge train`, `rl2edge export`), one at a time.
+Finished runs and artifacts under --runs-dir are reused, so an interrupted benchmark resumes where it
+stopped. Writes benchmarks/results/returns.{json,md,png}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.common import RESULTS, markdown_table, pyplot, save_figure, write_results  # noqa: E402
+
+# (algo, env) -> (Zoo steps, Zoo published return); ../shared/REFERENCE.md and the Zoo's benchmark.md.
+ZOO: dict[tuple[str, str], tuple[int, float]] = {
+    ("sac", "Pendulum-v1"): (20_000, -157.0),
+    ("td3", "Pendulum-v1"): (20_000, -152.0),
+    ("dqn", "CartPole-v1"): (50_000, 500.0),
+    ("dqn", "Acrobot-v1"): (100_000, -76.6),
+    ("sac", "LunarLanderContinuous-v3"): (500_000, 260.0),
+    ("ppo", "LunarLander-v3"): (1_000_000, 242.0),
+    ("sac", "MountainCarContinuous-v0"): (50_000, 94.7),
+}
+SUITES = {
+    "must-show": [("sac", "Pendulum-v1"), ("td3", "Pendulum-v1"), ("dqn", "CartPole-v1")],
+    "zoo": list(ZOO),
+}
+
+
+def _run(cmd: list[str], log: Path) -> float:
+    start = time.perf_counter()
+    with open(log, "w") as f:
+        proc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, cwd=ROOT, check=False)
+    if proc.returncode != 0:
+        tail = "\n".join(log.read_text().splitlines()[-15:])
+        raise RuntimeError(f"{' '.join(cmd)} failed (exit {proc.returncode}); log {log}:\n{tail}")
+    return time.perf_counter() - start
+
+
+def run_cell(
+    algo: str, env_id: str, framework: str, seed: int, steps: int, runs: Path, episodes: int
+) -> dict[str, Any]:
+    name = f"{env_id}_{algo}_{framework}_s{seed}_{steps}"
+    run_dir, art = runs / name, runs / f"{name}.int8"
+    rl2edge = [sys.executable, "-m", "rl2edge.cli"]
+    if not (run_dir / "checkpoint.json").is_file():
+        _run(
+            [*rl2edge, "train", "--algo", algo, "--framework", framework, "--env", env_id, "--steps", str(steps),
+             "--seed", str(seed), "--out", str(run_dir), "--device", "cpu", "--no-progress", "--force"],
+            runs / f"{name}.train.log",
+        )  # fmt: skip
+    if not (art / "manifest.json").is_file():
+        _run(
+            [*rl2edge, "export", str(run_dir), "--quantize", "int8", "--out", str(art), "--eval-episodes",
+             str(episodes), "--no-progress", "--force"],
+            runs / f"{name}.export.log",
+        )  # fmt: skip
+    summary = json.loads((run_dir / "summary.json").read_text())
+    closed = json.loads((art / "manifest.json").read_text())["verification"]["closed_loop"]
+    return {
+        "algo": algo,
+        "env_id": env_id,
+        "framework": framework,
+        "seed": seed,
+        "steps": summary["steps"],
+        "train_wall_s": summary["wall_time_s"],
+        "steps_per_s": summary["steps_per_s"],
+        "checkpoint": summary["checkpoint"],
+        "source_return": closed["source"]["mean_return"],
+        "fp32_return": closed["fp32"]["mean_return"],
+        "int8_return": closed["this_file"]["mean_return"],
+        "episodes": episodes,
+    }
+
+
+def summarize(cells: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    groups: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
+    for c in cells:
+        groups.setdefault((c["algo"], c["env_id"], c["framework"]), []).append(c)
+    rows = []
+    for (algo, env_id, fw), cs in groups.items():
+        fp32 = np.array([c["fp32_return"] for c in cs])
+        int8 = np.array([c["int8_return"] for c in cs])
+        zoo_steps, zoo_return = ZOO.get((algo, env_id), (None, None))
+        drop = (fp32.mean() - int8.mean()) / max(abs(fp32.mean()), 1e-9) * 100
+        rows.append(
+            {
+                "algo": algo,
+                "env_id": env_id,
+                "framework": fw,
+                "seeds": [c["seed"] for c in cs],
+                "steps": cs[0]["steps"],
+                "source_mean": float(np.mean([c["source_return"] for c in cs])),
+                "fp32_mean": float(fp32.mean()),
+                "fp32_per_seed": fp32.tolist(),
+                "int8_mean": float(int8.mean()),
+                "int8_per_seed": int8.tolist(),
+                "int8_drop_pct_of_magnitude": float(drop),
+                "zoo_steps": zoo_steps,
+                "zoo_return": zoo_return,
+                "train_steps_per_s": float(np.mean([c["steps_per_s"] for c in cs])),
+            }
+        )
+    return rows
+
+
+def table(rows: list[dict[str, Any]], episodes: int) -> str:
+    headers = ["algo", "env", "framework", "steps", "seeds", f"fp32 return ({episodes} ep/seed)", "per seed",
+               "int8 return", "int8 drop", "Zoo (steps)", "train steps/s"]  # fmt: skip
+    body = [
+        [
+            r["algo"].upper(),
+            r["env_id"],
+            r["framework"],
+            r["steps"],
+            len(r["seeds"]),
+            f"{r['fp32_mean']:.1f}",
+            " / ".join(f"{v:.0f}" for v in r["fp32_per_seed"]),
+            f"{r['int8_mean']:.1f}",
+            f"{r['int8_drop_pct_of_magnitude']:+.1f}%",
+            "-" if r["zoo_return"] is None else f"{r['zoo_return']:g} ({r['zoo_steps'] // 1000}k)",
+            f"{r['train_steps_per_s']:.0f}",
+        ]
+        for r in rows
+    ]
+    return markdown_table(headers, body)
+
+
+def plot(rows: list[dict[str, Any]], path: Path) -> None:
+    plt = pyplot()
+    if plt is None or not rows:
+        return
+    fig, ax = plt.subplots(figsize=(max(6, 1.4 * len(rows)), 4))
+    x = np.arange(len(rows))
+    ax.bar(x - 0.27, [r["fp32_mean"] for r in rows], 0.27, label="fp32 TFLite")
+    ax.bar(x, [r["int8_mean"] for r in rows], 0.27, label="int8 TFLite")
+    ax.bar(x + 0.27, [r["zoo_return"] or 0 for r in rows], 0.27, label="Zoo published")
+    ax.set_xticks(x, [f"{r['algo']}/{r['framework']}\n{r['env_id']}" for r in rows], fontsize=8)
+    ax.set_ylabel("mean deterministic return")
+    ax.axhline(0, color="black", lw=0.5)
+    ax.legend()
+    save_figure(fig, path)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--suite", choices=sorted(SUITES), default="must-show")
+    p.add_argument("--cells", help="comma-separated algo:env pairs instead of a suite")
+    p.add_argument("--frameworks", default="torch,tf")
+    p.add_argument("--seeds", default="0,1,2")
+    p.add_argument("--steps", type=int, help="override every cell's step count (smoke runs)")
+    p.add_argument("--episodes", type=int, default=10, help="evaluation episodes per file and seed")
+    p.add_argument("--runs-dir", default=str(ROOT / "runs" / "returns"))
+    p.add_argument("--out", default=str(RESULTS))
+    p.add_argument("--name", default="returns")
+    args = p.parse_args(argv)
+    cells = [tuple(c.split(":", 1)) for c in args.cells.split(",")] if args.cells else SUITES[args.suite]
+    runs = Path(args.runs_dir)
+    runs.mkdir(parents=True, exist_ok=True)
+    results = []
+    for algo, env_id in cells:
+        steps = args.steps or ZOO[(algo, env_id)][0]
+        for fw in args.frameworks.split(","):
+            for seed in (int(s) for s in args.seeds.split(",")):
+                r = run_cell(algo, env_id, fw, seed, steps, runs, args.episodes)
+                print(f"{algo}/{fw} {env_id} seed {seed}: fp32 {r['fp32_return']:.1f} int8 {r['int8_return']:.1f}",
+                      flush=True)  # fmt: skip
+                results.append(r)
+    rows = summarize(results)
+    md = table(rows, args.episodes)
+    out = Path(args.out)
+    write_results(args.name, {"rows": rows, "runs": results}, md, out)
+    plot(rows, out / f"{args.name}.png")
+    print(md)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

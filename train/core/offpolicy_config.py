@@ -1,0 +1,217 @@
+"""Off-policy configurations (SAC, TD3, DDPG, DQN): SB3's defaults and names, so that a Zoo
+hyperparameter file means the same here. Presets per env are in train/presets/<algo>.yml."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from rl2edge.errors import ConfigError
+from train.core.schedules import Schedule
+
+
+@dataclass
+class OffPolicyConfig:
+    algo = "offpolicy"  # class attribute, not a hyperparameter
+
+    n_timesteps: int = 1_000_000
+    """Total environment steps (all envs together); --steps overrides it."""
+    n_envs: int = 1
+    """Environments stepped together in one process."""
+    learning_rate: Schedule = field(default_factory=lambda: Schedule(3e-4))
+    """Adam step size of every optimizer; 'lin_X' anneals linearly to 0."""
+    buffer_size: int = 1_000_000
+    """Replay capacity in transitions (preallocated)."""
+    learning_starts: int = 100
+    """Env steps of uniformly random actions before the first gradient step."""
+    batch_size: int = 256
+    """Transitions per gradient step."""
+    tau: float = 0.005
+    """Polyak coefficient of the target networks: target <- tau * online + (1 - tau) * target."""
+    gamma: float = 0.99
+    """Discount factor."""
+    train_freq: int = 1
+    """Env steps (per env) between training phases."""
+    gradient_steps: int = 1
+    """Gradient steps per training phase; -1: as many as transitions collected since the last phase."""
+    net_arch: list[int] = field(default_factory=lambda: [256, 256])
+    """Hidden layer sizes of actor and critics (or the Q-network)."""
+    activation: str = "relu"
+    """Hidden activation: relu or tanh."""
+    normalize_obs: bool = True
+    """Running observation normalization (applied when a batch is sampled, with the current statistics, as
+    SB3's VecNormalize does); its frozen statistics are folded into the exported graph."""
+    norm_obs_clip: float = 10.0
+    """Clip of normalized observations."""
+    eval_freq: int = 5_000
+    """Deterministic evaluation every this many env steps (0: off)."""
+    eval_episodes: int = 5
+    """Episodes per periodic evaluation."""
+    keep_best: bool = True
+    """Checkpoint the policy of the best periodic evaluation rather than the last one."""
+    policy: str = "MlpPolicy"
+    """Zoo compatibility; only MlpPolicy is implemented."""
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for f in dataclasses.fields(self):
+            v = getattr(self, f.name)
+            out[f.name] = v.to_json() if isinstance(v, Schedule) else v
+        return out
+
+    def validate(self) -> None:
+        for name in ("n_timesteps", "n_envs", "buffer_size", "batch_size", "train_freq"):
+            if int(getattr(self, name)) <= 0:
+                raise ConfigError(f"{name} must be a positive integer, got {getattr(self, name)}")
+        if self.learning_starts < 0:
+            raise ConfigError(f"learning_starts must be >= 0, got {self.learning_starts}")
+        if self.gradient_steps == 0 or self.gradient_steps < -1:
+            raise ConfigError(f"gradient_steps must be positive or -1, got {self.gradient_steps}")
+        if not 0.0 < self.tau <= 1.0:
+            raise ConfigError(f"tau must be in (0, 1], got {self.tau}")
+        if not 0.0 < self.gamma <= 1.0:
+            raise ConfigError(f"gamma must be in (0, 1], got {self.gamma}")
+        if self.activation not in ("tanh", "relu"):
+            raise ConfigError(f"activation must be tanh or relu, got {self.activation!r}")
+        if self.policy != "MlpPolicy":
+            raise ConfigError(f"policy {self.policy!r} is not implemented; use MlpPolicy")
+        if not self.net_arch or any(int(w) <= 0 for w in self.net_arch):
+            raise ConfigError(f"net_arch must list positive layer widths, got {self.net_arch}")
+
+
+@dataclass
+class SACConfig(OffPolicyConfig):
+    algo = "sac"
+
+    ent_coef: str | float = "auto"
+    """Entropy temperature alpha: a number (fixed), 'auto' (learned, starting at 1) or 'auto_<init>'."""
+    target_entropy: str | float = "auto"
+    """Entropy target of the learned temperature; 'auto' is -dim(action)."""
+    target_update_interval: int = 1
+    """Gradient steps between polyak updates of the target critics."""
+
+    def validate(self) -> None:
+        super().validate()
+        self.ent_coef_init()
+        if self.target_update_interval <= 0:
+            raise ConfigError(f"target_update_interval must be positive, got {self.target_update_interval}")
+        if self.target_entropy != "auto":
+            try:
+                float(self.target_entropy)
+            except (TypeError, ValueError):
+                raise ConfigError(
+                    f"target_entropy must be 'auto' or a number, got {self.target_entropy!r}"
+                ) from None
+
+    def learns_ent_coef(self) -> bool:
+        return isinstance(self.ent_coef, str) and self.ent_coef.startswith("auto")
+
+    def ent_coef_init(self) -> float:
+        """The temperature's initial value (fixed value when not learned)."""
+        try:
+            if self.learns_ent_coef():
+                value = float(self.ent_coef[5:]) if "_" in str(self.ent_coef) else 1.0
+            else:
+                value = float(self.ent_coef)
+        except (TypeError, ValueError):
+            raise ConfigError(
+                f"ent_coef must be a number, 'auto' or 'auto_<init>', got {self.ent_coef!r}"
+            ) from None
+        if value <= 0:
+            raise ConfigError(f"ent_coef must be positive, got {self.ent_coef!r}")
+        return value
+
+    def entropy_target(self, act_dim: int) -> float:
+        return -float(act_dim) if self.target_entropy == "auto" else float(self.target_entropy)
+
+
+@dataclass
+class TD3Config(OffPolicyConfig):
+    algo = "td3"
+
+    net_arch: list[int] = field(default_factory=lambda: [400, 300])
+    """Hidden layer sizes of actor and critics (SB3's TD3 default)."""
+    learning_starts: int = 100
+    """Env steps of uniformly random actions before the first gradient step."""
+    policy_delay: int = 2
+    """Critic updates per actor (and target) update."""
+    target_policy_noise: float = 0.2
+    """Std of the Gaussian smoothing noise on the target action (scaled units); 0 switches smoothing off."""
+    target_noise_clip: float = 0.5
+    """Clip of the target smoothing noise."""
+    n_critics: int = 2
+    """Critics; the target takes their minimum (clipped double Q)."""
+    noise_type: str | None = None
+    """Exploration noise while training: 'normal', 'ornstein-uhlenbeck' or None."""
+    noise_std: float = 0.1
+    """Std of the exploration noise (scaled units)."""
+
+    def validate(self) -> None:
+        super().validate()
+        if self.policy_delay <= 0 or self.n_critics <= 0:
+            raise ConfigError("policy_delay and n_critics must be positive integers")
+        if self.noise_type not in (None, "normal", "ornstein-uhlenbeck"):
+            raise ConfigError(
+                f"noise_type must be normal, ornstein-uhlenbeck or null, got {self.noise_type!r}"
+            )
+        if self.target_policy_noise < 0 or self.target_noise_clip < 0 or self.noise_std < 0:
+            raise ConfigError("target_policy_noise, target_noise_clip and noise_std must be >= 0")
+
+
+@dataclass
+class DDPGConfig(TD3Config):
+    """DDPG is TD3 with its three additions switched off: one critic, no delay, no target smoothing."""
+
+    algo = "ddpg"
+
+    policy_delay: int = 1
+    """Critic updates per actor update (1: DDPG)."""
+    target_policy_noise: float = 0.0
+    """Target smoothing noise (0: DDPG)."""
+    n_critics: int = 1
+    """Critics (1: DDPG)."""
+
+
+@dataclass
+class DQNConfig(OffPolicyConfig):
+    algo = "dqn"
+
+    learning_rate: Schedule = field(default_factory=lambda: Schedule(1e-4))
+    """Adam step size; 'lin_X' anneals linearly to 0."""
+    batch_size: int = 32
+    """Transitions per gradient step."""
+    tau: float = 1.0
+    """Target update coefficient; 1 copies the online network."""
+    train_freq: int = 4
+    """Env steps (per env) between training phases."""
+    target_update_interval: int = 10_000
+    """Env steps between target network updates (SB3's unit)."""
+    exploration_fraction: float = 0.1
+    """Fraction of the run over which epsilon falls linearly from its initial to its final value."""
+    exploration_initial_eps: float = 1.0
+    """Epsilon at the start."""
+    exploration_final_eps: float = 0.05
+    """Epsilon after exploration_fraction of the run."""
+    max_grad_norm: float = 10.0
+    """Global gradient norm clip."""
+    double_q: bool = True
+    """Double DQN: the online network picks the next action, the target network values it."""
+    net_arch: list[int] = field(default_factory=lambda: [64, 64])
+    """Hidden layer sizes of the Q-network."""
+
+    def validate(self) -> None:
+        super().validate()
+        if self.target_update_interval <= 0:
+            raise ConfigError(f"target_update_interval must be positive, got {self.target_update_interval}")
+        for name in ("exploration_fraction", "exploration_initial_eps", "exploration_final_eps"):
+            if not 0.0 <= float(getattr(self, name)) <= 1.0:
+                raise ConfigError(f"{name} must be in [0, 1], got {getattr(self, name)}")
+
+    def epsilon(self, step: int) -> float:
+        """SB3's linear schedule over the first exploration_fraction of the run."""
+        end = self.exploration_fraction * self.n_timesteps
+        frac = 1.0 if end <= 0 else min(1.0, step / end)
+        return self.exploration_initial_eps + frac * (
+            self.exploration_final_eps - self.exploration_initial_eps
+        )

@@ -1,0 +1,238 @@
+"""The off-policy driver (SAC, TD3, DDPG, DQN), framework-neutral and top to bottom in execution order:
+seeding, envs, random warm-up, exploration (the policy's own sampling, action noise, or epsilon-greedy),
+the replay buffer, training phases of stacked batches, DQN's target period, periodic deterministic
+evaluation, metrics, checkpoint. A backend supplies the networks and the gradient steps, as an
+`OffPolicyAgent`; the float work of sampling and normalizing batches happens here, once, for both.
+
+Semantics follow SB3, so that Zoo hyperparameters mean the same: train_freq counts env steps per env,
+gradient_steps -1 trains as many steps as transitions were collected, DQN's target_update_interval
+counts env steps, training starts once more than learning_starts steps were taken.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from rl2edge.errors import ConfigError
+from train.core.actions import ActionTransform
+from train.core.envs import make_vec_env
+from train.core.evaluation import evaluate
+from train.core.finish import EVAL_SEED_OFFSET, BestKeeper, TrainResult, deterministic_fn, finish_run
+from train.core.metrics import MetricsLogger
+from train.core.noise import GaussianNoise, OUNoise
+from train.core.normalization import RunningNormalizer
+from train.core.offpolicy_config import DQNConfig, OffPolicyConfig, SACConfig, TD3Config
+from train.core.replay import ReplayBatch, ReplayBuffer
+from train.core.spaces import action_dim, action_spec, is_discrete, obs_dim, observation_spec
+
+_logger = logging.getLogger(__name__)
+
+LOG_EVERY = 1_000  # env steps between metric rows
+
+
+class OffPolicyAgent(Protocol):
+    """What a backend provides. Observations are normalized float32 numpy arrays [B, obs_dim]."""
+
+    framework: str
+    device: str
+    stat_names: tuple[str, ...]
+
+    def deterministic(self, obs: np.ndarray) -> np.ndarray:
+        """Greedy index (DQN) or the deterministic action in [-1, 1]-scaled units (SAC: tanh of the mean)."""
+
+    def explore(self, obs: np.ndarray) -> np.ndarray:
+        """The behaviour action before the driver's noise: SAC samples its policy; TD3/DDPG/DQN act greedily."""
+
+    def set_learning_rate(self, lr: float) -> None: ...
+
+    def train(self, batch: ReplayBatch) -> np.ndarray:
+        """batch.n gradient steps, in order; the mean of stat_names over them (one host sync)."""
+
+    def update_target(self) -> None:
+        """DQN: target <- tau * online + (1 - tau) * target (SAC and TD3 update theirs inside `train`)."""
+
+    def save_weights(self, run_dir: Path) -> str: ...
+
+    def get_state(self) -> Any: ...
+
+    def set_state(self, state: Any) -> None: ...
+
+
+AgentFactory = Callable[[dict[str, Any], Any, int, str], OffPolicyAgent]
+
+
+def network_spec(cfg: OffPolicyConfig, obs_spec: dict[str, Any], act_spec: dict[str, Any]) -> dict[str, Any]:
+    """The checkpoint's description of the networks, from which export rebuilds the actor."""
+    common = {
+        "obs_dim": obs_dim(obs_spec),
+        "act_dim": action_dim(act_spec),
+        "net_arch": [int(w) for w in cfg.net_arch],
+        "activation": cfg.activation,
+    }
+    if isinstance(cfg, DQNConfig):
+        return {"type": "dqn_mlp", **common}
+    if isinstance(cfg, SACConfig):
+        return {"type": "sac_mlp", **common, "log_std_min": -20.0, "log_std_max": 2.0}
+    assert isinstance(cfg, TD3Config)
+    return {"type": "td3_mlp", **common, "n_critics": int(cfg.n_critics)}
+
+
+def check_action_space(algo: str, discrete: bool, env_id: str) -> None:
+    if algo == "dqn" and not discrete:
+        raise ConfigError(
+            f"DQN needs a Discrete action space and {env_id} has a Box one; use sac, td3 or ddpg"
+        )
+    if algo != "dqn" and discrete:
+        raise ConfigError(
+            f"{algo.upper()} needs a Box action space and {env_id} has a Discrete one; use dqn or ppo"
+        )
+
+
+def train_offpolicy(
+    env_id: str,
+    cfg: OffPolicyConfig,
+    seed: int,
+    run_dir: Path,
+    make_agent: AgentFactory,
+    device: str = "auto",
+    progress: bool | None = None,
+) -> TrainResult:
+    # SEEDING: once, here. Env seeds at the first reset; the agent factory seeds its framework before any
+    # initializer draws; this numpy generator drives warm-up actions, noise, epsilon and batch sampling.
+    rng = np.random.default_rng(seed)
+    envs = make_vec_env(env_id, cfg.n_envs)
+    obs_spec = observation_spec(envs.single_observation_space)
+    act_spec = action_spec(envs.single_action_space)
+    discrete = is_discrete(act_spec)
+    check_action_space(cfg.algo, discrete, env_id)
+    if len(obs_spec["shape"]) != 1:
+        raise ConfigError(
+            f"{cfg.algo.upper()} takes flat observations; {env_id} has shape {obs_spec['shape']}"
+        )
+    n_envs, a_dim = cfg.n_envs, action_dim(act_spec)
+    obs_shape = tuple(obs_spec["shape"])
+    to_env = ActionTransform(act_spec).to_env
+    network = network_spec(cfg, obs_spec, act_spec)
+    agent = make_agent(network, cfg, seed, device)
+    norm = RunningNormalizer(obs_shape, clip=cfg.norm_obs_clip, enabled=cfg.normalize_obs)
+    buffer = ReplayBuffer(min(cfg.buffer_size, cfg.n_timesteps + n_envs), obs_shape, discrete, a_dim)
+    metrics = MetricsLogger(run_dir)
+    noise: GaussianNoise | OUNoise | None = None
+    if isinstance(cfg, TD3Config) and cfg.noise_type == "normal":
+        noise = GaussianNoise(cfg.noise_std, a_dim, n_envs, rng)
+    elif isinstance(cfg, TD3Config) and cfg.noise_type == "ornstein-uhlenbeck":
+        noise = OUNoise(0.15, cfg.noise_std, 1e-2, a_dim, n_envs, rng)  # SB3's theta and dt
+    act_fn = deterministic_fn(to_env)
+    keeper = BestKeeper(cfg.keep_best)
+
+    n_iters = max(1, math.ceil(cfg.n_timesteps / n_envs))
+    raw_obs, _ = envs.reset(seed=seed)
+    norm.update(raw_obs)
+    ep_returns = np.zeros(n_envs)
+    recent_returns: list[float] = []
+    stats: np.ndarray | None = None
+    global_step, next_eval, next_log = 0, cfg.eval_freq, LOG_EVERY
+    target_period = max(cfg.target_update_interval // n_envs, 1) if isinstance(cfg, DQNConfig) else 0
+    start = time.perf_counter()
+    bar = tqdm(
+        total=n_iters * n_envs,
+        desc=f"{cfg.algo}/{agent.framework} {env_id}",
+        unit="step",
+        disable=None if progress is None else not progress,
+        leave=False,
+        mininterval=0.5,
+    )
+    try:
+        for it in range(n_iters):
+            # ACT: uniform random during warm-up, then the algorithm's exploration.
+            if global_step < cfg.learning_starts:
+                action = (
+                    rng.integers(0, act_spec["n"], size=n_envs)
+                    if discrete
+                    else rng.uniform(-1.0, 1.0, size=(n_envs, a_dim)).astype(np.float32)
+                )
+            elif isinstance(cfg, DQNConfig):
+                action = agent.deterministic(norm.normalize(raw_obs)).astype(np.int64)
+                explore = rng.random(n_envs) < cfg.epsilon(global_step)
+                action[explore] = rng.integers(0, act_spec["n"], size=int(explore.sum()))
+            else:
+                action = agent.explore(norm.normalize(raw_obs))
+            if noise is not None:  # SB3 adds it during warm-up too
+                action = np.clip(action + noise(), -1.0, 1.0).astype(np.float32)
+
+            next_raw, reward, terminated, truncated, info = envs.step(to_env(action))
+            done = terminated | truncated
+            real_next = next_raw.copy()  # the reset observation is not the transition's successor
+            for i in np.flatnonzero(done):
+                real_next[i] = info["final_obs"][i]
+            buffer.add(raw_obs, action, reward.astype(np.float32), real_next, terminated)
+            ep_returns += reward
+            for i in np.flatnonzero(done):
+                recent_returns.append(float(ep_returns[i]))
+                ep_returns[i] = 0.0
+                if noise is not None:
+                    noise.reset(i)
+            raw_obs = next_raw
+            norm.update(raw_obs)
+            global_step += n_envs
+            bar.update(n_envs)
+
+            if target_period and (it + 1) % target_period == 0:
+                agent.update_target()
+
+            # TRAIN: every train_freq steps once warm-up is over; n batches sampled here, stepped by the backend.
+            if (it + 1) % cfg.train_freq == 0 and global_step > cfg.learning_starts:
+                agent.set_learning_rate(cfg.learning_rate(1.0 - global_step / cfg.n_timesteps))
+                n = cfg.gradient_steps if cfg.gradient_steps > 0 else cfg.train_freq * n_envs
+                stats = agent.train(buffer.sample(n, cfg.batch_size, rng, norm.normalize))
+
+            evaluating = bool(cfg.eval_freq) and global_step >= next_eval
+            if global_step >= next_log or evaluating:
+                next_log = (global_step // LOG_EVERY + 1) * LOG_EVERY
+                row: dict[str, float] = {}
+                if stats is not None:
+                    row.update(zip(agent.stat_names, np.asarray(stats, np.float64).tolist(), strict=True))
+                if isinstance(cfg, DQNConfig):
+                    row["epsilon"] = cfg.epsilon(global_step)
+                if recent_returns:
+                    row["rollout_return_mean"] = float(np.mean(recent_returns[-20:]))
+                    bar.set_postfix(ret=f"{row['rollout_return_mean']:.1f}", refresh=False)
+                if evaluating:
+                    next_eval += cfg.eval_freq
+                    result = evaluate(act_fn(agent, norm), env_id, cfg.eval_episodes, seed + EVAL_SEED_OFFSET)
+                    row["eval_return_mean"], row["eval_return_std"] = result.mean, result.std
+                    _logger.info("step %d: eval return %.1f +- %.1f", global_step, result.mean, result.std)
+                    keeper.offer(result, global_step, agent, norm)
+                metrics.log(global_step, row)
+    finally:
+        bar.close()
+        metrics.close()
+        envs.close()
+    wall = time.perf_counter() - start
+    return finish_run(
+        algo=cfg.algo,
+        agent=agent,
+        norm=norm,
+        keeper=keeper,
+        act_fn=act_fn,
+        env_id=env_id,
+        seed=seed,
+        eval_episodes=cfg.eval_episodes,
+        run_dir=run_dir,
+        global_step=global_step,
+        wall=wall,
+        meta={
+            "observation_space": obs_spec,
+            "action_space": act_spec,
+            "network": network,
+            "hyperparameters": cfg.to_json(),
+        },
+    )

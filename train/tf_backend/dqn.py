@@ -1,0 +1,48 @@
+"""DQN (double DQN by default) in TensorFlow, the twin of train.torch_backend.dqn."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from train.core.offpolicy_config import DQNConfig
+from train.tf_backend.offpolicy_base import TFOffPolicyBase
+
+
+class TFDQN(TFOffPolicyBase):
+    stat_names = ("loss", "q_mean")
+
+    def __init__(self, network: dict[str, Any], cfg: DQNConfig, seed: int, device: str):
+        super().__init__(seed, device)
+        from train.tf_backend.offpolicy_nets import DQNNets
+
+        self.cfg = cfg
+        self.nets = DQNNets(network, seed)
+        self.q_vars = self.nets.q_net.trainable_variables
+        self.target_vars = self.nets.q_target.trainable_variables
+        self.opt = self.adam(self.q_vars, cfg.learning_rate(1.0))
+        self.compile(int(network["obs_dim"]), int(network["act_dim"]), discrete=True)
+
+    def deterministic_graph(self, obs):
+        return self.tf.argmax(self.nets.q_net(obs), axis=-1)
+
+    def update_target_graph(self):
+        from train.tf_backend.offpolicy_nets import polyak_update
+
+        polyak_update(self.q_vars, self.target_vars, self.cfg.tau)
+        return self.tf.constant(0)
+
+    def train_step_graph(self, obs, actions, rewards, next_obs, dones):
+        tf, nets, cfg = self.tf, self.nets, self.cfg
+        next_q_all = nets.q_target(next_obs)
+        if cfg.double_q:  # the online net picks, the target net values
+            next_a = tf.argmax(nets.q_net(next_obs), axis=-1)
+            next_q = tf.gather(next_q_all, next_a, batch_dims=1)
+        else:
+            next_q = tf.reduce_max(next_q_all, axis=-1)
+        target_q = tf.stop_gradient(rewards + (1.0 - dones) * cfg.gamma * next_q)
+        with tf.GradientTape() as tape:
+            q = tf.gather(nets.q_net(obs), actions, batch_dims=1)
+            loss = tf.reduce_mean(tf.keras.losses.huber(target_q[:, None], q[:, None]))
+        grads, _ = tf.clip_by_global_norm(tape.gradient(loss, self.q_vars), cfg.max_grad_norm)
+        self.opt.apply_gradients(zip(grads, self.q_vars, strict=True))
+        return tf.stack([loss, tf.reduce_mean(q)])

@@ -1,0 +1,145 @@
+"""What the TF off-policy agents share: seeding, optimizers, and the compiled functions.
+
+Graph discipline, as in TF PPO: every compiled function has an `input_signature` (None only for sizes
+that really vary: the number of stacked batches, the batch size); the driver's Python numbers cross
+into graphs only as tensors or variables; counters (TD3's critic steps) are tf.Variables read and
+incremented inside the graph; target updates are variable assignments inside the same graph; sampling
+draws from one tf.random.Generator seeded once. `trace_counts()` reports how often each function traced.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from train.core.replay import ReplayBatch
+from train.tf_backend.setup import configure_tensorflow
+
+WEIGHTS_FILE = "policy.weights.h5"
+
+
+class TFOffPolicyBase:
+    framework = "tf"
+    stat_names: tuple[str, ...] = ()
+    nets: Any
+
+    def __init__(self, seed: int, device: str):
+        self.device = configure_tensorflow(device)
+        import keras
+        import tensorflow as tf
+
+        self.tf, self.keras = tf, keras
+        keras.utils.set_random_seed(seed)  # once, before any initializer draws
+        self.rng = tf.random.Generator.from_seed(seed)  # the one generator that sampling draws from
+        self.optimizers: list[Any] = []
+
+    def adam(self, variables: list[Any], lr: float) -> Any:
+        opt = self.keras.optimizers.Adam(learning_rate=lr, epsilon=1e-8)  # torch's eps, as SB3
+        opt.build(variables)
+        self.optimizers.append(opt)
+        return opt
+
+    def compile(self, obs_dim: int, act_dim: int, discrete: bool) -> None:
+        """Trace the agent's functions once, with fixed signatures."""
+        tf = self.tf
+        obs = tf.TensorSpec([None, obs_dim], tf.float32)
+        stacked_obs = tf.TensorSpec([None, None, obs_dim], tf.float32)
+        stacked_act = (
+            tf.TensorSpec([None, None], tf.int64)
+            if discrete
+            else tf.TensorSpec([None, None, act_dim], tf.float32)
+        )
+        vec = tf.TensorSpec([None, None], tf.float32)
+        self._deterministic = tf.function(self.deterministic_graph, input_signature=[obs])
+        self._explore = tf.function(self.explore_graph, input_signature=[obs])
+        self._train_many = tf.function(
+            self.train_many_graph, input_signature=[stacked_obs, stacked_act, vec, stacked_obs, vec]
+        )
+        self._update_target = tf.function(self.update_target_graph, input_signature=[])
+        # The per-step calls go to concrete functions: the same single trace, without tf.function's
+        # per-call signature matching.
+        self._deterministic_cf = self._deterministic.get_concrete_function()
+        self._explore_cf = self._explore.get_concrete_function()
+        self._train_many_cf = self._train_many.get_concrete_function()
+
+    # ------------------------------------------------------------------ graphs (subclasses fill in)
+    def deterministic_graph(self, obs: Any) -> Any:
+        raise NotImplementedError
+
+    def explore_graph(self, obs: Any) -> Any:
+        return self.deterministic_graph(obs)
+
+    def train_step_graph(self, obs: Any, actions: Any, rewards: Any, next_obs: Any, dones: Any) -> Any:
+        raise NotImplementedError
+
+    def update_target_graph(self) -> Any:
+        return self.tf.constant(0)
+
+    def train_many_graph(self, obs: Any, actions: Any, rewards: Any, next_obs: Any, dones: Any) -> Any:
+        """All stacked batches, one gradient step each, in one call; the stats' mean over the finite values."""
+        tf = self.tf
+        n = tf.shape(obs)[0]
+        stats = tf.TensorArray(tf.float32, size=n)
+        for i in tf.range(n):
+            stats = stats.write(
+                i, self.train_step_graph(obs[i], actions[i], rewards[i], next_obs[i], dones[i])
+            )
+        rows = stats.stack()
+        finite = tf.math.is_finite(rows)
+        total = tf.reduce_sum(tf.where(finite, rows, tf.zeros_like(rows)), axis=0)
+        return total / tf.reduce_sum(tf.cast(finite, tf.float32), axis=0)  # NaN where no step had a value
+
+    # ------------------------------------------------------------------------------ agent API
+    def deterministic(self, obs: np.ndarray) -> np.ndarray:
+        return self._deterministic_cf(self.tf.constant(obs)).numpy()
+
+    def explore(self, obs: np.ndarray) -> np.ndarray:
+        return self._explore_cf(self.tf.constant(obs)).numpy()
+
+    def train(self, batch: ReplayBatch) -> np.ndarray:
+        return self._train_many_cf(
+            self.tf.constant(batch.obs),
+            self.tf.constant(batch.actions),
+            self.tf.constant(batch.rewards),
+            self.tf.constant(batch.next_obs),
+            self.tf.constant(batch.dones),
+        ).numpy()
+
+    def update_target(self) -> None:
+        self._update_target()
+
+    def set_learning_rate(self, lr: float) -> None:
+        for opt in self.optimizers:
+            opt.learning_rate.assign(lr)  # a variable: the graph reads it, no retrace
+
+    def trace_counts(self) -> dict[str, int]:
+        return {
+            name: fn.experimental_get_tracing_count()
+            for name, fn in (
+                ("deterministic", self._deterministic),
+                ("explore", self._explore),
+                ("train_many", self._train_many),
+                ("update_target", self._update_target),
+            )
+        }
+
+    def get_state(self) -> list[np.ndarray]:
+        return [w.copy() for w in self.nets.get_weights()]
+
+    def set_state(self, state: list[np.ndarray]) -> None:
+        self.nets.set_weights(state)
+
+    def save_weights(self, run_dir: Path) -> str:
+        fd, tmp = tempfile.mkstemp(dir=run_dir, suffix=".weights.h5")
+        os.close(fd)
+        try:
+            self.nets.save_weights(tmp, overwrite=True)
+            os.replace(tmp, run_dir / WEIGHTS_FILE)
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+        return WEIGHTS_FILE

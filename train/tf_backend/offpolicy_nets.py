@@ -1,0 +1,166 @@
+"""Keras 3 twins of train.torch_backend.offpolicy_nets: SAC's squashed Gaussian actor and twin critics,
+TD3/DDPG's tanh actor and critics, DQN's Q-network, each with its target networks, plus the polyak update
+as variable assignments that run inside compiled graphs.
+
+Initialization follows PyTorch's nn.Linear default (uniform in +-1/sqrt(fan_in) for weights and biases),
+as SB3 uses for these algorithms. Every initializer gets its own seed: Keras 3 initializers that share a
+seed draw the same values.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from typing import Any
+
+import keras
+import tensorflow as tf
+
+LOG_2PI = math.log(2 * math.pi)
+
+
+def _dense(width: int, fan_in: int, activation: str | None, seed: int, name: str) -> keras.layers.Dense:
+    bound = 1.0 / math.sqrt(fan_in)
+    return keras.layers.Dense(
+        width,
+        activation=activation,
+        name=name,
+        kernel_initializer=keras.initializers.VarianceScaling(1.0 / 3.0, "fan_in", "uniform", seed=seed),
+        bias_initializer=keras.initializers.RandomUniform(-bound, bound, seed=seed + 1),
+    )
+
+
+def mlp(
+    in_dim: int,
+    hidden: list[int],
+    activation: str,
+    out_dim: int | None,
+    seeds: Iterator[int],
+    name: str,
+    out_activation: str | None = None,
+) -> keras.Sequential:
+    layers: list[Any] = [keras.Input((in_dim,))]
+    last = in_dim
+    for i, width in enumerate(hidden):
+        layers.append(_dense(width, last, activation, next(seeds), f"{name}_{i}"))
+        last = width
+    if out_dim is not None:
+        layers.append(_dense(out_dim, last, out_activation, next(seeds), f"{name}_out"))
+    return keras.Sequential(layers, name=name)
+
+
+def dense_layers(model: keras.Sequential) -> list[keras.layers.Dense]:
+    return [layer for layer in model.layers if isinstance(layer, keras.layers.Dense)]
+
+
+def copy_weights(source: list[tf.Variable], target: list[tf.Variable]) -> None:
+    for s, t in zip(source, target, strict=True):
+        t.assign(s)
+
+
+def polyak_update(source: list[tf.Variable], target: list[tf.Variable], tau: float) -> None:
+    """target <- target + tau * (source - target), in place (graph or eager); tau == 1 copies exactly."""
+    for s, t in zip(source, target, strict=True):
+        t.assign(s if tau == 1.0 else t + tau * (s - t))
+
+
+def _seeds(seed: int) -> Iterator[int]:
+    n = seed * 1000
+    while True:
+        n += 2  # each dense layer takes two (kernel, bias)
+        yield n
+
+
+def _critics(spec: dict[str, Any], n: int, seeds: Iterator[int], name: str) -> list[keras.Sequential]:
+    in_dim = spec["obs_dim"] + spec["act_dim"]
+    return [mlp(in_dim, list(spec["net_arch"]), spec["activation"], 1, seeds, f"{name}{i}") for i in range(n)]
+
+
+def q_values(critics: list[keras.Sequential], obs: tf.Tensor, action: tf.Tensor) -> list[tf.Tensor]:
+    x = tf.concat([obs, action], axis=-1)
+    return [c(x)[:, 0] for c in critics]
+
+
+def variables(models: list[keras.Sequential]) -> list[tf.Variable]:
+    return [v for m in models for v in m.trainable_variables]
+
+
+class SACNets(keras.Model):
+    def __init__(self, spec: dict[str, Any], seed: int = 0, ent_coef_init: float = 1.0):
+        super().__init__()
+        seeds = _seeds(seed)
+        hidden = list(spec["net_arch"])
+        self.latent = mlp(spec["obs_dim"], hidden, spec["activation"], None, seeds, "actor_latent")
+        self.mu = mlp(hidden[-1], [], spec["activation"], spec["act_dim"], seeds, "actor_mu")
+        self.log_std = mlp(hidden[-1], [], spec["activation"], spec["act_dim"], seeds, "actor_log_std")
+        self.log_std_min, self.log_std_max = float(spec["log_std_min"]), float(spec["log_std_max"])
+        self.critics = _critics(spec, 2, seeds, "critic")
+        self.critic_targets = _critics(spec, 2, seeds, "critic_target")
+        copy_weights(variables(self.critics), variables(self.critic_targets))
+        self.log_alpha = self.add_weight(
+            shape=(), initializer=keras.initializers.Constant(math.log(ent_coef_init)), name="log_alpha"
+        )
+        self.built = True
+
+    @property
+    def actor_variables(self) -> list[tf.Variable]:
+        return variables([self.latent, self.mu, self.log_std])
+
+    def deploy_dense(self) -> list[keras.layers.Dense]:
+        """The deterministic path (obs -> mean), as the exported graph freezes it."""
+        return dense_layers(self.latent) + dense_layers(self.mu)
+
+    def mean(self, obs: tf.Tensor) -> tf.Tensor:
+        return self.mu(self.latent(obs))
+
+    def sample(self, obs: tf.Tensor, eps: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        """tanh(mean + std * eps) and its log-probability, with SB3's tanh correction."""
+        h = self.latent(obs)
+        mean = self.mu(h)
+        log_std = tf.clip_by_value(self.log_std(h), self.log_std_min, self.log_std_max)
+        action = tf.tanh(mean + tf.exp(log_std) * eps)
+        logp = tf.reduce_sum(-0.5 * tf.square(eps) - log_std - 0.5 * LOG_2PI, axis=-1)
+        logp -= tf.reduce_sum(tf.math.log(1.0 - tf.square(action) + 1e-6), axis=-1)
+        return action, logp
+
+
+class TD3Nets(keras.Model):
+    def __init__(self, spec: dict[str, Any], seed: int = 0):
+        super().__init__()
+        seeds = _seeds(seed)
+        args = (spec["obs_dim"], list(spec["net_arch"]), spec["activation"], spec["act_dim"])
+        self.actor = mlp(*args, seeds, "actor", out_activation="tanh")
+        self.actor_target = mlp(*args, seeds, "actor_target", out_activation="tanh")
+        copy_weights(self.actor.trainable_variables, self.actor_target.trainable_variables)
+        self.critics = _critics(spec, int(spec["n_critics"]), seeds, "critic")
+        self.critic_targets = _critics(spec, int(spec["n_critics"]), seeds, "critic_target")
+        copy_weights(variables(self.critics), variables(self.critic_targets))
+        self.built = True
+
+    def deploy_dense(self) -> list[keras.layers.Dense]:
+        return dense_layers(self.actor)
+
+
+class DQNNets(keras.Model):
+    def __init__(self, spec: dict[str, Any], seed: int = 0):
+        super().__init__()
+        seeds = _seeds(seed)
+        args = (spec["obs_dim"], list(spec["net_arch"]), spec["activation"], spec["act_dim"])
+        self.q_net = mlp(*args, seeds, "q_net")
+        self.q_target = mlp(*args, seeds, "q_target")
+        copy_weights(self.q_net.trainable_variables, self.q_target.trainable_variables)
+        self.built = True
+
+    def deploy_dense(self) -> list[keras.layers.Dense]:
+        return dense_layers(self.q_net)
+
+
+def nets_from_spec(spec: dict[str, Any], seed: int = 0) -> SACNets | TD3Nets | DQNNets:
+    kind = spec.get("type")
+    if kind == "sac_mlp":
+        return SACNets(spec, seed)
+    if kind == "td3_mlp":
+        return TD3Nets(spec, seed)
+    if kind == "dqn_mlp":
+        return DQNNets(spec, seed)
+    raise ValueError(f"unknown off-policy network type {kind!r}")

@@ -1,0 +1,88 @@
+"""SAC in TensorFlow, the twin of train.torch_backend.sac: twin critics with polyak-averaged targets
+(assignments inside the compiled step), a squashed Gaussian actor, and a temperature whose Adam owns
+log-alpha alone. One compiled call runs all of a training phase's gradient steps."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from train.core.offpolicy_config import SACConfig
+from train.tf_backend.offpolicy_base import TFOffPolicyBase
+
+
+class TFSAC(TFOffPolicyBase):
+    stat_names = ("actor_loss", "critic_loss", "ent_coef", "ent_coef_loss")
+
+    def __init__(self, network: dict[str, Any], cfg: SACConfig, seed: int, device: str):
+        super().__init__(seed, device)
+        from train.tf_backend.offpolicy_nets import SACNets, variables
+
+        tf = self.tf
+        self.cfg, self.act_dim = cfg, int(network["act_dim"])
+        self.nets = SACNets(network, seed, cfg.ent_coef_init())
+        self.actor_vars = self.nets.actor_variables
+        self.critic_vars = variables(self.nets.critics)
+        self.target_vars = variables(self.nets.critic_targets)
+        lr = cfg.learning_rate(1.0)
+        self.actor_opt = self.adam(self.actor_vars, lr)
+        self.critic_opt = self.adam(self.critic_vars, lr)
+        self.learn_alpha = cfg.learns_ent_coef()
+        # The temperature's optimizer owns log-alpha alone (tests check that it moves nothing else).
+        self.alpha_opt = self.adam([self.nets.log_alpha], lr) if self.learn_alpha else None
+        self.target_entropy = float(cfg.entropy_target(self.act_dim))
+        self.n_updates = tf.Variable(0, dtype=tf.int64, trainable=False, name="n_updates")
+        self.compile(int(network["obs_dim"]), self.act_dim, discrete=False)
+
+    def deterministic_graph(self, obs):
+        return self.tf.tanh(self.nets.mean(obs))
+
+    def explore_graph(self, obs):
+        return self.nets.sample(obs, self.rng.normal(self.tf.shape(self.nets.mean(obs))))[0]
+
+    def alpha_step(self, logp):
+        """One temperature step; the policy enters only through the log-probs, as constants."""
+        tf = self.tf
+        log_alpha = self.nets.log_alpha
+        with tf.GradientTape() as tape:
+            loss = -tf.reduce_mean(log_alpha * tf.stop_gradient(logp + self.target_entropy))
+        self.alpha_opt.apply_gradients([(tape.gradient(loss, log_alpha), log_alpha)])
+        return loss
+
+    def train_step_graph(self, obs, actions, rewards, next_obs, dones):
+        from train.tf_backend.offpolicy_nets import polyak_update, q_values
+
+        tf, nets, cfg = self.tf, self.nets, self.cfg
+        eps = self.rng.normal(tf.shape(actions))
+        alpha = tf.exp(tf.identity(nets.log_alpha))  # the temperature before this step's update, as SB3
+        _, logp = nets.sample(obs, eps)
+        alpha_loss = self.alpha_step(logp) if self.learn_alpha else tf.constant(0.0)
+
+        next_a, next_logp = nets.sample(next_obs, self.rng.normal(tf.shape(actions)))
+        next_q = tf.reduce_min(tf.stack(q_values(nets.critic_targets, next_obs, next_a)), axis=0)
+        target_q = tf.stop_gradient(rewards + (1.0 - dones) * cfg.gamma * (next_q - alpha * next_logp))
+        with tf.GradientTape() as tape:
+            qs = q_values(nets.critics, obs, actions)
+            critic_loss = 0.5 * tf.add_n([tf.reduce_mean(tf.square(q - target_q)) for q in qs])
+        self.critic_opt.apply_gradients(
+            zip(tape.gradient(critic_loss, self.critic_vars), self.critic_vars, strict=True)
+        )
+
+        with tf.GradientTape() as tape:
+            pi, logp = nets.sample(obs, eps)  # the same draw as the temperature's step
+            q_pi = tf.reduce_min(tf.stack(q_values(nets.critics, obs, pi)), axis=0)
+            actor_loss = tf.reduce_mean(alpha * logp - q_pi)
+        self.actor_opt.apply_gradients(
+            zip(tape.gradient(actor_loss, self.actor_vars), self.actor_vars, strict=True)
+        )
+
+        self.n_updates.assign_add(1)
+        if cfg.target_update_interval == 1:
+            polyak_update(self.critic_vars, self.target_vars, cfg.tau)
+        else:
+
+            def soft_update():
+                polyak_update(self.critic_vars, self.target_vars, cfg.tau)
+                return tf.constant(True)
+
+            tf.cond(self.n_updates % cfg.target_update_interval == 0, soft_update, lambda: tf.constant(False))
+        return tf.stack([actor_loss, critic_loss, alpha, alpha_loss])

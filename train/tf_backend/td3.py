@@ -1,0 +1,75 @@
+"""TD3 (and DDPG) in TensorFlow, the twin of train.torch_backend.td3. The critic-step counter is a
+tf.Variable incremented inside the compiled step, and the delayed actor and target updates run under
+tf.cond on it: a Python int there would be frozen into the graph at trace time."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from train.core.offpolicy_config import TD3Config
+from train.tf_backend.offpolicy_base import TFOffPolicyBase
+
+
+class TFTD3(TFOffPolicyBase):
+    stat_names = ("actor_loss", "critic_loss")
+
+    def __init__(self, network: dict[str, Any], cfg: TD3Config, seed: int, device: str):
+        super().__init__(seed, device)
+        from train.tf_backend.offpolicy_nets import TD3Nets, variables
+
+        tf = self.tf
+        self.cfg = cfg
+        self.nets = TD3Nets(network, seed)
+        self.actor_vars = self.nets.actor.trainable_variables
+        self.actor_target_vars = self.nets.actor_target.trainable_variables
+        self.critic_vars = variables(self.nets.critics)
+        self.critic_target_vars = variables(self.nets.critic_targets)
+        lr = cfg.learning_rate(1.0)
+        self.actor_opt = self.adam(self.actor_vars, lr)
+        self.critic_opt = self.adam(self.critic_vars, lr)
+        self.n_updates = tf.Variable(0, dtype=tf.int64, trainable=False, name="n_updates")
+        self.compile(int(network["obs_dim"]), int(network["act_dim"]), discrete=False)
+
+    def deterministic_graph(self, obs):
+        return self.nets.actor(obs)
+
+    def actor_step(self, obs):
+        """The delayed update: actor on Q1, then both target networks."""
+        from train.tf_backend.offpolicy_nets import polyak_update, q_values
+
+        tf = self.tf
+        with tf.GradientTape() as tape:
+            loss = -tf.reduce_mean(q_values(self.nets.critics[:1], obs, self.nets.actor(obs))[0])
+        self.actor_opt.apply_gradients(
+            zip(tape.gradient(loss, self.actor_vars), self.actor_vars, strict=True)
+        )
+        polyak_update(self.critic_vars, self.critic_target_vars, self.cfg.tau)
+        polyak_update(self.actor_vars, self.actor_target_vars, self.cfg.tau)
+        return loss
+
+    def train_step_graph(self, obs, actions, rewards, next_obs, dones):
+        from train.tf_backend.offpolicy_nets import q_values
+
+        tf, nets, cfg = self.tf, self.nets, self.cfg
+        self.n_updates.assign_add(1)
+        noise = tf.clip_by_value(
+            self.rng.normal(tf.shape(actions)) * cfg.target_policy_noise,
+            -cfg.target_noise_clip,
+            cfg.target_noise_clip,
+        )
+        next_a = tf.clip_by_value(nets.actor_target(next_obs) + noise, -1.0, 1.0)
+        next_q = tf.reduce_min(tf.stack(q_values(nets.critic_targets, next_obs, next_a)), axis=0)
+        target_q = tf.stop_gradient(rewards + (1.0 - dones) * cfg.gamma * next_q)
+        with tf.GradientTape() as tape:
+            critic_loss = tf.add_n(
+                [tf.reduce_mean(tf.square(q - target_q)) for q in q_values(nets.critics, obs, actions)]
+            )
+        self.critic_opt.apply_gradients(
+            zip(tape.gradient(critic_loss, self.critic_vars), self.critic_vars, strict=True)
+        )
+        actor_loss = tf.cond(
+            self.n_updates % cfg.policy_delay == 0,
+            lambda: self.actor_step(obs),
+            lambda: tf.constant(float("nan")),
+        )
+        return tf.stack([actor_loss, critic_loss])

@@ -1,0 +1,60 @@
+"""DQN in torch (Mnih et al. 2015; double DQN, van Hasselt et al. 2016): Huber loss on the TD error,
+a target network that the driver updates every `target_update_interval` env steps, gradient-norm
+clipping. Epsilon-greedy exploration is the driver's."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from train.core.offpolicy_config import DQNConfig
+from train.core.replay import ReplayBatch
+from train.torch_backend.offpolicy_base import TorchOffPolicyBase
+from train.torch_backend.offpolicy_nets import QNetwork, polyak_update
+
+
+class TorchDQN(TorchOffPolicyBase):
+    stat_names = ("loss", "q_mean")
+
+    def __init__(self, network: dict[str, Any], cfg: DQNConfig, seed: int, device: str):
+        super().__init__(seed, device)
+        self.cfg = cfg
+        self.q_net = QNetwork(network).to(self.dev)
+        self.q_target = copy.deepcopy(self.q_net).requires_grad_(False)
+        self.nets.update(dict(q_net=self.q_net, q_target=self.q_target))
+        self.opt = self.adam(list(self.q_net.parameters()), cfg.learning_rate(1.0))
+
+    @torch.no_grad()
+    def deterministic(self, obs: np.ndarray) -> np.ndarray:
+        return self.q_net(self._t(obs)).argmax(-1).cpu().numpy()
+
+    explore = deterministic  # epsilon-greedy is the driver's
+
+    def update_target(self) -> None:
+        polyak_update(self.q_net.parameters(), self.q_target.parameters(), self.cfg.tau)
+
+    def train_step(self, obs, actions, rewards, next_obs, dones) -> torch.Tensor:
+        cfg = self.cfg
+        with torch.no_grad():
+            next_q_all = self.q_target(next_obs)
+            if cfg.double_q:  # the online net picks, the target net values
+                next_a = self.q_net(next_obs).argmax(-1, keepdim=True)
+                next_q = next_q_all.gather(-1, next_a).squeeze(-1)
+            else:
+                next_q = next_q_all.max(-1).values
+            target_q = rewards + (1.0 - dones) * cfg.gamma * next_q
+        q = self.q_net(obs).gather(-1, actions.unsqueeze(-1)).squeeze(-1)
+        loss = nn.functional.smooth_l1_loss(q, target_q)
+        self.opt.zero_grad(set_to_none=True)
+        loss.backward()
+        nn.utils.clip_grad_norm_(self.q_net.parameters(), cfg.max_grad_norm)
+        self.opt.step()
+        return torch.stack([loss.detach(), q.detach().mean()])
+
+    def train(self, batch: ReplayBatch) -> np.ndarray:
+        t = [self._t(x) for x in (batch.obs, batch.actions, batch.rewards, batch.next_obs, batch.dones)]
+        return self.mean_stats([self.train_step(*(x[i] for x in t)) for i in range(batch.n)])

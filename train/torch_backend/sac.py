@@ -1,0 +1,85 @@
+"""SAC in torch (Haarnoja et al. 2018, SB3's variant): twin critics with polyak-averaged targets, a
+squashed Gaussian actor, and an entropy temperature learned by its own optimizer, which owns log-alpha
+and nothing else. The driver is train.core.offpolicy_driver, shared with TF."""
+
+from __future__ import annotations
+
+import copy
+import math
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from train.core.offpolicy_config import SACConfig
+from train.core.replay import ReplayBatch
+from train.torch_backend.offpolicy_base import TorchOffPolicyBase
+from train.torch_backend.offpolicy_nets import Critics, SACActor, polyak_update
+
+
+class TorchSAC(TorchOffPolicyBase):
+    stat_names = ("actor_loss", "critic_loss", "ent_coef", "ent_coef_loss")
+
+    def __init__(self, network: dict[str, Any], cfg: SACConfig, seed: int, device: str):
+        super().__init__(seed, device)
+        self.cfg = cfg
+        self.actor = SACActor(network).to(self.dev)
+        self.critic = Critics(network, 2).to(self.dev)
+        self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
+        self.log_alpha = nn.Parameter(torch.tensor(math.log(cfg.ent_coef_init()), device=self.dev))
+        self.nets.update(dict(actor=self.actor, critic=self.critic, critic_target=self.critic_target))
+        self.nets.register_parameter("log_alpha", self.log_alpha)
+        lr = cfg.learning_rate(1.0)
+        self.actor_opt = self.adam(list(self.actor.parameters()), lr)
+        self.critic_opt = self.adam(list(self.critic.parameters()), lr)
+        # The temperature's optimizer owns log-alpha alone (tests check that it moves nothing else).
+        self.alpha_opt = self.adam([self.log_alpha], lr) if cfg.learns_ent_coef() else None
+        self.target_entropy = cfg.entropy_target(network["act_dim"])
+        self.gamma, self.tau = cfg.gamma, cfg.tau
+        self.n_updates = 0
+
+    @torch.no_grad()
+    def deterministic(self, obs: np.ndarray) -> np.ndarray:
+        return torch.tanh(self.actor(self._t(obs))).cpu().numpy()
+
+    @torch.no_grad()
+    def explore(self, obs: np.ndarray) -> np.ndarray:
+        return self.actor.sample(self._t(obs))[0].cpu().numpy()
+
+    def alpha_step(self, logp: torch.Tensor) -> torch.Tensor:
+        """One step of the temperature: alpha's loss depends on the policy only through detached log-probs."""
+        assert self.alpha_opt is not None
+        loss = -(self.log_alpha * (logp.detach() + self.target_entropy)).mean()
+        self.alpha_opt.zero_grad(set_to_none=True)
+        loss.backward()
+        self.alpha_opt.step()
+        return loss.detach()
+
+    def train_step(self, obs, actions, rewards, next_obs, dones) -> torch.Tensor:
+        pi, logp = self.actor.sample(obs)
+        alpha = self.log_alpha.detach().exp()  # the temperature before this step's update, as SB3
+        alpha_loss = self.alpha_step(logp) if self.alpha_opt is not None else torch.zeros((), device=self.dev)
+
+        with torch.no_grad():
+            next_a, next_logp = self.actor.sample(next_obs)
+            next_q = torch.min(*self.critic_target(next_obs, next_a)) - alpha * next_logp
+            target_q = rewards + (1.0 - dones) * self.gamma * next_q
+        critic_loss = 0.5 * sum(nn.functional.mse_loss(q, target_q) for q in self.critic(obs, actions))
+        self.critic_opt.zero_grad(set_to_none=True)
+        critic_loss.backward()
+        self.critic_opt.step()
+
+        actor_loss = (alpha * logp - torch.min(*self.critic(obs, pi))).mean()
+        self.actor_opt.zero_grad(set_to_none=True)
+        actor_loss.backward()
+        self.actor_opt.step()
+
+        self.n_updates += 1
+        if self.n_updates % self.cfg.target_update_interval == 0:
+            polyak_update(self.critic.parameters(), self.critic_target.parameters(), self.tau)
+        return torch.stack([actor_loss.detach(), critic_loss.detach(), alpha, alpha_loss])
+
+    def train(self, batch: ReplayBatch) -> np.ndarray:
+        t = [self._t(x) for x in (batch.obs, batch.actions, batch.rewards, batch.next_obs, batch.dones)]
+        return self.mean_stats([self.train_step(*(x[i] for x in t)) for i in range(batch.n)])

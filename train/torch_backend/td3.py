@@ -1,0 +1,76 @@
+"""TD3 in torch (Fujimoto et al. 2018, SB3's variant): clipped double-Q critics, target policy smoothing,
+and actor and target updates every `policy_delay` critic steps. DDPG is the same code with one critic,
+no smoothing and no delay (train.core.offpolicy_config.DDPGConfig). Exploration noise is the driver's."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from train.core.offpolicy_config import TD3Config
+from train.core.replay import ReplayBatch
+from train.torch_backend.offpolicy_base import TorchOffPolicyBase
+from train.torch_backend.offpolicy_nets import Critics, TD3Actor, polyak_update
+
+
+class TorchTD3(TorchOffPolicyBase):
+    stat_names = ("actor_loss", "critic_loss")
+
+    def __init__(self, network: dict[str, Any], cfg: TD3Config, seed: int, device: str):
+        super().__init__(seed, device)
+        self.cfg = cfg
+        self.actor = TD3Actor(network).to(self.dev)
+        self.actor_target = copy.deepcopy(self.actor).requires_grad_(False)
+        self.critic = Critics(network, cfg.n_critics).to(self.dev)
+        self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
+        self.nets.update(
+            dict(
+                actor=self.actor,
+                actor_target=self.actor_target,
+                critic=self.critic,
+                critic_target=self.critic_target,
+            )
+        )
+        lr = cfg.learning_rate(1.0)
+        self.actor_opt = self.adam(list(self.actor.parameters()), lr)
+        self.critic_opt = self.adam(list(self.critic.parameters()), lr)
+        self.n_updates = 0  # critic steps taken; the actor steps when it is a multiple of policy_delay
+
+    @torch.no_grad()
+    def deterministic(self, obs: np.ndarray) -> np.ndarray:
+        return self.actor(self._t(obs)).cpu().numpy()
+
+    explore = deterministic  # the driver adds the exploration noise
+
+    def train_step(self, obs, actions, rewards, next_obs, dones) -> torch.Tensor:
+        cfg = self.cfg
+        self.n_updates += 1
+        with torch.no_grad():
+            noise = (torch.randn_like(actions) * cfg.target_policy_noise).clamp(
+                -cfg.target_noise_clip, cfg.target_noise_clip
+            )
+            next_a = (self.actor_target(next_obs) + noise).clamp(-1.0, 1.0)
+            next_q = torch.stack(self.critic_target(next_obs, next_a)).min(0).values
+            target_q = rewards + (1.0 - dones) * cfg.gamma * next_q
+        critic_loss = sum(nn.functional.mse_loss(q, target_q) for q in self.critic(obs, actions))
+        self.critic_opt.zero_grad(set_to_none=True)
+        critic_loss.backward()
+        self.critic_opt.step()
+
+        actor_loss = torch.full((), float("nan"), device=self.dev)
+        if self.n_updates % cfg.policy_delay == 0:
+            actor_loss = -self.critic(obs, self.actor(obs))[0].mean()
+            self.actor_opt.zero_grad(set_to_none=True)
+            actor_loss.backward()
+            self.actor_opt.step()
+            polyak_update(self.critic.parameters(), self.critic_target.parameters(), cfg.tau)
+            polyak_update(self.actor.parameters(), self.actor_target.parameters(), cfg.tau)
+        return torch.stack([actor_loss.detach(), critic_loss.detach()])
+
+    def train(self, batch: ReplayBatch) -> np.ndarray:
+        t = [self._t(x) for x in (batch.obs, batch.actions, batch.rewards, batch.next_obs, batch.dones)]
+        return self.mean_stats([self.train_step(*(x[i] for x in t)) for i in range(batch.n)])

@@ -78,26 +78,38 @@ class DeployablePolicy(nn.Module):
             self.register_buffer("act_low", torch.tensor(action_spec["low"], dtype=torch.float32))
             self.register_buffer("act_high", torch.tensor(action_spec["high"], dtype=torch.float32))
 
-    def pre_head(self, obs: torch.Tensor) -> torch.Tensor:
-        """The network's output before the head: logits, Q-values, or the action mean."""
+    def normalized(self, obs: torch.Tensor) -> torch.Tensor:
         x = obs.reshape(obs.shape[0], -1) if self.obs_layout == "flat" else obs
         x = (x - self.obs_mean) * self.obs_inv_std
         if self.norm_clip is not None:
             x = x.clamp(-self.norm_clip, self.norm_clip)
-        return self.actor(x)
+        return x
+
+    def pre_head(self, obs: torch.Tensor) -> torch.Tensor:
+        """The network's output before the head: logits, Q-values, or the action mean."""
+        return self.actor(self.normalized(obs))
+
+    def squash(self, out: torch.Tensor) -> torch.Tensor:
+        """The unscaling heads' action in [-1, 1] before the unscale (the one place folded noise enters)."""
+        if self.head == "clip_unscale":
+            return out.clamp(-1.0, 1.0)
+        if self.head == "tanh_unscale":
+            return torch.tanh(out)
+        if self.head == "unscale":
+            return out
+        raise ExportError(f"action head {self.head} has no [-1, 1]-scaled form")
+
+    def unscale(self, scaled: torch.Tensor) -> torch.Tensor:
+        return self.act_center + scaled * self.act_half_range
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         out = self.pre_head(obs)
         if self.head == "argmax":
             action = out.argmax(-1)
             return action + self.start if self.start else action
-        if self.head == "clip_unscale":
-            return self.act_center + out.clamp(-1.0, 1.0) * self.act_half_range
         if self.head == "clip":  # min/max, not Clip: ONNX's Clip takes scalar bounds only
             return torch.maximum(torch.minimum(out, self.act_high), self.act_low)
-        if self.head == "tanh_unscale":
-            return self.act_center + torch.tanh(out) * self.act_half_range
-        return self.act_center + out * self.act_half_range
+        return self.unscale(self.squash(out))
 
     def input_shape(self, obs_shape: tuple[int, ...]) -> tuple[int, ...]:
         """The graph's input for one observation: the env's shape, or CHW for HWC images."""
@@ -140,24 +152,65 @@ def folded_description(norm: RunningNormalizer, action_spec: dict[str, Any], hea
     }
 
 
+# The head each algorithm's deterministic policy ends in (Box actions; Discrete is always argmax).
+ALGO_HEADS = {
+    "ppo": "clip_unscale",
+    "sac": "tanh_unscale",
+    "td3": "unscale",
+    "ddpg": "unscale",
+    "dqn": "argmax",
+}
+
+
+def head_for(algo: str, discrete: bool) -> str:
+    if discrete:
+        return "argmax"
+    if algo not in ALGO_HEADS:
+        raise CheckpointError(f"unknown algorithm {algo!r} in the checkpoint")
+    return ALGO_HEADS[algo]
+
+
+def load_actor(ckpt: Checkpoint) -> nn.Module:
+    """The torch module that maps a normalized observation to the head's input, weights loaded."""
+    spec = ckpt.meta["network"]
+    kind = spec.get("type")
+    try:
+        state = load_file(str(ckpt.weights_path))
+    except Exception as exc:  # safetensors raises several types for a bad file
+        raise CheckpointError(f"cannot load weights {ckpt.weights_path}: {exc}") from None
+    if kind == "actor_critic_mlp":
+        net: nn.Module = ActorCritic.from_network_spec(spec)
+    else:
+        from train.torch_backend.offpolicy_nets import ACTOR_PREFIX, actor_from_spec
+
+        if kind not in ACTOR_PREFIX:
+            raise CheckpointError(f"unknown network type {kind!r} in {ckpt.path}")
+        net = actor_from_spec(spec)
+        prefix = ACTOR_PREFIX[kind]
+        state = {k[len(prefix) :]: v for k, v in state.items() if k.startswith(prefix)}
+    try:
+        net.load_state_dict(state)
+    except Exception as exc:  # missing or misshapen tensors
+        raise CheckpointError(
+            f"weights {ckpt.weights_path} do not fit the checkpoint's network: {exc}"
+        ) from None
+    if kind == "actor_critic_mlp":
+        actor = net.actor
+        if hasattr(net, "log_std"):  # PPO's state-independent std: the `policy` noise samples with it
+            actor.register_buffer("log_std", net.log_std.detach().clone())
+        return actor
+    return net
+
+
 def build_deployable(ckpt: Checkpoint) -> tuple[DeployablePolicy, RunningNormalizer]:
     meta = ckpt.meta
     if ckpt.framework != "torch":
-        raise CheckpointError(
-            f"checkpoint framework {ckpt.framework!r} cannot be exported yet; torch checkpoints can"
-        )
-    if meta["network"].get("type") != "actor_critic_mlp":
-        raise CheckpointError(f"unknown network type {meta['network'].get('type')!r} in {ckpt.path}")
-    net = ActorCritic.from_network_spec(meta["network"])
-    try:
-        state = load_file(str(ckpt.weights_path))
-        net.load_state_dict(state)
-    except Exception as exc:  # safetensors and load_state_dict raise several types for a bad file
-        raise CheckpointError(f"cannot load weights {ckpt.weights_path}: {exc}") from None
+        raise CheckpointError(f"build_deployable takes torch checkpoints; {ckpt.path} is {ckpt.framework!r}")
+    actor = load_actor(ckpt).eval()
     shape = tuple(meta["observation_space"]["shape"])
     norm = RunningNormalizer.from_dict(shape, meta["normalization"])
-    head = "argmax" if meta["network"]["discrete"] else "clip_unscale"
-    policy = DeployablePolicy(net.actor, norm, meta["action_space"], head).eval()
+    head = head_for(ckpt.algo, meta["action_space"]["type"] == "discrete")
+    policy = DeployablePolicy(actor, norm, meta["action_space"], head).eval()
     return policy, norm
 
 

@@ -8,7 +8,6 @@ from pathlib import Path
 
 import torch
 
-from export.deployable import DeployablePolicy
 from rl2edge.errors import ExportError
 
 _logger = logging.getLogger(__name__)
@@ -17,8 +16,16 @@ OPSET = 17
 INPUT_NAME, OUTPUT_NAME = "obs", "action"
 
 
-def export_onnx(policy: DeployablePolicy, obs_shape: tuple[int, ...], path: Path) -> None:
-    example = torch.zeros((1, *obs_shape), dtype=torch.float32)
+def export_onnx(
+    policy: torch.nn.Module,
+    obs_shape: tuple[int, ...],
+    path: Path,
+    examples: tuple[torch.Tensor, ...] | None = None,
+    input_names: list[str] | None = None,
+    output_names: list[str] | None = None,
+) -> None:
+    """`examples` and the names: graphs with more than the observation in (folded noise, OU state)."""
+    examples = examples or (torch.zeros((1, *obs_shape), dtype=torch.float32),)
     try:
         with warnings.catch_warnings():
             # The TorchScript exporter is deprecated in favour of torch.export, which needs onnxscript; for
@@ -26,11 +33,11 @@ def export_onnx(policy: DeployablePolicy, obs_shape: tuple[int, ...], path: Path
             warnings.simplefilter("ignore", DeprecationWarning)
             torch.onnx.export(
                 policy,
-                (example,),
+                examples,
                 str(path),
                 opset_version=OPSET,
-                input_names=[INPUT_NAME],
-                output_names=[OUTPUT_NAME],
+                input_names=input_names or [INPUT_NAME],
+                output_names=output_names or [OUTPUT_NAME],
                 dynamo=False,
             )
     except Exception as exc:  # the exporter raises many types

@@ -22,6 +22,14 @@ from tqdm.auto import tqdm
 
 from export.calibration import collect_rollout_data
 from export.deployable import folded_description
+from export.noise import (
+    NOISE_INPUT,
+    STATE_INPUT,
+    check_noise_off,
+    io_names,
+    manifest_section,
+    verify_distribution,
+)
 from export.onnx_export import INPUT_NAME, OPSET, OUTPUT_NAME
 from export.report import ExportReport, FileRow
 from export.source import ExportSource, source_from_checkpoint
@@ -35,6 +43,7 @@ from runtime.manifest import write_manifest
 from runtime.policy import Policy
 from train.core.envs import check_env_id
 from train.core.evaluation import evaluate
+from train.core.noise import ou_step, parse_noise
 
 _logger = logging.getLogger(__name__)
 
@@ -53,6 +62,10 @@ class ExportOptions:
     force: bool = False
     progress: bool | None = None
     max_return_drop_pct: float = 1.0
+    noise: str | None = None
+    """Exploration noise folded into the graph: gaussian:sigma=S, ou:theta=T,sigma=S[,dt=D] or policy."""
+    noise_seed: int = 0
+    """The seed the runtime's noise generator starts from (recorded in the manifest; overridable on the device)."""
     tolerances: Tolerances = field(default_factory=lambda: DEFAULT)
 
     def check(self) -> None:
@@ -60,6 +73,8 @@ class ExportOptions:
             raise ConfigError(f"--quantize {self.quantize!r}: choose one of {', '.join(CHOICES)}")
         if self.calib_episodes < 1 or self.eval_episodes < 1:
             raise ConfigError("--calib-episodes and --eval-episodes must be at least 1")
+        if self.noise:
+            parse_noise(self.noise)  # a malformed spec fails before any work
         if not 0 <= self.max_return_drop_pct <= 100:
             raise ConfigError(
                 f"--max-return-drop must be a percentage in [0, 100], got {self.max_return_drop_pct}"
@@ -91,6 +106,8 @@ def export_checkpoint(run_dir: Path, out: Path | None, opts: ExportOptions) -> E
 def export_source(source: ExportSource, out: Path, opts: ExportOptions) -> ExportReport:
     opts.check()
     check_env_id(source.env_id)
+    if opts.noise:
+        source.fold_noise(parse_noise(opts.noise))
     check_output_dir(out, force=opts.force, what="export")
     start = time.perf_counter()
     built = list(MODES) if opts.quantize in ("all", "auto") else list(dict.fromkeys(["fp32", opts.quantize]))
@@ -144,6 +161,7 @@ def _export(
     )
     source_actions, margins = source.reference_actions(data.heldout), source.margins(data.heldout)
     source_return = _ret(evaluate(source.act, env_id, opts.eval_episodes, opts.seed))
+    noise_off = check_noise_off(source, data.heldout) if source.noise is not None else None
     bar.update()
 
     bar.set_description("export: ONNX")
@@ -152,7 +170,7 @@ def _export(
     if source.write_onnx(onnx_path):
         onnx_backend = OnnxBackend(onnx_path, num_threads=1)
         onnx_obs = source.onnx_input(data.heldout)
-        onnx_actions = np.stack([onnx_backend.run(o[None])[0] for o in onnx_obs])
+        onnx_actions = np.stack([_run_deterministic(onnx_backend, o[None], source)[0] for o in onnx_obs])
         onnx_parity = compare_actions(source_actions, onnx_actions, source.discrete, margins, tol)
         require_fp32_parity("policy.onnx", onnx_parity, tol)
     else:
@@ -187,6 +205,11 @@ def _export(
         else None,
         "tools": _versions(),
     }
+    if source.noise is not None:
+        common["folded"]["noise"] = {
+            **manifest_section(source.noise, opts.noise_seed, source.act_dim),
+            "off_equals_deterministic": noise_off,
+        }
     manifests: dict[str, dict[str, Any]] = {}
     fp32_row: FileRow | None = None
     for mode in built:
@@ -200,7 +223,10 @@ def _export(
                 "the int8 network through one per-tensor scale; train with normalize_obs (the default) for int8"
             )
         write_bytes_atomic(
-            art / "policy.tflite", convert(saved_model, mode, data.calibration, float_io_ops=flat)
+            art / "policy.tflite",
+            convert(
+                saved_model, mode, data.calibration, float_io_ops=flat, extra=_noise_calibration(source, data)
+            ),
         )
         if onnx_path is not None:
             shutil.copyfile(onnx_path, art / "policy.onnx")
@@ -218,8 +244,9 @@ def _export(
         manifest["model"]["input"] = {"layout": _graph_layout(source.observation_space, onnx=False)}
         write_manifest(art, manifest)
 
-        # Verify through the runtime, the code that will serve this file on the device.
-        served = Policy.load(art)
+        # Verify through the runtime, the code that will serve this file on the device. Parity and the
+        # closed-loop return with exploration off; folded noise is checked on its own below.
+        served = Policy.load(art, explore=False)
         backend = served.backend
         manifest["model"].update(
             {
@@ -244,6 +271,20 @@ def _export(
         if mode == "fp32":
             require_fp32_parity(f"policy.tflite ({mode})", parity, tol)
         closed = _ret(evaluate(served.predict, env_id, opts.eval_episodes, opts.seed))
+        noise_check = None
+        if source.noise is not None:
+            exploring = Policy.load(art)
+            noise_check = verify_distribution(exploring, source, data.heldout, mode, opts.noise_seed)
+            noise_check["closed_loop_with_noise"] = _ret(
+                evaluate(exploring.predict, env_id, opts.eval_episodes, opts.seed)
+            )
+            if not noise_check["passed"]:
+                if mode == "fp32":
+                    raise ExportError(
+                        f"policy.tflite (fp32): the folded noise does not sample as configured: {noise_check}"
+                    )
+                _logger.warning("%s: the folded noise's sample statistics are off: %s", mode, noise_check)
+            served = exploring
         latency = latency_us(served.predict, data.heldout)
         shown = (
             out / art.relative_to(staging) / "policy.tflite"
@@ -268,6 +309,8 @@ def _export(
             },
             "predict_latency_us": latency,
         }
+        if noise_check is not None:
+            manifest["verification"]["noise"] = noise_check
         write_manifest(art, manifest)
         manifests[mode] = manifest
         if mode in report.modes:
@@ -333,6 +376,32 @@ def _choose(
         if r.mode == chosen:
             r.path = report.out / "policy.tflite"
     _logger.info("auto: chose %s among %s (return floor %.1f)", chosen, [c["mode"] for c in eligible], floor)
+
+
+def _run_deterministic(backend: Any, x: np.ndarray, source: ExportSource) -> np.ndarray:
+    """One invoke with the noise inputs at zero (the deterministic action), or a plain one."""
+    if source.noise is None:
+        return backend.run(x)
+    zeros = np.zeros((1, source.act_dim), np.float32)
+    feeds = {n: zeros for n in io_names(source.noise)[0][1:]}
+    return backend.run_with(x, feeds)[0]
+
+
+def _noise_calibration(source: ExportSource, data: Any) -> dict[str, np.ndarray] | None:
+    """int8 calibration of the noise inputs: standard-normal draws, and OU states from its process."""
+    if source.noise is None:
+        return None
+    rng = np.random.default_rng(12345)
+    n = len(data.calibration)
+    extra = {NOISE_INPUT: rng.standard_normal((n, source.act_dim)).astype(np.float32)}
+    if source.noise.kind == "ou":
+        x = np.zeros((n, source.act_dim), np.float32)
+        for i in range(1, n):
+            x[i] = ou_step(
+                x[i - 1], extra[NOISE_INPUT][i], source.noise.theta, source.noise.sigma, source.noise.dt
+            )
+        extra[STATE_INPUT] = x
+    return extra
 
 
 def _graph_layout(obs_space: dict[str, Any], onnx: bool) -> str | None:

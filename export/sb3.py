@@ -186,6 +186,7 @@ def source_from_sb3(path: Path, env_id: str | None, vecnormalize: Path | None) -
         head,
         description,
         "SB3 predict",
+        algo=f"sb3-{algo}",
         policy=policy,
         reference=sb3_predict,
     )

@@ -28,6 +28,29 @@ class ExportSource:
     """The manifest's `source` section."""
     reference_name: str
     """How the report names what exported files are compared with."""
+    algo: str = "ppo"
+    noise: Any = None
+    """train.core.noise.NoiseSpec folded into the graph, or None; set with `fold_noise`."""
+
+    def fold_noise(self, spec: Any) -> None:
+        from export.noise import check_noise_fits
+
+        check_noise_fits(spec, self.head, self.algo, self.discrete)
+        self.noise = spec
+
+    @property
+    def act_dim(self) -> int:
+        return 1 if self.discrete else int(np.prod(self.action_space["shape"]))
+
+    def noisy_actions(
+        self, obs: np.ndarray, noise: np.ndarray, state: np.ndarray | None
+    ) -> tuple[np.ndarray, Any]:
+        """The noisy graph in its source framework: (actions, next OU state or None)."""
+        raise NotImplementedError
+
+    def distribution(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The policy's own Gaussian at these observations: (mean, std), before any squashing."""
+        raise NotImplementedError
 
     @property
     def discrete(self) -> bool:
@@ -102,10 +125,41 @@ class TorchSource(ExportSource):
         a = self.reference_actions(np.asarray(obs, np.float32)[None])[0]
         return int(a) if self.discrete else a
 
+    def _noisy(self) -> Any:
+        from export.noise import NoisyPolicy
+
+        return NoisyPolicy(self.policy, self.noise).eval()
+
+    def noisy_actions(
+        self, obs: np.ndarray, noise: np.ndarray, state: np.ndarray | None
+    ) -> tuple[np.ndarray, Any]:
+        import torch
+
+        args = [torch.as_tensor(np.asarray(a, np.float32)) for a in (obs, noise, state) if a is not None]
+        with torch.no_grad():
+            out = self._noisy()(*args)
+        if isinstance(out, tuple):
+            return out[0].numpy(), out[1].numpy()
+        return out.numpy(), None
+
+    def distribution(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        import torch
+
+        with torch.no_grad():
+            mean, log_std = self._noisy().distribution(torch.as_tensor(np.asarray(obs, np.float32)))
+        return mean.numpy(), log_std.exp().numpy()
+
     def write_onnx(self, path: Path) -> bool:
+        from export.noise import example_inputs, io_names
         from export.onnx_export import export_onnx
 
-        export_onnx(self.policy, self.policy.input_shape(self.obs_shape), path)
+        shape = self.policy.input_shape(self.obs_shape)
+        if self.noise is None:
+            export_onnx(self.policy, shape, path)
+        else:
+            inputs, outputs = io_names(self.noise)
+            examples = example_inputs(self.noise, shape, self.act_dim)
+            export_onnx(self._noisy(), shape, path, examples, inputs, outputs)
         return True
 
     def onnx_input(self, obs: np.ndarray) -> np.ndarray:
@@ -146,5 +200,6 @@ def source_from_checkpoint(run_dir: Path) -> ExportSource:
         policy.head,
         description,
         f"source ({ckpt.framework})",
+        algo=ckpt.algo,
         policy=policy,
     )

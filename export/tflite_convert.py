@@ -12,6 +12,7 @@ import logging
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -51,11 +52,18 @@ def onnx_to_saved_model(onnx_path: Path, out_dir: Path) -> Path:
 FLOAT_OPS = ["SUB", "MUL", "ADD", "MINIMUM", "MAXIMUM"]
 
 
-def convert(saved_model: Path, mode: str, calibration: np.ndarray, float_io_ops: bool = True) -> bytes:
+def convert(
+    saved_model: Path,
+    mode: str,
+    calibration: np.ndarray,
+    float_io_ops: bool = True,
+    extra: dict[str, np.ndarray] | None = None,
+) -> bytes:
     """One TFLite flatbuffer, calibrated (int8) on `calibration`: observations from rollouts of the
     trained policy. int8: int8 weights and activations in the network; with `float_io_ops` the
     normalization and head ops stay float32 (float input and output), without it the whole graph is
-    int8 with int8 input and output (image policies, whose raw pixels quantize well)."""
+    int8 with int8 input and output (image policies, whose raw pixels quantize well). `extra`: calibration
+    rows of further inputs (folded noise), by signature name, fed with the observations as a dict."""
     if mode not in MODES:
         raise ExportError(f"unknown quantization mode {mode!r}; choose one of {', '.join(MODES)}")
     import tensorflow as tf
@@ -70,9 +78,12 @@ def convert(saved_model: Path, mode: str, calibration: np.ndarray, float_io_ops:
             return bytes(converter.convert())
         samples = calibration.astype(np.float32)
 
-        def representative() -> Iterator[list[np.ndarray]]:
-            for row in samples:
-                yield [row[None]]
+        def representative() -> Iterator[Any]:
+            for i, row in enumerate(samples):
+                if extra:
+                    yield {"obs": row[None], **{k: v[i % len(v)][None] for k, v in extra.items()}}
+                else:
+                    yield [row[None]]
 
         converter.representative_dataset = representative
         if not float_io_ops:

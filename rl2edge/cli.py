@@ -97,6 +97,8 @@ def _cmd_export(args: argparse.Namespace) -> int:
         force=args.force,
         progress=None if not args.no_progress else False,
         max_return_drop_pct=args.max_return_drop,
+        noise=args.noise,
+        noise_seed=args.noise_seed,
     )
     opts.check()
     src = Path(args.run_dir)
@@ -125,7 +127,9 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     from train.core.evaluation import evaluate
 
     check_env_id(args.env)
-    policy = Policy.load(args.artifact, backend=args.backend)
+    policy = Policy.load(
+        args.artifact, backend=args.backend, explore=args.explore, noise_seed=args.noise_seed
+    )
     result = evaluate(policy.predict, args.env, args.episodes, args.seed)
     out = {
         "artifact": str(args.artifact),
@@ -204,7 +208,20 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     from rl2edge.fileio import write_json_atomic
     from runtime.policy import Policy
 
-    policy = Policy.load(args.artifact, backend=args.backend, num_threads=args.threads)
+    policy = Policy.load(
+        args.artifact,
+        backend=args.backend,
+        num_threads=args.threads,
+        explore=not args.no_explore,
+        noise_seed=args.noise_seed,
+    )
+    if policy.noise is not None:
+        _logger.info(
+            "folded noise %s, %s (seed %s)",
+            policy.noise["spec"],
+            "on" if policy.explore else "off (--no-explore)",
+            args.noise_seed if args.noise_seed is not None else policy.noise["seed"],
+        )
     bridge = BridgeConfig(
         endpoint=args.endpoint,
         node_map=load_node_map(args.map),
@@ -406,6 +423,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     e.add_argument("--eval-episodes", type=int, default=10, help="episodes of closed-loop return per file")
     e.add_argument("--seed", type=int, default=0, help="seed of the calibration and evaluation episodes")
+    e.add_argument(
+        "--noise",
+        help="fold exploration noise into the graph (Box actions): gaussian:sigma=0.1 | "
+        "ou:theta=0.15,sigma=0.2[,dt=0.01] | policy (SAC's or PPO's own distribution)",
+    )
+    e.add_argument(
+        "--noise-seed",
+        type=int,
+        default=0,
+        help="seed of the runtime's noise draws, recorded in the manifest",
+    )
     e.add_argument("--force", action="store_true", help="replace a non-empty --out directory")
     e.add_argument("--no-progress", action="store_true", help="no progress bar")
     e.set_defaults(func=_cmd_export)
@@ -422,6 +450,12 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--env", required=True, help="Gymnasium id or package.module:EnvClass")
     v.add_argument("--episodes", type=int, default=20, help="episodes (default: 20)")
     v.add_argument("--seed", type=int, default=0, help="seed of the first episode (default: 0)")
+    v.add_argument(
+        "--explore",
+        action="store_true",
+        help="artifacts with folded noise: sample it (default: deterministic)",
+    )
+    v.add_argument("--noise-seed", type=int, help="artifacts with folded noise: override the manifest's seed")
     v.add_argument(
         "--backend", default="auto", help="auto, litert, tflite-runtime, tensorflow or onnxruntime"
     )
@@ -482,6 +516,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--backend", default="auto", help="interpreter: auto, litert, tflite-runtime, tensorflow, onnxruntime"
     )
     s.add_argument("--threads", type=int, default=1, help="interpreter threads (default: 1)")
+    s.add_argument(
+        "--no-explore",
+        action="store_true",
+        help="artifacts with folded noise: feed zero noise (deterministic)",
+    )
+    s.add_argument("--noise-seed", type=int, help="artifacts with folded noise: override the manifest's seed")
     security_options(s, "client")
     s.set_defaults(func=_cmd_serve)
 

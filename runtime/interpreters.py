@@ -45,10 +45,11 @@ class TFLiteBackend:
         except (ValueError, RuntimeError) as exc:
             raise BackendError(f"{engine} cannot load {model_path}: {exc}") from None
         inputs, outputs = self._it.get_input_details(), self._it.get_output_details()
+        # Graphs with folded noise take more than the observation; their tensors are found by signature name.
+        self.extra_inputs: dict[str, int] = {}
+        self.extra_outputs: dict[str, int] = {}
         if len(inputs) != 1 or len(outputs) != 1:
-            raise BackendError(
-                f"{model_path} has {len(inputs)} inputs and {len(outputs)} outputs; expected 1 and 1"
-            )
+            inputs, outputs = self._by_signature(model_path)
         self.name = engine
         self._in, self._out = inputs[0]["index"], outputs[0]["index"]
         self.input_name, self.output_name = str(inputs[0]["name"]), str(outputs[0]["name"])
@@ -58,10 +59,38 @@ class TFLiteBackend:
         self.input_quant = _quant(inputs[0])
         self.output_quant = _quant(outputs[0])
 
+    def _by_signature(self, model_path: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """obs and action first, the others by name (noise, ou_state -> ou_state_out)."""
+        signatures = self._it.get_signature_list()
+        if len(signatures) != 1:
+            raise BackendError(
+                f"{model_path} has several inputs but {len(signatures)} signatures; expected 1"
+            )
+        runner = self._it.get_signature_runner(next(iter(signatures)))
+        ins, outs = runner.get_input_details(), runner.get_output_details()
+        if "obs" not in ins or "action" not in outs:
+            raise BackendError(
+                f"{model_path} has inputs {sorted(ins)} and outputs {sorted(outs)}; expected obs and action"
+            )
+        self.extra_inputs = {k: int(v["index"]) for k, v in ins.items() if k != "obs"}
+        self.extra_outputs = {k: int(v["index"]) for k, v in outs.items() if k != "action"}
+        return [ins["obs"]], [outs["action"]]
+
     def run(self, x: np.ndarray) -> np.ndarray:
         self._it.set_tensor(self._in, x)
         self._it.invoke()
         return self._it.get_tensor(self._out)
+
+    def run_with(
+        self, x: np.ndarray, feeds: dict[str, np.ndarray]
+    ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """Run with the extra inputs (named as in the manifest); the extra outputs by name."""
+        self._it.set_tensor(self._in, x)
+        for name, value in feeds.items():
+            self._it.set_tensor(self.extra_inputs[name], value)
+        self._it.invoke()
+        extras = {name: self._it.get_tensor(i) for name, i in self.extra_outputs.items()}
+        return self._it.get_tensor(self._out), extras
 
 
 def _quant(detail: dict[str, Any]) -> tuple[float, int] | None:
@@ -83,8 +112,8 @@ class OnnxBackend:
         except Exception as exc:  # onnxruntime raises its own untyped errors
             raise BackendError(f"onnxruntime cannot load {model_path}: {exc}") from None
         inp, out = self._sess.get_inputs(), self._sess.get_outputs()
-        if len(inp) != 1 or len(out) != 1:
-            raise BackendError(f"{model_path} has {len(inp)} inputs and {len(out)} outputs; expected 1 and 1")
+        self.extra_inputs = {i.name: i.name for i in inp[1:]}
+        self.extra_outputs = {o.name: o.name for o in out[1:]}
         self.name = "onnxruntime"
         self._in_name, self._out_name = inp[0].name, out[0].name
         self.input_name, self.output_name = self._in_name, self._out_name
@@ -95,6 +124,13 @@ class OnnxBackend:
 
     def run(self, x: np.ndarray) -> np.ndarray:
         return self._sess.run([self._out_name], {self._in_name: x})[0]
+
+    def run_with(
+        self, x: np.ndarray, feeds: dict[str, np.ndarray]
+    ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        names = [self._out_name, *self.extra_outputs]
+        values = self._sess.run(names, {self._in_name: x, **feeds})
+        return values[0], dict(zip(names[1:], values[1:], strict=True))
 
 
 def open_backend(

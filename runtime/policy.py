@@ -17,7 +17,16 @@ _logger = logging.getLogger(__name__)
 
 
 class Policy:
-    def __init__(self, manifest: Manifest, backend: TFLiteBackend | OnnxBackend):
+    def __init__(
+        self,
+        manifest: Manifest,
+        backend: TFLiteBackend | OnnxBackend,
+        explore: bool = True,
+        noise_seed: int | None = None,
+    ):
+        """Artifacts with folded noise: the runtime feeds the graph's `noise` input with standard-normal
+        draws from a generator seeded with `noise_seed` (default: the manifest's), or zeros when `explore`
+        is off (the graph then computes the deterministic action exactly), and feeds OU's state back."""
         self.manifest = manifest
         self._backend = backend
         obs = manifest.observation
@@ -42,17 +51,63 @@ class Policy:
             self._in_zp, self._in_lo, self._in_hi = np.float32(self._in_quant[1]), info.min, info.max
         # Image observations: the env gives e.g. HWC, torch/ONNX models take NCHW, TFLite models NHWC.
         self._axes = _transpose_axes(obs.get("layout", "flat"), _model_layout(manifest, backend))
+        self.noise: dict | None = (manifest.data.get("folded") or {}).get("noise")
+        if self.noise is not None:
+            io = self.noise["graph"]
+            missing = [n for n in io["inputs"] if n not in backend.extra_inputs]
+            missing += [n for n in io["outputs"] if n not in backend.extra_outputs]
+            if missing:
+                raise ManifestError(
+                    f"the manifest's noise names tensors {missing} that the model does not have"
+                )
+            self._noise_shape = (1, int(self.noise["dim"]))
+            self.explore = explore
+            self._noise_seed = int(self.noise["seed"] if noise_seed is None else noise_seed)
+            self.reset_noise()
+        elif backend.extra_inputs:
+            raise ManifestError(
+                f"the model takes inputs {sorted(backend.extra_inputs)} that the manifest does not explain"
+            )
+
+    def reset_noise(self, seed: int | None = None) -> None:
+        """Restart the noise: a fresh generator (the same seed unless given) and OU's state at zero."""
+        if self.noise is None:
+            return
+        if seed is not None:
+            self._noise_seed = int(seed)
+        self._rng = np.random.default_rng(self._noise_seed)
+        self._state = (
+            np.zeros(self._noise_shape, np.float32) if self.noise["graph"].get("state_input") else None
+        )
+
+    def _feeds(self) -> dict[str, np.ndarray]:
+        io = self.noise["graph"]
+        eps = (
+            self._rng.standard_normal(self._noise_shape, dtype=np.float32)
+            if self.explore
+            else np.zeros(self._noise_shape, np.float32)
+        )
+        feeds = {io["noise_input"]: eps}
+        if self._state is not None:
+            feeds[io["state_input"]] = self._state if self.explore else np.zeros_like(self._state)
+        return feeds
 
     @classmethod
     def load(
-        cls, artifact_dir: str | Path, backend: str = "auto", num_threads: int = 1, model: str | None = None
+        cls,
+        artifact_dir: str | Path,
+        backend: str = "auto",
+        num_threads: int = 1,
+        model: str | None = None,
+        explore: bool = True,
+        noise_seed: int | None = None,
     ) -> Policy:
         """Load an artifact (hashes checked). `model` picks a file other than the manifest's (e.g. policy.onnx)."""
         manifest = load_manifest(artifact_dir)
         name = model or ("policy.onnx" if backend == "onnxruntime" else manifest.model["file"])
         if name not in manifest.data["files"]:
             raise ManifestError(f"{name} is not part of artifact {artifact_dir}")
-        return cls(manifest, open_backend(manifest.file(name), backend, num_threads))
+        return cls(manifest, open_backend(manifest.file(name), backend, num_threads), explore, noise_seed)
 
     @property
     def backend(self) -> TFLiteBackend | OnnxBackend:
@@ -94,7 +149,15 @@ class Policy:
 
     def raw(self, obs: np.ndarray) -> np.ndarray:
         """Invoke without the final clamp (the head's own output, dequantized): for verification."""
-        y = self._backend.run(self.model_input(obs))
+        x = self.model_input(obs)
+        if self.noise is None:
+            y = self._backend.run(x)
+        else:
+            y, extras = self._backend.run_with(x, self._feeds())
+            if self._state is not None and self.explore:
+                self._state = np.asarray(extras[self.noise["graph"]["state_output"]], np.float32).reshape(
+                    self._noise_shape
+                )
         if self._out_quant is not None:
             scale, zp = self._out_quant
             y = (y.astype(np.float32) - zp) * scale

@@ -94,10 +94,15 @@ class OUNoise:
         self.x[env_index] = 0.0
 
 
+def ou_constants(theta: float, sigma: float, dt: float) -> tuple[np.float32, np.float32]:
+    """(theta * dt, sigma * sqrt(dt)) as the float32 constants of the step below, here and in the graph."""
+    return np.float32(theta * dt), np.float32(sigma * math.sqrt(dt))
+
+
 def ou_step(x: np.ndarray, eps: np.ndarray, theta: float, sigma: float, dt: float) -> np.ndarray:
-    """One OU step in float32, the graph's formula."""
-    f = np.float32
-    return (x - f(theta) * x * f(dt) + f(sigma) * f(math.sqrt(dt)) * eps).astype(np.float32)
+    """One OU step in float32: x - (theta dt) x + (sigma sqrt(dt)) eps, the graph's formula."""
+    decay, scale = ou_constants(theta, sigma, dt)
+    return (x - decay * x + scale * eps).astype(np.float32)
 
 
 def ou_stationary_std(theta: float, sigma: float, dt: float) -> float:

@@ -1,0 +1,229 @@
+"""Exploration noise in the exported graph.
+
+The graph holds the whole noise process: its scale, OU's state update, the clip to the bounds, the
+squashing of SAC's own distribution, the unscale to the PLC's units. What it takes from outside is only
+the entropy: a standard-normal draw per action dimension, as an explicit input `noise`, which the
+runtime fills from its own seeded generator (the seed is in the manifest and can be overridden on the
+device). OU also takes its state as the input `ou_state` and returns the next one as `ou_state_out`,
+which the runtime feeds back. Feeding zeros switches exploration off, and then the graph computes
+exactly, bit for bit, the deterministic head (checked at export).
+
+In [-1, 1]-scaled units, with s the deterministic head's scaled action and eps ~ N(0, 1):
+
+    gaussian:  a = clip(s + sigma * eps, -1, 1)
+    ou:        x' = x - (theta dt) x + (sigma sqrt(dt)) eps;  a = clip(s + x', -1, 1)
+    policy:    SAC: a = tanh(mean + exp(log_std) * eps);  PPO: a = clip(mean + exp(log_std) * eps, -1, 1)
+
+then action = center + a * half_range.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from export.deployable import DeployablePolicy
+from rl2edge.errors import ExportError
+from train.core.noise import NoiseSpec, ou_constants
+
+NOISE_INPUT, STATE_INPUT, STATE_OUTPUT = "noise", "ou_state", "ou_state_out"
+
+
+def check_noise_fits(spec: NoiseSpec, head: str, algo: str, discrete: bool) -> None:
+    """Refuse, with the reason, noise that this source's head cannot carry."""
+    if discrete:
+        raise ExportError(
+            "--noise applies to continuous (Box) actions; a discrete policy's exploration (epsilon-greedy, "
+            "sampling) is not folded"
+        )
+    if head not in ("clip_unscale", "tanh_unscale", "unscale"):
+        raise ExportError(f"--noise needs a head with a [-1, 1]-scaled action; this source's head is {head}")
+    if spec.kind == "policy" and algo not in ("sac", "ppo"):
+        raise ExportError(
+            f"--noise policy samples the policy's own distribution, implemented for rl2edge SAC and PPO "
+            f"checkpoints; this source is {algo}. Use gaussian:sigma=... or ou:theta=...,sigma=..."
+        )
+
+
+def io_names(spec: NoiseSpec | None) -> tuple[list[str], list[str]]:
+    """The graph's input and output names."""
+    if spec is None:
+        return ["obs"], ["action"]
+    if spec.kind == "ou":
+        return ["obs", NOISE_INPUT, STATE_INPUT], ["action", STATE_OUTPUT]
+    return ["obs", NOISE_INPUT], ["action"]
+
+
+class NoisyPolicy(nn.Module):
+    """The deployable graph with folded noise: forward(obs, noise[, ou_state]) -> action[, ou_state_out]."""
+
+    def __init__(self, base: DeployablePolicy, spec: NoiseSpec):
+        super().__init__()
+        self.base, self.spec = base, spec
+        if spec.kind == "ou":
+            decay, scale = ou_constants(spec.theta, spec.sigma, spec.dt)
+            self.register_buffer("ou_decay", torch.tensor(decay))
+            self.register_buffer("ou_scale", torch.tensor(scale))
+        else:
+            self.register_buffer("sigma", torch.tensor(np.float32(spec.sigma)))
+
+    def forward(self, obs: torch.Tensor, noise: torch.Tensor, ou_state: torch.Tensor | None = None) -> Any:
+        base = self.base
+        if self.spec.kind == "policy":
+            return base.unscale(self.policy_sample(obs, noise))
+        scaled = base.squash(base.pre_head(obs))
+        if self.spec.kind == "gaussian":
+            return base.unscale((scaled + self.sigma * noise).clamp(-1.0, 1.0))
+        assert ou_state is not None
+        x = ou_state - self.ou_decay * ou_state + self.ou_scale * noise
+        return base.unscale((scaled + x).clamp(-1.0, 1.0)), x
+
+    def policy_sample(self, obs: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
+        mean, log_std = self.distribution(obs)
+        pre = mean + log_std.exp() * noise
+        return torch.tanh(pre) if self.base.head == "tanh_unscale" else pre.clamp(-1.0, 1.0)
+
+    def distribution(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The policy's Gaussian (before squashing): mean and log std."""
+        base = self.base
+        if hasattr(base.actor, "mean_log_std"):  # SAC
+            return base.actor.mean_log_std(base.normalized(obs))
+        mean = base.pre_head(obs)
+        return mean, base.actor.log_std.expand_as(mean)  # PPO
+
+
+def example_inputs(
+    spec: NoiseSpec | None, obs_shape: tuple[int, ...], act_dim: int
+) -> tuple[torch.Tensor, ...]:
+    obs = torch.zeros((1, *obs_shape), dtype=torch.float32)
+    if spec is None:
+        return (obs,)
+    noise = torch.zeros((1, act_dim), dtype=torch.float32)
+    return (obs, noise, noise.clone()) if spec.kind == "ou" else (obs, noise)
+
+
+# ------------------------------------------------------------------------------------ verification
+SAMPLES = 2000
+# Slack beyond sampling error per quantization mode: the deterministic part of an int8 file differs from
+# the source's by its quantization error, which shifts the sampled actions' mean and spread a little.
+SLACK = {"fp32": (1e-3, 0.0), "fp16": (5e-3, 0.02), "dynamic": (0.03, 0.05), "int8": (0.03, 0.05)}
+
+
+def manifest_section(spec: NoiseSpec, seed: int, act_dim: int) -> dict[str, Any]:
+    inputs, outputs = io_names(spec)
+    graph: dict[str, Any] = {"inputs": inputs[1:], "outputs": outputs[1:], "noise_input": NOISE_INPUT}
+    if spec.kind == "ou":
+        graph.update(state_input=STATE_INPUT, state_output=STATE_OUTPUT)
+    formula = {
+        "gaussian": "action = center + clip(s + sigma * noise, -1, 1) * half_range",
+        "ou": "x' = ou_state - (theta*dt) * ou_state + (sigma*sqrt(dt)) * noise; "
+        "action = center + clip(s + x', -1, 1) * half_range; ou_state_out = x'",
+        "policy": "SAC: center + tanh(mean + exp(log_std) * noise) * half_range; "
+        "PPO: center + clip(mean + exp(log_std) * noise, -1, 1) * half_range",
+    }[spec.kind]
+    return {
+        **spec.to_json(),
+        "spec": str(spec),
+        "formula": formula + " (s: the deterministic head's action in [-1, 1])",
+        "seed": seed,
+        "dim": act_dim,
+        "graph": graph,
+        "entropy": "the runtime feeds `noise` with standard-normal float32 draws from numpy.random.default_rng(seed), "
+        "one per action dimension and control cycle, and zeros when exploration is off",
+    }
+
+
+def check_noise_off(source: Any, obs: np.ndarray) -> dict[str, Any]:
+    """With zero noise (and zero OU state) the noisy graph must equal the deterministic one bit for bit."""
+    zeros = np.zeros((len(obs), source.act_dim), np.float32)
+    noisy, _ = source.noisy_actions(obs, zeros, zeros if source.noise.kind == "ou" else None)
+    det = source.deployable_actions(obs)
+    equal = bool(np.array_equal(noisy.reshape(det.shape), det))
+    result = {
+        "samples": len(obs),
+        "bit_equal": equal,
+        "max_abs_diff": float(np.max(np.abs(noisy.reshape(det.shape) - det))),
+    }
+    if not equal:
+        raise ExportError(
+            f"with the noise input at zero the noisy graph differs from the deterministic one: {result}"
+        )
+    return result
+
+
+def _moments(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    return x.mean(axis=0), x.std(axis=0)
+
+
+def verify_distribution(
+    served: Any, source: Any, heldout: np.ndarray, mode: str, seed: int
+) -> dict[str, Any]:
+    """Sample the file through the runtime at one observation and compare the actions' mean and std, in
+    [-1, 1]-scaled units, with the configured distribution's (a Monte Carlo reference, which also covers
+    the clip at the bounds). OU: its innovations x' - (1 - theta dt) x must have mean 0 and std sigma
+    sqrt(dt)."""
+    from train.core.actions import ActionTransform
+
+    spec: NoiseSpec = source.noise
+    t = ActionTransform(source.action_space)
+    to_scaled = lambda a: (np.asarray(a, np.float32).reshape(-1, source.act_dim) - t.center) / t.half_range  # noqa: E731
+    det = to_scaled(source.deployable_actions(heldout))
+    i = int(np.argmin(np.abs(det).max(axis=1)))  # the observation farthest from the bounds
+    obs = heldout[i]
+    served.explore = False
+    u0 = to_scaled(served.raw(obs))[0]
+    served.explore = True
+    served.reset_noise(seed)
+    samples, states = [], []
+    for _ in range(SAMPLES):
+        samples.append(to_scaled(served.raw(obs))[0])
+        if spec.kind == "ou":
+            states.append(served._state.reshape(-1).copy())
+    u = np.stack(samples)
+    ref_rng = np.random.default_rng(seed + 1)  # independent of the draws the runtime made
+    z = ref_rng.standard_normal((200_000, source.act_dim)).astype(np.float32)
+    out: dict[str, Any] = {"samples": SAMPLES, "observation_index": i, "units": "[-1, 1]-scaled action"}
+    atol, rtol = SLACK.get(mode, SLACK["int8"])
+    n_sigma = 5.0
+    if spec.kind == "ou":
+        x = np.stack(states)
+        prev = np.vstack([np.zeros((1, source.act_dim), np.float32), x[:-1]])
+        innov = x - (1.0 - np.float32(spec.theta * spec.dt)) * prev
+        expected_std = np.full(source.act_dim, spec.sigma * np.sqrt(spec.dt))
+        mean, std = _moments(innov)
+        action_err = float(np.max(np.abs(u - np.clip(u0 + x, -1.0, 1.0))))
+        out["action_vs_state_max_abs_err"] = action_err
+        mean_ok = np.all(np.abs(mean) <= n_sigma * expected_std / np.sqrt(SAMPLES) + 1e-6)
+        std_ok = np.all(np.abs(std / expected_std - 1.0) <= n_sigma / np.sqrt(2 * SAMPLES) + 1e-3)
+        passed = bool(mean_ok and std_ok and action_err <= atol + 1e-5)
+        out.update(
+            statistic="innovations of the OU state",
+            expected_mean=[0.0] * source.act_dim,
+            expected_std=expected_std.tolist(),
+        )
+    else:
+        if spec.kind == "gaussian":
+            reference = np.clip(u0 + np.float32(spec.sigma) * z, -1.0, 1.0)
+        else:
+            m, s = source.distribution(obs[None])
+            pre = m[0] + s[0] * z
+            reference = np.tanh(pre) if source.head == "tanh_unscale" else np.clip(pre, -1.0, 1.0)
+        exp_mean, exp_std = _moments(reference)
+        mean, std = _moments(u)
+        mean_ok = np.all(np.abs(mean - exp_mean) <= n_sigma * exp_std / np.sqrt(SAMPLES) + atol)
+        std_ok = np.all(np.abs(std - exp_std) <= (n_sigma / np.sqrt(2 * SAMPLES) + rtol) * exp_std + 1e-6)
+        passed = bool(mean_ok and std_ok)
+        out.update(
+            statistic="sampled actions", expected_mean=exp_mean.tolist(), expected_std=exp_std.tolist()
+        )
+    out.update(
+        sample_mean=mean.tolist(),
+        sample_std=std.tolist(),
+        tolerance={"n_sigma": n_sigma, "atol": atol, "rtol": rtol},
+    )
+    out["passed"] = passed
+    served.reset_noise()
+    return out

@@ -1,0 +1,271 @@
+"""Off-policy mechanics, in both backends: the polyak update moves every target weight by exactly tau,
+TD3's actor steps every `policy_delay` critic steps (TF: in eager and in graph mode), SAC's temperature
+optimizer moves log-alpha and nothing else, DQN's target follows its period, every compiled TF function
+traces once, and the replay buffer keeps terminations apart from truncations."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import ClassVar
+
+import numpy as np
+import pytest
+
+from train.core.config import build_config
+from train.core.replay import ReplayBatch, ReplayBuffer
+
+tf = pytest.importorskip("tensorflow")
+
+OBS, ACT = 3, 1
+SPEC_SAC = {"type": "sac_mlp", "obs_dim": OBS, "act_dim": ACT, "net_arch": [16, 16], "activation": "relu",
+            "log_std_min": -20.0, "log_std_max": 2.0}  # fmt: skip
+SPEC_TD3 = {"type": "td3_mlp", "obs_dim": OBS, "act_dim": ACT, "net_arch": [16, 16], "activation": "relu",
+            "n_critics": 2}  # fmt: skip
+SPEC_DQN = {"type": "dqn_mlp", "obs_dim": 4, "act_dim": 2, "net_arch": [16, 16], "activation": "relu"}
+
+
+def _agent(framework: str, algo: str, **overrides: object):
+    cfg = build_config(
+        "Pendulum-v1" if algo != "dqn" else "CartPole-v1", overrides=dict(overrides), algo=algo
+    )
+    spec = {"sac": SPEC_SAC, "td3": SPEC_TD3, "dqn": SPEC_DQN}[algo]
+    if framework == "torch":
+        from train.torch_backend.offpolicy import agent_class
+    else:
+        from train.tf_backend.offpolicy import agent_class
+    return agent_class(algo)(spec, cfg, 0, "cpu")
+
+
+def _batch(n: int, b: int = 8, discrete: bool = False, seed: int = 0) -> ReplayBatch:
+    rng = np.random.default_rng(seed)
+    obs_dim = 4 if discrete else OBS
+    actions = (
+        rng.integers(0, 2, (n, b)).astype(np.int64)
+        if discrete
+        else rng.uniform(-1, 1, (n, b, ACT)).astype(np.float32)
+    )
+    return ReplayBatch(
+        rng.standard_normal((n, b, obs_dim)).astype(np.float32),
+        actions,
+        rng.standard_normal((n, b)).astype(np.float32),
+        rng.standard_normal((n, b, obs_dim)).astype(np.float32),
+        (rng.random((n, b)) < 0.1).astype(np.float32),
+    )
+
+
+def _weights(agent, part: str) -> list[np.ndarray]:
+    if agent.framework == "torch":
+        return [p.detach().numpy().copy() for p in getattr(agent, part).parameters()]
+    return [v.numpy().copy() for v in getattr(agent, part)]
+
+
+# ------------------------------------------------------------------------------------------ polyak
+@pytest.mark.parametrize("framework", ["torch", "tf"])
+@pytest.mark.parametrize("tau", [0.005, 0.3, 1.0])
+def test_polyak_moves_every_target_weight_by_exactly_tau(framework: str, tau: float) -> None:
+    rng = np.random.default_rng(1)
+    src = [rng.standard_normal(s).astype(np.float32) for s in [(16, 3), (16,), (1, 16)]]
+    tgt = [rng.standard_normal(s.shape).astype(np.float32) for s in src]
+    expected = [t + np.float32(tau) * (s - t) for s, t in zip(src, tgt, strict=True)]
+    if framework == "torch":
+        import torch
+
+        from train.torch_backend.offpolicy_nets import polyak_update
+
+        s_t = [torch.nn.Parameter(torch.tensor(s)) for s in src]
+        t_t = [torch.nn.Parameter(torch.tensor(t), requires_grad=False) for t in tgt]
+        polyak_update(s_t, t_t, tau)
+        got = [t.detach().numpy() for t in t_t]
+    else:
+        from train.tf_backend.offpolicy_nets import polyak_update
+
+        s_v, t_v = [tf.Variable(s) for s in src], [tf.Variable(t) for t in tgt]
+        tf.function(lambda: polyak_update(s_v, t_v, tau), input_signature=[])()  # inside a graph
+        got = [t.numpy() for t in t_v]
+    for g, e, s, t in zip(got, expected, src, tgt, strict=True):
+        if tau == 1.0:
+            np.testing.assert_array_equal(g, s)  # a hard update copies exactly
+        else:
+            np.testing.assert_allclose(g, e, rtol=0, atol=1e-6)
+            moved = (g - t)[np.abs(s - t) > 1e-3] / (s - t)[np.abs(s - t) > 1e-3]
+            np.testing.assert_allclose(moved, tau, rtol=1e-4)
+
+
+@pytest.mark.parametrize("framework", ["torch", "tf"])
+def test_sac_targets_move_by_tau_in_a_training_step(framework: str) -> None:
+    agent = _agent(framework, "sac", tau=0.25)
+    part, tpart = ("critic", "critic_target") if framework == "torch" else ("critic_vars", "target_vars")
+    before_t = _weights(agent, tpart)
+    agent.train(_batch(1))
+    after_s, after_t = _weights(agent, part), _weights(agent, tpart)
+    for s, t0, t1 in zip(after_s, before_t, after_t, strict=True):
+        np.testing.assert_allclose(t1, t0 + 0.25 * (s - t0), atol=1e-6)
+
+
+# ------------------------------------------------------------------------------------ policy delay
+def _actor_changes(agent, steps: int, call) -> list[int]:
+    part = "actor" if agent.framework == "torch" else "actor_vars"
+    changed = []
+    for i in range(1, steps + 1):
+        before = _weights(agent, part)
+        call(_batch(1, seed=i))
+        if any(not np.array_equal(a, b) for a, b in zip(before, _weights(agent, part), strict=True)):
+            changed.append(i)
+    return changed
+
+
+@pytest.mark.parametrize("mode", ["torch", "tf-graph", "tf-eager"])
+def test_td3_actor_steps_every_policy_delay_critic_steps(mode: str) -> None:
+    agent = _agent(mode.split("-")[0], "td3", policy_delay=3)
+    if mode == "tf-eager":  # the same Python method the graph was traced from, run op by op
+
+        def call(b: ReplayBatch):
+            return agent.train_many_graph(
+                *(tf.constant(x) for x in (b.obs, b.actions, b.rewards, b.next_obs, b.dones))
+            )
+    else:
+        call = agent.train
+    assert _actor_changes(agent, 7, call) == [3, 6]
+    if mode != "torch":
+        assert int(agent.n_updates.numpy()) == 7  # the counter lives in a tf.Variable
+        assert int(agent.actor_opt.iterations.numpy()) == 2
+        assert int(agent.critic_opt.iterations.numpy()) == 7
+        # many steps in one compiled call count the same way
+        agent.train(_batch(5))
+        assert int(agent.n_updates.numpy()) == 12 and int(agent.actor_opt.iterations.numpy()) == 4
+
+
+@pytest.mark.parametrize("framework", ["torch", "tf"])
+def test_ddpg_is_td3_with_its_additions_switched_off(framework: str) -> None:
+    cfg = build_config("Pendulum-v1", algo="ddpg")
+    assert (cfg.policy_delay, cfg.target_policy_noise, cfg.n_critics) == (1, 0.0, 1)
+    agent = _agent(framework, "td3", policy_delay=1)
+    assert _actor_changes(agent, 3, agent.train) == [1, 2, 3]
+
+
+# -------------------------------------------------------------------------------- SAC temperature
+@pytest.mark.parametrize("framework", ["torch", "tf"])
+def test_sac_temperature_optimizer_moves_log_alpha_and_nothing_else(framework: str) -> None:
+    agent = _agent(framework, "sac")
+    logp = np.full(8, -3.0, np.float32)  # entropy above target -> alpha must fall
+    if framework == "torch":
+        import torch
+
+        params = [p for g in agent.alpha_opt.param_groups for p in g["params"]]
+        assert len(params) == 1 and params[0] is agent.log_alpha
+        others = {k: v.clone() for k, v in agent.nets.state_dict().items() if k != "log_alpha"}
+        before = float(agent.log_alpha.detach())
+        agent.alpha_step(torch.as_tensor(logp))
+        after = float(agent.log_alpha.detach())
+        for k, v in agent.nets.state_dict().items():
+            if k != "log_alpha":
+                assert torch.equal(v, others[k]), k
+    else:
+        log_alpha = agent.nets.log_alpha
+        others = [(v.path, v.numpy().copy()) for v in agent.nets.variables if v is not log_alpha]
+        before = float(log_alpha.numpy())
+        agent.alpha_step(tf.constant(logp))
+        after = float(log_alpha.numpy())
+        for (path, value), v in zip(
+            others, [v for v in agent.nets.variables if v is not log_alpha], strict=True
+        ):
+            np.testing.assert_array_equal(v.numpy(), value, err_msg=path)
+        assert int(agent.actor_opt.iterations.numpy()) == 0 and int(agent.critic_opt.iterations.numpy()) == 0
+    assert after < before  # target entropy -1 < 3: the temperature falls
+
+
+# --------------------------------------------------------------------------------- DQN target period
+def _target_is_online(agent) -> bool:
+    if agent.framework == "torch":
+        pairs = zip(agent.q_net.parameters(), agent.q_target.parameters(), strict=True)
+        return all(np.array_equal(p.detach().numpy(), q.detach().numpy()) for p, q in pairs)
+    return all(
+        np.array_equal(a.numpy(), b.numpy()) for a, b in zip(agent.q_vars, agent.target_vars, strict=True)
+    )
+
+
+@pytest.mark.parametrize("framework", ["torch", "tf"])
+def test_dqn_target_synced_on_its_period(framework: str, tmp_path: Path) -> None:
+    from train.core.offpolicy_driver import train_offpolicy
+
+    if framework == "torch":
+        from train.torch_backend.dqn import TorchDQN as cls
+    else:
+        from train.tf_backend.dqn import TFDQN as cls
+
+    class Recording(cls):  # the real agent, noting the target's state around each sync the driver asks for
+        syncs: ClassVar[list[tuple[bool, bool]]] = []
+
+        def update_target(self) -> None:
+            before = _target_is_online(self)
+            super().update_target()
+            self.syncs.append((before, _target_is_online(self)))
+
+    cfg = build_config(
+        "CartPole-v1",
+        overrides={"n_timesteps": 400, "learning_starts": 50, "target_update_interval": 100, "train_freq": 10,
+                   "gradient_steps": 2, "batch_size": 16, "net_arch": [16], "eval_freq": 0, "eval_episodes": 1},
+        algo="dqn",
+    )  # fmt: skip
+    train_offpolicy("CartPole-v1", cfg, 0, tmp_path, Recording, device="cpu", progress=False)
+    # env steps 100, 200, 300, 400; training moved the online net in between, each sync copied it
+    assert Recording.syncs == [(False, True)] * 4
+
+
+# ------------------------------------------------------------------------------ TF graph discipline
+@pytest.mark.parametrize("algo", ["sac", "td3", "dqn"])
+def test_tf_functions_trace_once_over_varying_batch_counts_and_sizes(algo: str) -> None:
+    agent = _agent("tf", algo)
+    discrete = algo == "dqn"
+    obs_dim = 4 if discrete else OBS
+    for n, b in [(1, 8), (3, 8), (2, 5), (7, 16)]:
+        agent.train(_batch(n, b, discrete=discrete))
+        obs = np.zeros((b, obs_dim), np.float32)
+        agent.deterministic(obs)
+        agent.explore(obs)
+        agent.set_learning_rate(1e-3 / n)  # a variable, not a retrace
+        agent.update_target()
+    assert agent.trace_counts() == {"deterministic": 1, "explore": 1, "train_many": 1, "update_target": 1}
+
+
+# ------------------------------------------------------------------------------------ replay buffer
+def test_replay_buffer_wraps_and_keeps_terminations_only() -> None:
+    buf = ReplayBuffer(5, (2,), discrete=False, act_dim=1)
+    for i in range(7):  # two envs per step would be the same call with n rows
+        buf.add(
+            np.full((1, 2), i, np.float32),
+            np.full((1, 1), i / 10, np.float32),
+            np.array([i], np.float32),
+            np.full((1, 2), i + 0.5, np.float32),
+            np.array([i == 6]),
+        )
+    assert len(buf) == 5 and buf.pos == 2
+    assert sorted(buf.rewards.tolist()) == [2, 3, 4, 5, 6]  # the oldest two were overwritten
+    batch = buf.sample(3, 64, np.random.default_rng(0), lambda o: o * 2)
+    assert batch.obs.shape == (3, 64, 2) and batch.actions.shape == (3, 64, 1) and batch.n == 3
+    np.testing.assert_array_equal(batch.next_obs, batch.obs + 1.0)  # normalized alike, pairs kept together
+    np.testing.assert_array_equal(batch.dones, (batch.rewards == 6).astype(np.float32))
+
+
+def test_configs_presets_and_errors() -> None:
+    from rl2edge.errors import ConfigError
+
+    sac = build_config("Pendulum-v1", algo="sac")
+    assert sac.n_timesteps == 20_000 and sac.learning_rate(1.0) == 1e-3 and sac.learns_ent_coef()
+    dqn = build_config("CartPole-v1", algo="dqn")
+    assert (dqn.n_timesteps, dqn.train_freq, dqn.gradient_steps, dqn.target_update_interval) == (
+        50_000,
+        256,
+        128,
+        10,
+    )
+    assert dqn.epsilon(0) == 1.0 and dqn.epsilon(10**9) == pytest.approx(0.04)
+    for algo, env in [("sac", "LunarLanderContinuous-v3"), ("td3", "MountainCarContinuous-v0"), ("dqn", "Acrobot-v1"),
+                      ("dqn", "LunarLander-v3"), ("ddpg", "Pendulum-v1")]:  # fmt: skip
+        assert build_config(env, algo=algo).n_timesteps > 0
+    with pytest.raises(ConfigError, match="unknown SAC hyperparameter 'clip_range'"):
+        build_config("Pendulum-v1", overrides={"clip_range": 0.2}, algo="sac")
+    with pytest.raises(ConfigError, match="ent_coef"):
+        build_config("Pendulum-v1", overrides={"ent_coef": "auto_x"}, algo="sac")
+    with pytest.raises(ConfigError, match="noise_type"):
+        build_config("Pendulum-v1", overrides={"noise_type": "pink"}, algo="td3")

@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: install demo test test-all lint bench bench-loop clean
+.PHONY: install demo test test-all lint bench bench-loop bench-returns clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -35,6 +35,11 @@ bench: install
 	$(PY) benchmarks/train_throughput.py --repeats 2
 	$(PY) benchmarks/quantization.py
 	$(PY) benchmarks/loop_latency.py --artifact demo-out/artifacts/int8
+
+# Returns next to the RL Baselines3 Zoo's: SAC/TD3 on Pendulum (20k), DQN on CartPole (50k), 3 seeds,
+# torch and TF, each with its int8 artifact. About 90 minutes on 2 cores; resumes where it stopped.
+bench-returns: install
+	$(PY) benchmarks/returns.py --suite must-show
 
 # Loop latency over OPC UA alone (needs an artifact: `make demo` makes demo-out/artifacts/int8).
 bench-loop: install

@@ -160,7 +160,7 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
     save_figure(fig, path)
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None) -> dict[str, Any]:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--suite", choices=sorted(SUITES), default="must-show")
     p.add_argument("--cells", help="comma-separated algo:env pairs instead of a suite")
@@ -190,8 +190,8 @@ def main(argv: list[str] | None = None) -> int:
     write_results(args.name, {"rows": rows, "runs": results}, md, out)
     plot(rows, out / f"{args.name}.png")
     print(md)
-    return 0
+    return {"rows": rows, "runs": results}
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    main()

@@ -77,3 +77,15 @@ def test_quantization_benchmark_smoke(cartpole_run: Path, tmp_path: Path) -> Non
     data = main(["--runs", str(cartpole_run), "--episodes", "1", "--out", str(tmp_path)])
     assert [f["mode"] for f in data["files"]] == ["fp32", "fp16", "dynamic", "int8"]
     assert (tmp_path / "quantization.png").stat().st_size > 0
+
+
+def test_returns_benchmark_smoke(tmp_path: Path) -> None:
+    from benchmarks.returns import main
+
+    data = main(["--cells", "dqn:CartPole-v1", "--frameworks", "tf", "--seeds", "0", "--steps", "400",
+                 "--episodes", "1", "--runs-dir", str(tmp_path / "runs"), "--out", str(tmp_path)])  # fmt: skip
+    for ext in ("json", "md", "png"):
+        assert (tmp_path / f"returns.{ext}").stat().st_size > 0
+    (row,) = data["rows"]
+    assert (row["algo"], row["framework"], row["zoo_return"], row["steps"]) == ("dqn", "tf", 500.0, 400)
+    assert "500 (50k)" in (tmp_path / "returns.md").read_text()

@@ -45,3 +45,35 @@ def test_tf_cartpole_ppo_and_its_int8_artifact_reach_475(tmp_path: Path) -> None
     assert result.final_eval.mean >= 475
     export_checkpoint(run, tmp_path / "art", ExportOptions(quantize="int8", eval_episodes=5, progress=False))
     assert evaluate(Policy.load(tmp_path / "art").predict, "CartPole-v1", 20, 0).mean >= 475
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "algo,framework,env_id,floor",
+    [
+        ("sac", "torch", "Pendulum-v1", -200.0),
+        ("td3", "tf", "Pendulum-v1", -200.0),
+        ("dqn", "torch", "CartPole-v1", 475.0),
+        ("dqn", "tf", "CartPole-v1", 475.0),
+    ],
+)
+def test_offpolicy_preset_and_its_int8_artifact_reach_the_zoo(
+    algo: str, framework: str, env_id: str, floor: float, tmp_path: Path
+) -> None:
+    """The preset at the Zoo's step count, seed 0 (benchmarks/returns.py runs 3 seeds of each)."""
+    from export.pipeline import ExportOptions, export_checkpoint
+    from runtime import Policy
+    from train.core.config import build_config
+    from train.core.evaluation import evaluate
+
+    if framework == "torch":
+        from train.torch_backend.offpolicy import train
+    else:
+        from train.tf_backend.offpolicy import train
+    run = tmp_path / "run"
+    run.mkdir()
+    result = train(env_id, build_config(env_id, algo=algo), 0, run, device="cpu", progress=False)
+    assert result.final_eval.mean >= floor, result.final_eval.returns
+    export_checkpoint(run, tmp_path / "art", ExportOptions(quantize="int8", eval_episodes=5, progress=False))
+    int8 = evaluate(Policy.load(tmp_path / "art").predict, env_id, 10, 0).mean
+    assert int8 >= floor - 0.05 * abs(floor), int8

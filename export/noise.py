@@ -181,7 +181,7 @@ def verify_distribution(
     for _ in range(SAMPLES):
         samples.append(to_scaled(served.raw(obs))[0])
         if spec.kind == "ou":
-            states.append(served._state.reshape(-1).copy())
+            states.append(served.noise_state.reshape(-1))
     u = np.stack(samples)
     ref_rng = np.random.default_rng(seed + 1)  # independent of the draws the runtime made
     z = ref_rng.standard_normal((200_000, source.act_dim)).astype(np.float32)

@@ -107,6 +107,10 @@ def export_source(source: ExportSource, out: Path, opts: ExportOptions) -> Expor
     opts.check()
     check_env_id(source.env_id)
     if opts.noise:
+        if source.observation_space.get("layout", "flat") != "flat":
+            raise ExportError(
+                "--noise is implemented for flat observations; image policies export without it"
+            )
         source.fold_noise(parse_noise(opts.noise))
     check_output_dir(out, force=opts.force, what="export")
     start = time.perf_counter()

@@ -80,6 +80,11 @@ class Policy:
             np.zeros(self._noise_shape, np.float32) if self.noise["graph"].get("state_input") else None
         )
 
+    @property
+    def noise_state(self) -> np.ndarray | None:
+        """OU's current state (what the next call feeds the graph), or None."""
+        return None if self.noise is None or self._state is None else self._state.copy()
+
     def _feeds(self) -> dict[str, np.ndarray]:
         io = self.noise["graph"]
         eps = (

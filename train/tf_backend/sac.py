@@ -37,7 +37,7 @@ class TFSAC(TFOffPolicyBase):
         return self.tf.tanh(self.nets.mean(obs))
 
     def explore_graph(self, obs):
-        return self.nets.sample(obs, self.rng.normal(self.tf.shape(self.nets.mean(obs))))[0]
+        return self.nets.sample(obs, self.rng.normal([self.tf.shape(obs)[0], self.act_dim]))[0]
 
     def alpha_step(self, logp):
         """One temperature step; the policy enters only through the log-probs, as constants."""

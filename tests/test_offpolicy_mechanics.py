@@ -269,3 +269,18 @@ def test_configs_presets_and_errors() -> None:
         build_config("Pendulum-v1", overrides={"ent_coef": "auto_x"}, algo="sac")
     with pytest.raises(ConfigError, match="noise_type"):
         build_config("Pendulum-v1", overrides={"noise_type": "pink"}, algo="td3")
+
+
+@pytest.mark.parametrize("algo", ["sac", "td3", "dqn"])
+def test_tf_eager_and_graph_leave_the_same_weights_and_adam_slots(algo: str) -> None:
+    eager, graph = _agent("tf", algo), _agent("tf", algo)
+    batch = _batch(4, discrete=algo == "dqn")
+    tensors = [tf.constant(x) for x in (batch.obs, batch.actions, batch.rewards, batch.next_obs, batch.dones)]
+    for _ in range(2):
+        eager.train_many_graph(*tensors)  # op by op, the same generator draws
+        graph.train(batch)
+    for a, b in zip(eager.nets.variables, graph.nets.variables, strict=True):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=0, atol=1e-6, err_msg=a.path)
+    for opt_e, opt_g in zip(eager.optimizers, graph.optimizers, strict=True):
+        for a, b in zip(opt_e.variables, opt_g.variables, strict=True):
+            np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=0, atol=1e-6, err_msg=a.path)

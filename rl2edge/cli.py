@@ -353,9 +353,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="train a policy and write a checkpoint",
         formatter_class=fmt,
         description="Train a policy on a Gymnasium env and write a checkpoint directory (checkpoint.json + "
-        "weights, no pickle), progress.csv and TensorBoard events.\nHyperparameters: PPOConfig defaults, then "
-        "the env's preset (train/presets/ppo.yml, Zoo style), then --config FILE, then --steps.",
-        epilog="example:\n  rl2edge train --algo ppo --framework torch --env CartPole-v1 --steps 100000 --seed 0 --out runs/cp",
+        "weights, no pickle), progress.csv and TensorBoard events.\nHyperparameters: the algorithm's defaults "
+        "(SB3's), then the env's preset (train/presets/<algo>.yml, Zoo style), then --config FILE, then --steps.",
+        epilog="examples:\n  rl2edge train --algo ppo --framework torch --env CartPole-v1 --steps 100000 --seed 0 --out runs/cp\n"
+        "  rl2edge train --algo sac --framework tf --env Pendulum-v1 --seed 0 --out runs/pd-sac   # preset: 20k steps",
     )
     t.add_argument(
         "--algo", default="ppo", choices=["ppo", "sac", "td3", "ddpg", "dqn"], help="algorithm (default: ppo)"
@@ -391,7 +392,8 @@ def build_parser() -> argparse.ArgumentParser:
         "or VecNormalize .pkl runs pickle: only load files you trust.",
         epilog="examples:\n  rl2edge export runs/cp --quantize int8 --out artifacts/cp\n"
         "  rl2edge export runs/cp --quantize all --out artifacts/cp   # one artifact per mode in artifacts/cp/<mode>/\n"
-        "  rl2edge export ppo_pendulum.zip --env Pendulum-v1 --vecnormalize vecnormalize.pkl --quantize auto --out artifacts/pd",
+        "  rl2edge export ppo_pendulum.zip --env Pendulum-v1 --vecnormalize vecnormalize.pkl --quantize auto --out artifacts/pd\n"
+        "  rl2edge export runs/pd-td3 --quantize int8 --noise ou:theta=0.15,sigma=0.2 --out artifacts/pd-explore",
     )
     e.add_argument(
         "run_dir", help="checkpoint directory written by `rl2edge train`, or a Stable-Baselines3 model.zip"

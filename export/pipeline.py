@@ -297,6 +297,15 @@ def _export(
         )
         row = FileRow(mode, shown, (art / "policy.tflite").stat().st_size, parity, closed, latency)
         fp32_row = fp32_row or row  # fp32 is always built first
+        drop = fp32_row.closed_loop["mean_return"] - closed["mean_return"]
+        if mode != "fp32" and drop > 0.05 * abs(fp32_row.closed_loop["mean_return"]):
+            _logger.warning(
+                "%s loses %.1f of fp32's closed-loop return %.1f (more than 5%%); --quantize auto keeps the fastest "
+                "mode within --max-return-drop",
+                mode,
+                drop,
+                fp32_row.closed_loop["mean_return"],
+            )
         manifest["verification"] = {
             "tolerances": tol.to_json(),
             "reference": source.reference_name,

@@ -123,14 +123,10 @@ class DeployablePolicy(nn.Module):
         return np.ascontiguousarray(obs.transpose(0, 3, 1, 2)) if self.obs_layout == "HWC" else obs
 
 
-def folded_description(
-    norm: RunningNormalizer, action_spec: dict[str, Any], head: str, centered_q: bool = False
-) -> dict[str, Any]:
+def folded_description(norm: RunningNormalizer, action_spec: dict[str, Any], head: str) -> dict[str, Any]:
     """What the manifest says is inside the graph."""
     mean, inv_std = norm.constants()
     transform: dict[str, Any] = {"kind": head, "formula": _FORMULAS[head]}
-    if centered_q:
-        transform["centered_q"] = CENTERED_Q
     if action_spec["type"] == "discrete":
         transform["start"] = int(action_spec.get("start", 0))
     else:
@@ -206,29 +202,11 @@ def load_actor(ckpt: Checkpoint) -> nn.Module:
     return net
 
 
-CENTERED_Q = (
-    "the Q-network's last layer re-expressed to output Q - mean over actions of Q (weights and bias minus "
-    "their mean over the action rows): the same argmax, with the values' common offset removed, so that an "
-    "int8 output resolves the gaps between actions rather than the offset"
-)
-
-
-@torch.no_grad()
-def center_q_layer(layer: nn.Linear) -> None:
-    """Q(s, a) - mean_a Q(s, a), folded into the last Linear: argmax is unchanged. The Q-values of a trained
-    DQN share a large offset (about r / (1 - gamma)) and differ by little; quantized to int8 with one
-    scale for the whole range, those gaps vanish (CartPole: 344 instead of 500 over 3 seeds)."""
-    layer.weight -= layer.weight.mean(0, keepdim=True)
-    layer.bias -= layer.bias.mean()
-
-
 def build_deployable(ckpt: Checkpoint) -> tuple[DeployablePolicy, RunningNormalizer]:
     meta = ckpt.meta
     if ckpt.framework != "torch":
         raise CheckpointError(f"build_deployable takes torch checkpoints; {ckpt.path} is {ckpt.framework!r}")
     actor = load_actor(ckpt).eval()
-    if meta["network"].get("type") == "dqn_mlp":
-        center_q_layer(actor.net[-1])
     shape = tuple(meta["observation_space"]["shape"])
     norm = RunningNormalizer.from_dict(shape, meta["normalization"])
     head = head_for(ckpt.algo, meta["action_space"]["type"] == "discrete")

@@ -197,7 +197,7 @@ def _export(
         "source": source.description,
         "observation": {"layout": "flat", **source.observation_space},
         "action": source.action_space,
-        "folded": folded_description(source.norm, source.action_space, source.head, source.centered_q),
+        "folded": folded_description(source.norm, source.action_space, source.head),
         "onnx": {
             "file": "policy.onnx",
             "opset": OPSET,

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from export.deployable import DeployablePolicy, center_q_layer
+from export.deployable import DeployablePolicy
 from export.source import ExportSource, TorchSource
 from rl2edge.errors import ConfigError, ExportError
 from rl2edge.fileio import sha256_file
@@ -150,8 +150,6 @@ def source_from_sb3(path: Path, env_id: str | None, vecnormalize: Path | None) -
     norm, vn = _normalizer(vecnormalize, obs_shape)
     discrete = act_spec["type"] == "discrete"
     head = _head(model, algo, discrete)
-    if algo == "dqn":  # SB3's own predict (the reference) takes the same argmax
-        center_q_layer(model.policy.q_net.q_net[-1])
     policy = DeployablePolicy(Sb3Actor(model, algo), norm, act_spec, head).eval()
 
     def sb3_predict(obs: np.ndarray) -> np.ndarray:
@@ -189,7 +187,6 @@ def source_from_sb3(path: Path, env_id: str | None, vecnormalize: Path | None) -
         description,
         "SB3 predict",
         algo=f"sb3-{algo}",
-        centered_q=algo == "dqn",
         policy=policy,
         reference=sb3_predict,
     )

@@ -29,8 +29,6 @@ class ExportSource:
     reference_name: str
     """How the report names what exported files are compared with."""
     algo: str = "ppo"
-    centered_q: bool = False
-    """The Q-network's last layer outputs Q minus its mean over actions (export.deployable.center_q_layer)."""
     noise: Any = None
     """train.core.noise.NoiseSpec folded into the graph, or None; set with `fold_noise`."""
 
@@ -203,6 +201,5 @@ def source_from_checkpoint(run_dir: Path) -> ExportSource:
         description,
         f"source ({ckpt.framework})",
         algo=ckpt.algo,
-        centered_q=meta["network"].get("type") == "dqn_mlp",
         policy=policy,
     )

@@ -17,17 +17,12 @@ from train.core.checkpoint import Checkpoint
 from train.core.normalization import RunningNormalizer
 
 
-def _frozen_actor(dense: list[Any], center_q: bool = False) -> Any:
+def _frozen_actor(dense: list[Any]) -> Any:
     """A chain of Dense layers with its weights as graph constants. A SavedModel whose Keras 3 variables
-    are left as variables converts to a TFLite file that reads them as zeros; constants convert exactly.
-    `center_q`: the last layer outputs Q minus its mean over actions (export.deployable.center_q_layer)."""
+    are left as variables converts to a TFLite file that reads them as zeros; constants convert exactly."""
     import tensorflow as tf
 
-    weights = [(d.kernel.numpy(), d.bias.numpy(), d.activation) for d in dense]
-    if center_q:
-        kernel, bias, activation = weights[-1]
-        weights[-1] = (kernel - kernel.mean(axis=1, keepdims=True), bias - bias.mean(), activation)
-    layers = [(tf.constant(k), tf.constant(b), a) for k, b, a in weights]
+    layers = [(tf.constant(d.kernel.numpy()), tf.constant(d.bias.numpy()), d.activation) for d in dense]
 
     def actor(x):
         for kernel, bias, activation in layers:
@@ -51,7 +46,6 @@ class GraphParts:
     latent_depth: int = 0
     log_std_const: np.ndarray | None = None
     log_std_bounds: tuple[float, float] = (-20.0, 2.0)
-    center_q: bool = False
 
 
 def _deployable_module(parts: GraphParts, noise: Any = None) -> Any:
@@ -66,7 +60,7 @@ def _deployable_module(parts: GraphParts, noise: Any = None) -> Any:
     head, obs_dim = parts.head, parts.obs_dim
     latent = _frozen_actor(parts.dense[: parts.latent_depth]) if parts.log_std_dense is not None else None
     mu = _frozen_actor(parts.dense[parts.latent_depth :]) if latent is not None else None
-    actor = _frozen_actor(parts.dense, parts.center_q)
+    actor = _frozen_actor(parts.dense)
     log_std_layer = _frozen_actor([parts.log_std_dense]) if parts.log_std_dense is not None else None
     act_dim = 1 if transform.discrete else int(np.prod(parts.action_spec["shape"]))
     obs_spec = lambda n, name=None: tf.TensorSpec([n, obs_dim], tf.float32, name=name)  # noqa: E731
@@ -215,9 +209,7 @@ def tf_source(ckpt: Checkpoint, description: dict[str, Any]) -> TFSource:
     shape = tuple(meta["observation_space"]["shape"])
     norm = RunningNormalizer.from_dict(shape, meta["normalization"])
     head = head_for(ckpt.algo, meta["action_space"]["type"] == "discrete")
-    parts = GraphParts(
-        dense, norm, meta["action_space"], int(np.prod(shape)), head, center_q=kind == "dqn_mlp"
-    )
+    parts = GraphParts(dense, norm, meta["action_space"], int(np.prod(shape)), head)
     if kind == "sac_mlp":
         parts.log_std_dense = dense_layers(model.log_std)[0]
         parts.latent_depth = len(dense_layers(model.latent))
@@ -234,7 +226,6 @@ def tf_source(ckpt: Checkpoint, description: dict[str, Any]) -> TFSource:
         description,
         "source (tf)",
         algo=ckpt.algo,
-        centered_q=parts.center_q,
         module=module,
         parts=parts,
     )

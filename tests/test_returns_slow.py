@@ -57,10 +57,12 @@ def test_tf_cartpole_ppo_and_its_int8_artifact_reach_475(tmp_path: Path) -> None
         ("dqn", "tf", "CartPole-v1", 475.0),
     ],
 )
-def test_offpolicy_preset_and_its_int8_artifact_reach_the_zoo(
+def test_offpolicy_preset_reaches_the_zoo_and_ships_a_file_that_keeps_it(
     algo: str, framework: str, env_id: str, floor: float, tmp_path: Path
 ) -> None:
-    """The preset at the Zoo's step count, seed 0 (benchmarks/returns.py runs 3 seeds of each)."""
+    """The preset at the Zoo's step count, seed 0 (benchmarks/returns.py runs 3 seeds of each). SAC and TD3
+    ship int8 within 5 % of the floor; DQN's int8 loses its argmax (README, Benchmarks), so `--quantize auto`
+    must ship a mode that keeps the return."""
     from export.pipeline import ExportOptions, export_checkpoint
     from runtime import Policy
     from train.core.config import build_config
@@ -74,6 +76,9 @@ def test_offpolicy_preset_and_its_int8_artifact_reach_the_zoo(
     run.mkdir()
     result = train(env_id, build_config(env_id, algo=algo), 0, run, device="cpu", progress=False)
     assert result.final_eval.mean >= floor, result.final_eval.returns
-    export_checkpoint(run, tmp_path / "art", ExportOptions(quantize="int8", eval_episodes=5, progress=False))
-    int8 = evaluate(Policy.load(tmp_path / "art").predict, env_id, 10, 0).mean
-    assert int8 >= floor - 0.05 * abs(floor), int8
+    quantize = "auto" if algo == "dqn" else "int8"
+    export_checkpoint(
+        run, tmp_path / "art", ExportOptions(quantize=quantize, eval_episodes=5, progress=False)
+    )
+    shipped = evaluate(Policy.load(tmp_path / "art").predict, env_id, 10, 0).mean
+    assert shipped >= floor - 0.05 * abs(floor), shipped

@@ -81,7 +81,8 @@ def _deployable_module(parts: GraphParts, noise: Any = None) -> Any:
                 batch_signature.append(act_spec(None))
             self.serve = tf.function(self._noisy, input_signature=signature)
             self.noisy = tf.function(self._noisy, input_signature=batch_signature)
-            self.distribution = tf.function(self._distribution, input_signature=[obs_spec(None)])
+            if noise.kind == "policy":  # only a policy with a distribution has one to trace
+                self.distribution = tf.function(self._distribution, input_signature=[obs_spec(None)])
 
         def _normalized(self, obs):
             x = (obs - tf.constant(mean)) * tf.constant(inv_std)

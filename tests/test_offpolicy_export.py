@@ -188,3 +188,32 @@ def test_train_refuses_an_algorithm_that_does_not_fit_the_action_space(tmp_path:
         "train", "--algo", "sac", "--env", "CartPole-v1", "--steps", "100", "--out", tmp_path / "r2"
     )
     assert_clean_failure(proc, "SAC needs a Box action space")
+
+
+def test_serve_feeds_folded_noise_over_opcua_and_no_explore_is_deterministic(
+    td3_torch: Path, tmp_path: Path
+) -> None:
+    from runtime.policy import Policy
+    from tests.plc_helpers import free_port, running, stop, wait_for_server
+    from train.core.evaluation import evaluate
+
+    art = tmp_path / "art"
+    _export(td3_torch, art, "fp32", noise="ou:theta=0.15,sigma=0.3")
+
+    def served_return(*flags: str) -> float:
+        url = f"opc.tcp://127.0.0.1:{free_port()}"
+        record = tmp_path / f"returns{len(flags)}.json"
+        sim_args = ["plc-sim", "--env", "Pendulum-v1", "--endpoint", url, "--seed", "3", "--episodes", "1",
+                    "--record", str(record)]  # fmt: skip
+        with running(sim_args, tmp_path / "sim.log") as sim:
+            wait_for_server(url)
+            with running(
+                ["serve", str(art), "--endpoint", url, "--period-ms", "5", *flags], tmp_path / "serve.log"
+            ) as serve:
+                assert sim.wait(timeout=120) == 0, (tmp_path / "sim.log").read_text()
+                assert stop(serve) == 0, (tmp_path / "serve.log").read_text()
+        return json.loads(record.read_text())["returns"][0]
+
+    deterministic = evaluate(Policy.load(art, explore=False).predict, "Pendulum-v1", 1, 3).returns[0]
+    assert served_return("--no-explore") == deterministic
+    assert served_return() != deterministic  # the noise reaches the plant

@@ -70,11 +70,7 @@ class PPOConfig:
     """Zoo compatibility; only MlpPolicy is implemented."""
 
     def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        for f in dataclasses.fields(self):
-            v = getattr(self, f.name)
-            out[f.name] = v.to_json() if isinstance(v, Schedule) else v
-        return out
+        return config_to_json(self)
 
     def validate(self) -> None:
         positive = ("n_timesteps", "n_envs", "n_steps", "batch_size", "n_epochs")
@@ -89,6 +85,14 @@ class PPOConfig:
             raise ConfigError(f"activation must be tanh or relu, got {self.activation!r}")
         if self.policy != "MlpPolicy":
             raise ConfigError(f"policy {self.policy!r} is not implemented; use MlpPolicy")
+
+
+def config_to_json(cfg: Any) -> dict[str, Any]:
+    """A config dataclass as checkpoint.json records it (schedules in their Zoo notation)."""
+    return {
+        f.name: (v.to_json() if isinstance(v := getattr(cfg, f.name), Schedule) else v)
+        for f in dataclasses.fields(cfg)
+    }
 
 
 def _apply(cfg: Any, values: dict[str, Any], source: str) -> None:

@@ -3,7 +3,6 @@ hyperparameter file means the same here. Presets per env are in train/presets/<a
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -54,11 +53,9 @@ class OffPolicyConfig:
     """Zoo compatibility; only MlpPolicy is implemented."""
 
     def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        for f in dataclasses.fields(self):
-            v = getattr(self, f.name)
-            out[f.name] = v.to_json() if isinstance(v, Schedule) else v
-        return out
+        from train.core.config import config_to_json  # config imports this module lazily, and vice versa
+
+        return config_to_json(self)
 
     def validate(self) -> None:
         for name in ("n_timesteps", "n_envs", "buffer_size", "batch_size", "train_freq"):

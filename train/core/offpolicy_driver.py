@@ -11,6 +11,7 @@ counts env steps, training starts once more than learning_starts steps were take
 
 from __future__ import annotations
 
+import importlib
 import logging
 import math
 import time
@@ -236,3 +237,26 @@ def train_offpolicy(
             "hyperparameters": cfg.to_json(),
         },
     )
+
+
+def train_with_backend(
+    framework: str,
+    env_id: str,
+    cfg: OffPolicyConfig,
+    seed: int,
+    run_dir: Path,
+    device: str = "auto",
+    progress: bool | None = None,
+    agent_out: list[Any] | None = None,
+) -> TrainResult:
+    """The driver with `framework`'s agent for cfg.algo (imported here, when asked for). `agent_out`, when
+    given, receives the agent (tests read its state)."""
+    cls = importlib.import_module(f"train.{framework}_backend.offpolicy").agent_class(cfg.algo)
+
+    def factory(network: dict[str, Any], cfg: Any, seed: int, device: str) -> OffPolicyAgent:
+        agent = cls(network, cfg, seed, device)
+        if agent_out is not None:
+            agent_out.append(agent)
+        return agent
+
+    return train_offpolicy(env_id, cfg, seed, run_dir, factory, device=device, progress=progress)

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-from pathlib import Path
+import functools
 from typing import Any
 
-from train.core.finish import TrainResult
-from train.core.offpolicy_config import OffPolicyConfig
-from train.core.offpolicy_driver import train_offpolicy
+from train.core.offpolicy_driver import train_with_backend
 
 
 def agent_class(algo: str) -> Any:
@@ -24,21 +22,5 @@ def agent_class(algo: str) -> Any:
     return TorchDQN
 
 
-def train(
-    env_id: str,
-    cfg: OffPolicyConfig,
-    seed: int,
-    run_dir: Path,
-    device: str = "auto",
-    progress: bool | None = None,
-    agent_out: list[Any] | None = None,
-) -> TrainResult:
-    cls = agent_class(cfg.algo)
-
-    def factory(network: dict[str, Any], cfg: Any, seed: int, device: str) -> Any:
-        agent = cls(network, cfg, seed, device)
-        if agent_out is not None:
-            agent_out.append(agent)
-        return agent
-
-    return train_offpolicy(env_id, cfg, seed, run_dir, factory, device=device, progress=progress)
+train = functools.partial(train_with_backend, "torch")
+"""train(env_id, cfg, seed, run_dir, device="auto", progress=None, agent_out=None) -> TrainResult"""

@@ -46,10 +46,12 @@ def _cmd_train(args: argparse.Namespace) -> int:
         from train.torch_backend.ppo import train_ppo as train
     elif args.algo == "ppo":
         from train.tf_backend.ppo import train_ppo as train
-    elif args.framework == "torch":
-        from train.torch_backend.offpolicy import train
     else:
-        from train.tf_backend.offpolicy import train
+        import functools
+
+        from train.core.offpolicy_driver import train_with_backend
+
+        train = functools.partial(train_with_backend, args.framework)
     _logger.info(
         "training %s/%s on %s for %d steps, seed %d -> %s",
         args.algo,

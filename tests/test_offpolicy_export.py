@@ -22,18 +22,14 @@ def tiny_offpolicy(
     algo: str, framework: str, env_id: str, out: Path, steps: int = 300, seed: int = 0
 ) -> Path:
     from train.core.config import build_config
+    from train.core.offpolicy_driver import train_with_backend
 
-    if framework == "torch":
-        from train.torch_backend.offpolicy import train
-    else:
-        from train.tf_backend.offpolicy import train
     overrides = {"n_timesteps": steps, **TINY}
     if algo == "dqn":
         overrides.update(train_freq=4, target_update_interval=50)
     out.mkdir(parents=True, exist_ok=True)
-    train(
-        env_id, build_config(env_id, overrides=overrides, algo=algo), seed, out, device="cpu", progress=False
-    )
+    cfg = build_config(env_id, overrides=overrides, algo=algo)
+    train_with_backend(framework, env_id, cfg, seed, out, device="cpu", progress=False)
     return out
 
 

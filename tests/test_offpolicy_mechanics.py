@@ -29,11 +29,9 @@ def _agent(framework: str, algo: str, **overrides: object):
         "Pendulum-v1" if algo != "dqn" else "CartPole-v1", overrides=dict(overrides), algo=algo
     )
     spec = {"sac": SPEC_SAC, "td3": SPEC_TD3, "dqn": SPEC_DQN}[algo]
-    if framework == "torch":
-        from train.torch_backend.offpolicy import agent_class
-    else:
-        from train.tf_backend.offpolicy import agent_class
-    return agent_class(algo)(spec, cfg, 0, "cpu")
+    from train.core.offpolicy_driver import agent_class
+
+    return agent_class(framework, algo)(spec, cfg, 0, "cpu")
 
 
 def _batch(n: int, b: int = 8, discrete: bool = False, seed: int = 0) -> ReplayBatch:

@@ -67,14 +67,13 @@ def test_offpolicy_preset_reaches_the_zoo_and_ships_a_file_that_keeps_it(
     from runtime import Policy
     from train.core.config import build_config
     from train.core.evaluation import evaluate
+    from train.core.offpolicy_driver import train_with_backend
 
-    if framework == "torch":
-        from train.torch_backend.offpolicy import train
-    else:
-        from train.tf_backend.offpolicy import train
     run = tmp_path / "run"
     run.mkdir()
-    result = train(env_id, build_config(env_id, algo=algo), 0, run, device="cpu", progress=False)
+    result = train_with_backend(
+        framework, env_id, build_config(env_id, algo=algo), 0, run, device="cpu", progress=False
+    )
     assert result.final_eval.mean >= floor, result.final_eval.returns
     quantize = "auto" if algo == "dqn" else "int8"
     export_checkpoint(

@@ -103,9 +103,3 @@ def ou_step(x: np.ndarray, eps: np.ndarray, theta: float, sigma: float, dt: floa
     """One OU step in float32: x - (theta dt) x + (sigma sqrt(dt)) eps, the graph's formula."""
     decay, scale = ou_constants(theta, sigma, dt)
     return (x - decay * x + scale * eps).astype(np.float32)
-
-
-def ou_stationary_std(theta: float, sigma: float, dt: float) -> float:
-    """Std of the discrete OU process above at stationarity: sigma^2 dt / (1 - (1 - theta dt)^2)."""
-    a = 1.0 - theta * dt
-    return math.sqrt(sigma * sigma * dt / (1.0 - a * a)) if theta > 0 else float("inf")

@@ -239,6 +239,18 @@ def train_offpolicy(
     )
 
 
+# algo -> (module, class name without the framework's prefix); DDPG is TD3's agent with DDPGConfig.
+_AGENTS = {"sac": ("sac", "SAC"), "td3": ("td3", "TD3"), "ddpg": ("td3", "TD3"), "dqn": ("dqn", "DQN")}
+_PREFIX = {"torch": "Torch", "tf": "TF"}
+
+
+def agent_class(framework: str, algo: str) -> type:
+    """train.<framework>_backend.<module>.<Prefix><Name>, imported when asked for: train.core itself loads
+    no deep-learning framework."""
+    module, name = _AGENTS[algo]
+    return getattr(importlib.import_module(f"train.{framework}_backend.{module}"), _PREFIX[framework] + name)
+
+
 def train_with_backend(
     framework: str,
     env_id: str,
@@ -249,9 +261,9 @@ def train_with_backend(
     progress: bool | None = None,
     agent_out: list[Any] | None = None,
 ) -> TrainResult:
-    """The driver with `framework`'s agent for cfg.algo (imported here, when asked for). `agent_out`, when
-    given, receives the agent (tests read its state)."""
-    cls = importlib.import_module(f"train.{framework}_backend.offpolicy").agent_class(cfg.algo)
+    """The driver with `framework`'s agent for cfg.algo. `agent_out`, when given, receives the agent (tests
+    read its state)."""
+    cls = agent_class(framework, cfg.algo)
 
     def factory(network: dict[str, Any], cfg: Any, seed: int, device: str) -> OffPolicyAgent:
         agent = cls(network, cfg, seed, device)

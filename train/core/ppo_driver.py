@@ -94,9 +94,7 @@ def train_ppo(
     buffer = RolloutBuffer(cfg.n_steps, cfg.n_envs, obs_shape, discrete, action_dim(act_spec))
     metrics = MetricsLogger(run_dir)
 
-    def deterministic_act(raw_obs: np.ndarray) -> np.ndarray:
-        return to_env(agent.deterministic(norm.normalize(raw_obs[None]))[0])
-
+    act_fn = deterministic_fn(to_env)
     keeper = BestKeeper(cfg.keep_best)
 
     batch_steps = cfg.n_envs * cfg.n_steps
@@ -168,7 +166,7 @@ def train_ppo(
                 row["rollout_return_mean"] = float(np.mean(recent_returns[-20:]))
                 bar.set_postfix(ret=f"{row['rollout_return_mean']:.1f}")
             if cfg.eval_freq and global_step >= next_eval:
-                result = evaluate(deterministic_act, env_id, cfg.eval_episodes, seed + EVAL_SEED_OFFSET)
+                result = evaluate(act_fn(agent, norm), env_id, cfg.eval_episodes, seed + EVAL_SEED_OFFSET)
                 row["eval_return_mean"], row["eval_return_std"] = result.mean, result.std
                 _logger.info("step %d: eval return %.1f +- %.1f", global_step, result.mean, result.std)
                 keeper.offer(result, global_step, agent, norm)
@@ -184,7 +182,7 @@ def train_ppo(
         agent=agent,
         norm=norm,
         keeper=keeper,
-        act_fn=deterministic_fn(to_env),
+        act_fn=act_fn,
         env_id=env_id,
         seed=seed,
         eval_episodes=cfg.eval_episodes,

@@ -9,8 +9,6 @@ draws from one tf.random.Generator seeded once. `trace_counts()` reports how oft
 
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -18,8 +16,7 @@ import numpy as np
 
 from train.core.replay import ReplayBatch
 from train.tf_backend.setup import configure_tensorflow
-
-WEIGHTS_FILE = "policy.weights.h5"
+from train.tf_backend.weights import save_keras_weights, weights_copy
 
 
 class TFOffPolicyBase:
@@ -128,18 +125,10 @@ class TFOffPolicyBase:
         }
 
     def get_state(self) -> list[np.ndarray]:
-        return [w.copy() for w in self.nets.get_weights()]
+        return weights_copy(self.nets)
 
     def set_state(self, state: list[np.ndarray]) -> None:
         self.nets.set_weights(state)
 
     def save_weights(self, run_dir: Path) -> str:
-        fd, tmp = tempfile.mkstemp(dir=run_dir, suffix=".weights.h5")
-        os.close(fd)
-        try:
-            self.nets.save_weights(tmp, overwrite=True)
-            os.replace(tmp, run_dir / WEIGHTS_FILE)
-        finally:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-        return WEIGHTS_FILE
+        return save_keras_weights(self.nets, run_dir)

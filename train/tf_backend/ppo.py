@@ -20,8 +20,7 @@ from train.core.finish import TrainResult
 from train.core.ppo_driver import train_ppo as drive_ppo
 from train.core.rollout import Minibatch
 from train.tf_backend.setup import configure_tensorflow
-
-WEIGHTS_FILE = "policy.weights.h5"
+from train.tf_backend.weights import save_keras_weights, weights_copy
 
 
 def make_loss_fn(model: Any, cfg: PPOConfig) -> Any:
@@ -187,24 +186,13 @@ class TFPPO:
         }
 
     def get_state(self) -> list[np.ndarray]:
-        return [w.copy() for w in self.model.get_weights()]
+        return weights_copy(self.model)
 
     def set_state(self, state: list[np.ndarray]) -> None:
         self.model.set_weights(state)
 
     def save_weights(self, run_dir: Path) -> str:
-        import os
-        import tempfile
-
-        fd, tmp = tempfile.mkstemp(dir=run_dir, suffix=".weights.h5")
-        os.close(fd)
-        try:
-            self.model.save_weights(tmp, overwrite=True)
-            os.replace(tmp, run_dir / WEIGHTS_FILE)
-        finally:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-        return WEIGHTS_FILE
+        return save_keras_weights(self.model, run_dir)
 
 
 def train_ppo(

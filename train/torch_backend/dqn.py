@@ -12,7 +12,6 @@ import torch
 from torch import nn
 
 from train.core.offpolicy_config import DQNConfig
-from train.core.replay import ReplayBatch
 from train.torch_backend.offpolicy_base import TorchOffPolicyBase
 from train.torch_backend.offpolicy_nets import QNetwork, polyak_update
 
@@ -54,7 +53,3 @@ class TorchDQN(TorchOffPolicyBase):
         nn.utils.clip_grad_norm_(self.q_net.parameters(), cfg.max_grad_norm)
         self.opt.step()
         return torch.stack([loss.detach(), q.detach().mean()])
-
-    def train(self, batch: ReplayBatch) -> np.ndarray:
-        t = [self._t(x) for x in (batch.obs, batch.actions, batch.rewards, batch.next_obs, batch.dones)]
-        return self.mean_stats([self.train_step(*(x[i] for x in t)) for i in range(batch.n)])

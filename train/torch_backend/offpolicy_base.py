@@ -7,13 +7,11 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from safetensors.torch import save as safetensors_save
 from torch import nn
 
-from rl2edge.fileio import write_bytes_atomic
+from train.core.replay import ReplayBatch
 from train.torch_backend.ppo import resolve_device
-
-WEIGHTS_FILE = "policy.safetensors"
+from train.torch_backend.weights import save_safetensors, state_copy
 
 
 class TorchOffPolicyBase:
@@ -46,16 +44,19 @@ class TorchOffPolicyBase:
         """Only DQN has a target that the driver updates on a period."""
 
     def get_state(self) -> dict[str, torch.Tensor]:
-        return {k: v.detach().clone() for k, v in self.nets.state_dict().items()}
+        return state_copy(self.nets)
 
     def set_state(self, state: dict[str, torch.Tensor]) -> None:
         self.nets.load_state_dict(state)
 
     def save_weights(self, run_dir: Path) -> str:
-        state = {k: v.detach().cpu().contiguous() for k, v in self.nets.state_dict().items()}
-        write_bytes_atomic(run_dir / WEIGHTS_FILE, safetensors_save(state))
-        return WEIGHTS_FILE
+        return save_safetensors(self.nets, run_dir)
 
-    @staticmethod
-    def mean_stats(rows: list[torch.Tensor]) -> np.ndarray:
-        return torch.stack(rows).nanmean(0).cpu().numpy()
+    def train_step(self, obs, actions, rewards, next_obs, dones) -> torch.Tensor:
+        """One gradient step on one batch; the stat_names values as a tensor (NaN where not computed)."""
+        raise NotImplementedError
+
+    def train(self, batch: ReplayBatch) -> np.ndarray:
+        t = [self._t(x) for x in (batch.obs, batch.actions, batch.rewards, batch.next_obs, batch.dones)]
+        rows = [self.train_step(*(x[i] for x in t)) for i in range(batch.n)]
+        return torch.stack(rows).nanmean(0).cpu().numpy()  # one host sync per training phase

@@ -8,18 +8,15 @@ from typing import Any
 
 import numpy as np
 import torch
-from safetensors.torch import save as safetensors_save
 from torch import nn
 
 from rl2edge.errors import ConfigError
-from rl2edge.fileio import write_bytes_atomic
 from train.core.config import PPOConfig
 from train.core.finish import TrainResult
 from train.core.ppo_driver import train_ppo as drive_ppo
 from train.core.rollout import Minibatch
 from train.torch_backend.policy import ActorCritic
-
-WEIGHTS_FILE = "policy.safetensors"
+from train.torch_backend.weights import save_safetensors, state_copy
 
 
 def resolve_device(device: str) -> torch.device:
@@ -119,15 +116,13 @@ class TorchPPO:
         return torch.stack([self.train_step(mb, clip) for mb in mbs]).mean(0).cpu().numpy()
 
     def get_state(self) -> dict[str, torch.Tensor]:
-        return {k: v.detach().clone() for k, v in self.policy.state_dict().items()}
+        return state_copy(self.policy)
 
     def set_state(self, state: dict[str, torch.Tensor]) -> None:
         self.policy.load_state_dict(state)
 
     def save_weights(self, run_dir: Path) -> str:
-        state = {k: v.detach().cpu().contiguous() for k, v in self.policy.state_dict().items()}
-        write_bytes_atomic(run_dir / WEIGHTS_FILE, safetensors_save(state))
-        return WEIGHTS_FILE
+        return save_safetensors(self.policy, run_dir)
 
 
 def train_ppo(

@@ -13,7 +13,6 @@ import torch
 from torch import nn
 
 from train.core.offpolicy_config import SACConfig
-from train.core.replay import ReplayBatch
 from train.torch_backend.offpolicy_base import TorchOffPolicyBase
 from train.torch_backend.offpolicy_nets import Critics, SACActor, polyak_update
 
@@ -79,7 +78,3 @@ class TorchSAC(TorchOffPolicyBase):
         if self.n_updates % self.cfg.target_update_interval == 0:
             polyak_update(self.critic.parameters(), self.critic_target.parameters(), self.tau)
         return torch.stack([actor_loss.detach(), critic_loss.detach(), alpha, alpha_loss])
-
-    def train(self, batch: ReplayBatch) -> np.ndarray:
-        t = [self._t(x) for x in (batch.obs, batch.actions, batch.rewards, batch.next_obs, batch.dones)]
-        return self.mean_stats([self.train_step(*(x[i] for x in t)) for i in range(batch.n)])

@@ -12,7 +12,6 @@ import torch
 from torch import nn
 
 from train.core.offpolicy_config import TD3Config
-from train.core.replay import ReplayBatch
 from train.torch_backend.offpolicy_base import TorchOffPolicyBase
 from train.torch_backend.offpolicy_nets import Critics, TD3Actor, polyak_update
 
@@ -70,7 +69,3 @@ class TorchTD3(TorchOffPolicyBase):
             polyak_update(self.critic.parameters(), self.critic_target.parameters(), cfg.tau)
             polyak_update(self.actor.parameters(), self.actor_target.parameters(), cfg.tau)
         return torch.stack([actor_loss.detach(), critic_loss.detach()])
-
-    def train(self, batch: ReplayBatch) -> np.ndarray:
-        t = [self._t(x) for x in (batch.obs, batch.actions, batch.rewards, batch.next_obs, batch.dones)]
-        return self.mean_stats([self.train_step(*(x[i] for x in t)) for i in range(batch.n)])

@@ -164,7 +164,7 @@ def verify_distribution(
     """Sample the file through the runtime at one observation and compare the actions' mean and std, in
     [-1, 1]-scaled units, with the configured distribution's (a Monte Carlo reference, which also covers
     the clip at the bounds). OU: its innovations x' - (1 - theta dt) x must have mean 0 and std sigma
-    sqrt(dt)."""
+    sqrt(dt). Leaves `served` exploring, its noise restarted from `seed`."""
     from train.core.actions import ActionTransform
 
     spec: NoiseSpec = source.noise

@@ -276,11 +276,10 @@ def _export(
             require_fp32_parity(f"policy.tflite ({mode})", parity, tol)
         closed = _ret(evaluate(served.predict, env_id, opts.eval_episodes, opts.seed))
         noise_check = None
-        if source.noise is not None:
-            exploring = Policy.load(art)
-            noise_check = verify_distribution(exploring, source, data.heldout, mode, opts.noise_seed)
+        if source.noise is not None:  # the same loaded file, now exploring (verify_distribution turns it on)
+            noise_check = verify_distribution(served, source, data.heldout, mode, opts.noise_seed)
             noise_check["closed_loop_with_noise"] = _ret(
-                evaluate(exploring.predict, env_id, opts.eval_episodes, opts.seed)
+                evaluate(served.predict, env_id, opts.eval_episodes, opts.seed)
             )
             if not noise_check["passed"]:
                 if mode == "fp32":
@@ -288,7 +287,6 @@ def _export(
                         f"policy.tflite (fp32): the folded noise does not sample as configured: {noise_check}"
                     )
                 _logger.warning("%s: the folded noise's sample statistics are off: %s", mode, noise_check)
-            served = exploring
         latency = latency_us(served.predict, data.heldout)
         shown = (
             out / art.relative_to(staging) / "policy.tflite"

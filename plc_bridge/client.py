@@ -1,8 +1,15 @@
-"""One OPC UA session to the PLC: one batched Read and one batched Write per control cycle.
+"""One OPC UA session to the PLC: the node map checked against the server at connect, then one Read
+and a two-step Write per control cycle, with every node's own status code looked at.
 
-`async with PlcClient(cfg) as plc:` connects (bounded by a timeout), resolves the node map, learns the
-data types of the nodes it writes, and on exit closes the session (bounded too). A reconnect is a new
-PlcClient: nothing of the old session is reused, so nothing of it leaks.
+`async with PlcClient(cfg, io) as plc:` connects (bounded by a timeout), resolves the node map's
+references (namespace URIs through the server's NamespaceArray, browse paths through the server),
+reads each node's DataType, ValueRank, ArrayDimensions and access level once, and refuses with one
+`ConfigError` line a map that cannot carry the policy's observation and action. From then on it writes
+exactly each node's type and shape. A reconnect is a new PlcClient: nothing of the old session is reused.
+
+The handshake cannot be half-applied: `answer()` writes the action, the heartbeat and the status in one
+request and, only if the PLC accepted every one of them, the answered sequence number in a second. A PLC
+that steps when ActionSeq == ObservationSeq therefore never steps on an action it refused.
 """
 
 from __future__ import annotations
@@ -14,24 +21,25 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from asyncua import Client, ua
-from asyncua.common.node import Node
+from asyncua.common.ua_utils import data_type_to_variant_type
 
+from plc_bridge import typed_values as tv
 from plc_bridge.nodemap import NodeMap, default_node_map
+from plc_bridge.noderefs import NodeRef, parse_ref
 from plc_bridge.security import SecurityConfig, apply_client_security
-from rl2edge.errors import BridgeError, ConfigError
+from plc_bridge.status import CycleStatus
+from rl2edge.errors import ConfigError
 
 _logger = logging.getLogger(__name__)
 
-_INT_TYPES = {
-    ua.VariantType.SByte,
-    ua.VariantType.Byte,
-    ua.VariantType.Int16,
-    ua.VariantType.UInt16,
-    ua.VariantType.Int32,
-    ua.VariantType.UInt32,
-    ua.VariantType.Int64,
-    ua.VariantType.UInt64,
-}
+_ATTRS = (
+    ua.AttributeIds.DataType,
+    ua.AttributeIds.ValueRank,
+    ua.AttributeIds.ArrayDimensions,
+    ua.AttributeIds.UserAccessLevel,
+    ua.AttributeIds.Value,
+)
+_SCALAR_RANKS = (-1,)  # ValueRank: -1 scalar; 1 one dimension; 0, -2, -3: the server does not say
 
 
 @dataclass(frozen=True)
@@ -51,23 +59,95 @@ class BridgeConfig:
         self.security.check("client")
 
 
+@dataclass(frozen=True)
+class PlantIo:
+    """What the policy reads and writes, to check the node map against the server's nodes."""
+
+    obs_size: int
+    action_size: int
+    discrete: bool
+    action_low: tuple[float, ...]
+    """Discrete: (first index,); Box: the lower bounds."""
+    action_high: tuple[float, ...]
+
+
+@dataclass(frozen=True)
+class BoundNode:
+    role: str
+    """`observation[2]`, `action`, `heartbeat`...: what messages call it."""
+    ref: str
+    node_id: ua.NodeId
+    vtype: ua.VariantType
+    length: int | None
+    """None: a scalar; else an array of this many values."""
+
+    def variant(self, value: Any) -> ua.Variant:
+        if self.length is None:
+            return ua.Variant(tv.encode(value, self.vtype), self.vtype)
+        return ua.Variant([tv.encode(v, self.vtype) for v in value], self.vtype, Dimensions=[self.length])
+
+
+@dataclass(frozen=True)
+class Reading:
+    observation: list[Any] | None
+    sequence: Any
+    problem: str = ""
+    """Non-empty when a node's value is not Good (Bad or Uncertain quality): the cycle is INVALID."""
+
+
+@dataclass(frozen=True)
+class WriteResult:
+    refused: tuple[str, ...] = ()
+    """`role ref: StatusCode` of every node whose write the PLC refused."""
+    answered: bool = False
+    """The sequence number was written: the PLC may act on this action."""
+
+    @property
+    def ok(self) -> bool:
+        return not self.refused
+
+
+def plant_io_of(policy: Any) -> PlantIo:
+    """The PlantIo of a runtime Policy."""
+    import numpy as np
+
+    if policy.discrete:
+        lo, hi = policy.action_index_range
+        return PlantIo(int(np.prod(policy.obs_shape)), 1, True, (float(lo),), (float(hi),))
+    low, high = policy.action_low.reshape(-1), policy.action_high.reshape(-1)
+    return PlantIo(
+        int(np.prod(policy.obs_shape)),
+        int(low.size),
+        False,
+        tuple(float(v) for v in low),
+        tuple(float(v) for v in high),
+    )
+
+
 class PlcClient:
-    def __init__(self, cfg: BridgeConfig):
-        self.cfg = cfg
+    def __init__(self, cfg: BridgeConfig, io: PlantIo):
+        self.cfg, self.io = cfg, io
         self._client = Client(cfg.endpoint, timeout=cfg.request_timeout_s)
         self._client.session_timeout = cfg.session_timeout_ms
         self._client.name = self._client.description = "rl2edge serve"
-        self._obs: list[Node] = []
-        self._write_nodes: list[Node] = []
-        self._types: list[ua.VariantType] = []
         self._connected = False
+        self.observation: list[BoundNode] = []
+        self.action: list[BoundNode] = []
+        self.observation_seq: BoundNode | None = None
+        self.action_seq: BoundNode | None = None
+        self.heartbeat_node: BoundNode | None = None
+        self.status_node: BoundNode | None = None
+        self._heartbeat = 0
+        self._read_params = ua.ReadParameters()
+        self.revised_publishing_ms: float | None = None
 
+    # ------------------------------------------------------------------------------------ session
     async def __aenter__(self) -> PlcClient:
         await apply_client_security(self._client, self.cfg.security)
         try:
             await asyncio.wait_for(self._client.connect(), self.cfg.connect_timeout_s)
             self._connected = True
-            await asyncio.wait_for(self._resolve(), self.cfg.connect_timeout_s)
+            await asyncio.wait_for(self._bind(), self.cfg.connect_timeout_s)
         except BaseException:
             await self.close()
             raise
@@ -88,77 +168,324 @@ class PlcClient:
             _logger.debug("disconnect: %s", exc)
             self._client.disconnect_socket()
 
-    async def _node(self, ref: str) -> Node:
-        if "/" in ref and not ref.startswith(("ns=", "i=", "s=", "g=", "b=", "nsu=")):
-            try:
-                return await self._client.nodes.objects.get_child(ref.split("/"))
-            except ua.UaError as exc:
-                raise BridgeError(f"browse path {ref!r} not found under Objects: {exc}") from None
+    # ------------------------------------------------------------------------- the map vs the server
+    async def _node_id(self, ref: NodeRef, namespaces: list[str], role: str) -> ua.NodeId:
+        if ref.identifier is not None:
+            return ref.node_id(namespaces)
         try:
-            return self._client.get_node(ref)
-        except Exception:
+            node = await self._client.nodes.objects.get_child(ref.browse_path(namespaces))
+        except ua.UaStatusCodeError as exc:
             raise ConfigError(
-                f"{ref!r} is neither a NodeId (ns=2;s=Name) nor a browse path (2:PLC/2:Name)"
+                f"{role} {ref.text}: no such browse path under the Objects folder ({type(exc).__name__}); "
+                "browse the server (e.g. with UaExpert) and correct the node map"
             ) from None
+        return node.nodeid
 
-    async def _resolve(self) -> None:
+    async def _bind(self) -> None:
         m = self.cfg.node_map
-        self._obs = [await self._node(r) for r in (*m.observation, m.observation_seq)]
-        self._write_nodes = [await self._node(r) for r in (*m.action, m.action_seq, m.heartbeat, m.status)]
-        results = await self._client.read_attributes(self._write_nodes, ua.AttributeIds.DataType)
-        types = []
-        for node, dv in zip(self._write_nodes, results, strict=True):
-            if not dv.StatusCode.is_good() or dv.Value is None:
-                raise BridgeError(f"node {node.nodeid.to_string()} is not readable: {dv.StatusCode}")
-            vtype = ua.datatype_to_varianttype(dv.Value.Value)
-            if not isinstance(vtype, ua.VariantType):
-                raise BridgeError(
-                    f"node {node.nodeid.to_string()} has a non-builtin data type {dv.Value.Value}"
+        namespaces = await self._client.get_namespace_array()
+        roles: list[tuple[str, str]] = [
+            *(
+                (f"observation[{i}]" if len(m.observation) > 1 else "observation", r)
+                for i, r in enumerate(m.observation)
+            ),
+            ("observation_seq", m.observation_seq),
+            *((f"action[{i}]" if len(m.action) > 1 else "action", r) for i, r in enumerate(m.action)),
+            ("action_seq", m.action_seq),
+            ("heartbeat", m.heartbeat),
+            ("status", m.status),
+        ]
+        ids = [await self._node_id(parse_ref(ref, role), namespaces, role) for role, ref in roles]
+        params = ua.ReadParameters()
+        params.NodesToRead = [ua.ReadValueId(NodeId=i, AttributeId=a) for i in ids for a in _ATTRS]
+        results = await self._client.uaclient.read(params)
+        bound: list[BoundNode] = []
+        for k, ((role, ref), node_id) in enumerate(zip(roles, ids, strict=True)):
+            dtype, rank, dims, access, value = results[k * len(_ATTRS) : (k + 1) * len(_ATTRS)]
+            if not dtype.StatusCode.is_good():
+                raise ConfigError(
+                    f"{role} {ref}: the server has no such node ({dtype.StatusCode.name}); correct the node map"
                 )
-            types.append(vtype)
-        self._types = types
+            bound.append(await self._typed(role, ref, node_id, dtype, rank, dims, access, value))
+        n_obs, n_act = len(m.observation), len(m.action)
+        self.observation = bound[:n_obs]
+        self.observation_seq = bound[n_obs]
+        self.action = bound[n_obs + 1 : n_obs + 1 + n_act]
+        self.action_seq, self.heartbeat_node, self.status_node = bound[n_obs + 1 + n_act :]
+        self._check_fit()
+        hb = results[(len(roles) - 2) * len(_ATTRS) + 4]
+        current = hb.Value.Value if hb.StatusCode.is_good() and hb.Value is not None else 0
+        # Continue the PLC's heartbeat from where it stands, so a restart of serve never moves it backwards.
+        self._heartbeat = int(current) if isinstance(current, int) and not isinstance(current, bool) else 0
+        self._read_params.NodesToRead = [
+            ua.ReadValueId(NodeId=b.node_id, AttributeId=ua.AttributeIds.Value)
+            for b in (*self.observation, self.observation_seq)
+        ]
         _logger.info(
-            "connected to %s (%s): %d observation and %d write nodes",
+            "connected to %s (%s): observation %s, action %s, sequence %s/%s, heartbeat %s, status %s",
             self.cfg.endpoint,
             self.cfg.security.mode,
-            len(self._obs) - 1,
-            len(self._write_nodes),
+            _layout(self.observation),
+            _layout(self.action),
+            self.observation_seq.vtype.name,
+            self.action_seq.vtype.name,
+            self.heartbeat_node.vtype.name,
+            self.status_node.vtype.name,
         )
 
-    async def read(self) -> tuple[Any, Any]:
-        """One Read of the observation node(s) and the PLC's sequence number: (observation, sequence)."""
-        values = await self._client.read_values(self._obs)
-        obs = values[0] if self.cfg.node_map.observation_is_array else values[:-1]
-        return obs, values[-1]
+    async def _typed(
+        self,
+        role: str,
+        ref: str,
+        node_id: ua.NodeId,
+        dtype: ua.DataValue,
+        rank: ua.DataValue,
+        dims: ua.DataValue,
+        access: ua.DataValue,
+        value: ua.DataValue,
+    ) -> BoundNode:
+        """What the server says the node is: its builtin type and its shape."""
+        dt = dtype.Value.Value if dtype.Value is not None else None
+        vtype = ua.datatype_to_varianttype(dt) if isinstance(dt, ua.NodeId) else None
+        if isinstance(dt, ua.NodeId) and vtype not in tv.SUPPORTED:
+            # a subtype (Duration is a Double, an enumeration an Int32): the server knows its builtin type
+            try:
+                vtype = await data_type_to_variant_type(self._client.get_node(dt))
+            except Exception:
+                vtype = None
+        if vtype not in tv.SUPPORTED:
+            raise ConfigError(
+                f"{role} {ref}: DataType {dt} is not one of {', '.join(sorted(t.name for t in tv.SUPPORTED))}; "
+                "map a numeric or Boolean variable"
+            )
+        writes = role.startswith(("action", "heartbeat", "status"))
+        level = access.Value.Value if access.StatusCode.is_good() and access.Value is not None else None
+        if isinstance(level, int):
+            need = ua.AccessLevel.CurrentWrite if writes else ua.AccessLevel.CurrentRead
+            if not level & (1 << need.value):
+                raise ConfigError(
+                    f"{role} {ref}: the server does not let this user {'write' if writes else 'read'} it "
+                    f"(UserAccessLevel {level}); make it {'writable' if writes else 'readable'} in the PLC's "
+                    "OPC UA interface or map another node"
+                )
+        r = rank.Value.Value if rank.StatusCode.is_good() and rank.Value is not None else -2
+        length: int | None
+        if r in _SCALAR_RANKS:
+            length = None
+        elif r == 1 or r in (0, -2, -3):
+            d = dims.Value.Value if dims.StatusCode.is_good() and dims.Value is not None else None
+            current = value.Value.Value if value.StatusCode.is_good() and value.Value is not None else None
+            if d and d[0] > 0:
+                length = int(d[0])
+            elif isinstance(current, list):
+                length = len(current)
+            elif r == 1:
+                raise ConfigError(
+                    f"{role} {ref}: a one-dimensional array of unknown length (no ArrayDimensions, no value)"
+                )
+            else:
+                length = None  # "scalar or array" with a scalar value in it: a scalar
+        else:
+            raise ConfigError(f"{role} {ref}: ValueRank {r} (a {r}-dimensional array) is not supported")
+        return BoundNode(role, ref, node_id, vtype, length)
+
+    def _check_fit(self) -> None:
+        """Refuse, in one line, a map that cannot carry the policy's observation and action."""
+        io = self.io
+        size = _size(self.observation, "observation", io.obs_size)
+        if size != io.obs_size:
+            raise ConfigError(
+                f"the observation nodes hold {size} values ({_layout(self.observation)}); the policy reads "
+                f"{io.obs_size}: map {io.obs_size} scalar nodes or one array node of length {io.obs_size}"
+            )
+        size = _size(self.action, "action", io.action_size)
+        if size != io.action_size:
+            raise ConfigError(
+                f"the action nodes hold {size} values ({_layout(self.action)}); the policy writes "
+                f"{io.action_size}: map {io.action_size} scalar nodes or one array node of length {io.action_size}"
+            )
+        for b in self.action:
+            lo, hi = tv.value_range(b.vtype)
+            if io.discrete:
+                first, last = io.action_low[0], io.action_high[0]
+                if b.vtype in tv.FLOAT_TYPES:
+                    continue
+                if not (lo <= first and last <= hi):
+                    raise ConfigError(
+                        f"{b.role} {b.ref}: a {b.vtype.name} cannot hold the action indices {first:g}..{last:g}; "
+                        "declare a wider integer type"
+                    )
+            elif b.vtype == tv.V.Boolean:
+                raise ConfigError(
+                    f"{b.role} {b.ref}: a continuous action cannot be written to a Boolean; declare a REAL (Float)"
+                )
+            elif b.vtype not in tv.FLOAT_TYPES:
+                if min(io.action_low) < lo or max(io.action_high) > hi:
+                    raise ConfigError(
+                        f"{b.role} {b.ref}: a {b.vtype.name} cannot hold the action bounds "
+                        f"[{min(io.action_low):g}, {max(io.action_high):g}]; declare a REAL (Float)"
+                    )
+                _logger.warning(
+                    "%s %s is a %s: the continuous action is rounded", b.role, b.ref, b.vtype.name
+                )
+        assert self.observation_seq and self.action_seq and self.heartbeat_node and self.status_node
+        for b in (self.observation_seq, self.action_seq, self.heartbeat_node, self.status_node):
+            if b.length is not None or b.vtype not in tv.INT_RANGES:
+                raise ConfigError(
+                    f"{b.role} {b.ref}: must be an integer scalar (e.g. DINT/Int32, UINT/UInt16), "
+                    f"not a {b.vtype.name}{'' if b.length is None else ' array'}"
+                )
+        if not tv.range_fits(self.observation_seq.vtype, self.action_seq.vtype):
+            raise ConfigError(
+                f"action_seq {self.action_seq.ref} is a {self.action_seq.vtype.name} and cannot echo every value "
+                f"of observation_seq {self.observation_seq.ref}, a {self.observation_seq.vtype.name}: declare both "
+                "with the same type"
+            )
+        if tv.value_range(self.status_node.vtype)[1] < max(CycleStatus):
+            raise ConfigError(
+                f"status {self.status_node.ref}: a {self.status_node.vtype.name} cannot hold the status codes"
+            )
+
+    # ------------------------------------------------------------------------------------- a cycle
+    async def read(self) -> Reading:
+        """One Read of the observation node(s) and the PLC's sequence number, qualities checked."""
+        results = await self._client.uaclient.read(self._read_params)
+        bad = [
+            f"{b.role} {b.ref}: {dv.StatusCode.name}"
+            for b, dv in zip((*self.observation, self.observation_seq), results, strict=True)
+            if not dv.StatusCode.is_good()
+        ]
+        values = [dv.Value.Value if dv.Value is not None else None for dv in results]
+        obs = (
+            values[0]
+            if len(self.observation) == 1 and self.observation[0].length is not None
+            else values[:-1]
+        )
+        problem = f"bad quality: {'; '.join(bad)}" if bad else ""
+        return Reading(obs, values[-1], problem)
+
+    def _next_heartbeat(self) -> int:
+        assert self.heartbeat_node is not None
+        self._heartbeat = tv.wrap(self._heartbeat + 1, self.heartbeat_node.vtype)
+        return self._heartbeat
+
+    async def _write(self, nodes: Sequence[BoundNode], values: Sequence[Any]) -> tuple[str, ...]:
+        params = ua.WriteParameters()
+        params.NodesToWrite = [
+            ua.WriteValue(
+                NodeId=b.node_id, AttributeId=ua.AttributeIds.Value, Value=ua.DataValue(b.variant(v))
+            )
+            for b, v in zip(nodes, values, strict=True)
+        ]
+        results = await self._client.uaclient.write(params)
+        return tuple(
+            f"{b.role} {b.ref}: {sc.name}" for b, sc in zip(nodes, results, strict=True) if not sc.is_good()
+        )
+
+    def _action_values(self, action: Sequence[float]) -> list[Any]:
+        if len(self.action) == 1 and self.action[0].length is not None:
+            return [list(action)]
+        return list(action)
+
+    async def answer(self, action: Sequence[float], status: int, sequence: Any) -> WriteResult:
+        """The action, heartbeat and status; then, only if all three were accepted, the sequence number
+        they answer. ValueError if a value does not fit its node (the caller writes the safe action)."""
+        assert self.heartbeat_node and self.status_node and self.action_seq
+        first = [*self.action, self.heartbeat_node, self.status_node]
+        refused = await self._write(first, [*self._action_values(action), self._next_heartbeat(), status])
+        if refused:
+            return WriteResult(refused)
+        refused = await self._write([self.action_seq], [sequence])
+        return WriteResult(refused, answered=not refused)
+
+    async def write_safe(self, action: Sequence[float], status: int) -> WriteResult:
+        """The safe action, heartbeat and status, answering no observation: STARTUP, SHUTDOWN, and a cycle
+        whose own write was refused. The sequence number is left as it is, so a lockstep PLC does not step."""
+        assert self.heartbeat_node and self.status_node
+        nodes = [*self.action, self.heartbeat_node, self.status_node]
+        return WriteResult(
+            await self._write(nodes, [*self._action_values(action), self._next_heartbeat(), status])
+        )
 
     async def subscribe_sequence(self, period_ms: float) -> asyncio.Queue[Any]:
-        """Data-change notifications of the PLC's sequence number; only the newest is kept."""
+        """Data-change notifications of the PLC's sequence number; only the newest is kept. A server that
+        revises the publishing interval above the period is logged: cycles then come at its pace."""
         changes: asyncio.Queue[Any] = asyncio.Queue(maxsize=1)
 
         class Handler:
-            def datachange_notification(self, node: Node, value: Any, data: Any) -> None:
+            def datachange_notification(self, node: Any, value: Any, data: Any) -> None:
                 if changes.full():
                     changes.get_nowait()
                 changes.put_nowait(value)
 
-        sub = await self._client.create_subscription(period_ms, Handler())
-        await sub.subscribe_data_change(self._obs[-1])
+        assert self.observation_seq is not None
+        params = ua.CreateSubscriptionParameters(
+            RequestedPublishingInterval=period_ms,
+            RequestedLifetimeCount=10000,
+            RequestedMaxKeepAliveCount=self._client.get_keepalive_count(period_ms),
+            MaxNotificationsPerPublish=10000,
+            PublishingEnabled=True,
+            Priority=0,
+        )
+        sub = await self._client.create_subscription(params, Handler())
+        self.revised_publishing_ms = float(sub.parameters.RequestedPublishingInterval)
+        if self.revised_publishing_ms > period_ms:
+            _logger.warning(
+                "the server revised the publishing interval from %g ms to %g ms: in subscription mode cycles "
+                "follow the PLC's sequence number at most every %g ms (and at least once per %g ms period)",
+                period_ms,
+                self.revised_publishing_ms,
+                self.revised_publishing_ms,
+                period_ms,
+            )
+        else:
+            _logger.info("subscription publishing interval %g ms", self.revised_publishing_ms)
+        await sub.subscribe_data_change(self._client.get_node(self.observation_seq.node_id))
         return changes
 
-    async def write(self, action: Sequence[float], answered_seq: int, heartbeat: int, status: int) -> None:
-        """One Write of the action, the sequence number it answers, the heartbeat and the status."""
-        m = self.cfg.node_map
-        vals: list[Any] = [list(action)] if m.action_is_array else list(action)
-        vals += [answered_seq, heartbeat, status]
-        dvs = [ua.DataValue(ua.Variant(_coerce(v, t), t)) for v, t in zip(vals, self._types, strict=True)]
-        await self._client.write_values(self._write_nodes, dvs)
+
+def _size(nodes: list[BoundNode], what: str, expected: int) -> int:
+    if len(nodes) == 1:
+        return 1 if nodes[0].length is None else nodes[0].length
+    arrays = [b for b in nodes if b.length is not None]
+    if arrays:
+        raise ConfigError(
+            f"{arrays[0].role} {arrays[0].ref} is an array of {arrays[0].length}: list {expected} scalar nodes "
+            f"or one array node for the {what}"
+        )
+    return len(nodes)
 
 
-def _coerce(value: Any, vtype: ua.VariantType) -> Any:
-    if isinstance(value, list):
-        return [_coerce(v, vtype) for v in value]
-    if vtype in _INT_TYPES:
-        return round(float(value))
-    if vtype == ua.VariantType.Boolean:
-        return bool(value)
-    return float(value)
+def _layout(nodes: list[BoundNode]) -> str:
+    if len(nodes) == 1 and nodes[0].length is not None:
+        return f"{nodes[0].vtype.name}[{nodes[0].length}]"
+    return (
+        f"{len(nodes)} x {nodes[0].vtype.name}"
+        if len({b.vtype for b in nodes}) == 1
+        else f"{len(nodes)} scalars"
+    )
+
+
+def connect_error_hint(exc: BaseException, cfg: BridgeConfig) -> str | None:
+    """A one-line cause and remedy for a connect failure that retrying cannot fix, else None."""
+    text = f"{type(exc).__name__}: {exc}"
+    sc = getattr(exc, "code", None)
+    name = ua.StatusCode(sc).name if isinstance(sc, int) else ""
+    if any(k in name or k in text for k in ("BadSecurityChecksFailed", "BadCertificate")) or (
+        isinstance(exc, AssertionError) and cfg.security.mode != "none"
+    ):
+        cert = cfg.security.certificate
+        return (
+            f"the PLC at {cfg.endpoint} refused this client's certificate{f' {cert}' if cert else ''} ({name or text}): "
+            "add it to the PLC's trusted client certificates (in TIA Portal/CODESYS: the certificate manager), "
+            "then restart serve"
+        )
+    if (
+        "BadUserAccessDenied" in name
+        or "BadIdentityTokenRejected" in name
+        or "BadIdentityTokenInvalid" in name
+    ):
+        return f"the PLC at {cfg.endpoint} refused the user {cfg.security.username!r} ({name}): check --user and the password"
+    if "BadSecurityModeRejected" in name or "BadSecurityPolicyRejected" in name:
+        return f"the PLC at {cfg.endpoint} does not offer --security {cfg.security.mode} ({name}): choose one its endpoints offer"
+    return None

@@ -39,6 +39,9 @@ async def build_plc_nodes(server: Server, obs_dim: int, act_dim: int) -> PlcNode
         node = await plc.add_variable(
             ua.NodeId(f"rl2edge.{name}", ns), ua.QualifiedName(name, ns), ua.Variant(value, vtype)
         )
+        if isinstance(value, list):  # declared one-dimensional, as a PLC declares ARRAY[0..n-1] OF ...
+            await node.write_value_rank(1)
+            await node.write_array_dimensions([len(value)] if value else [0])
         if writable:
             await node.set_writable()
         return node

@@ -1,16 +1,28 @@
 """The deadline-aware control loop of `rl2edge serve`.
 
-Each period: one batched Read (observation + the PLC's sequence number), validate, infer, one batched
-Write (action + the sequence number it answers + heartbeat + status). Latency is measured from the
-cycle's scheduled start, so a late cycle counts as late. Invalid or stale input, a deadline miss or an
-inference error gets the safe action and a status code, is logged and counted, and the loop keeps
-running; a lost connection is retried with exponential backoff. On stop it writes the safe action.
+Each period: one Read (observation + the PLC's sequence number, with their qualities), validate, infer,
+then the handshake of `PlcClient.answer`: action + heartbeat + status, and only once the PLC accepted
+them, the sequence number they answer. Latency is measured from the cycle's scheduled start, so a late
+cycle counts as late.
+
+What goes wrong is sorted by what it means:
+- the data (Bad/Uncertain quality, NaN, out of range, stale, a deadline miss, an inference error): the
+  safe action and a status code, logged on each transition and counted; the loop keeps cycling;
+- the PLC refusing a written value (WRITE_REJECTED): the safe action where it can still be written, no
+  answered sequence number (the PLC does not step), counted; not a reconnect;
+- the connection lost: reconnect with a backoff that grows until a cycle completes again;
+- the configuration (a node that does not exist or does not fit, a refused certificate): at the first
+  connect, a `ConfigError` (one line, exit 2); after the loop has run, retried with backoff and logged,
+  since a PLC whose program is being downloaded loses its nodes for a while.
+
+Every cycle that read a valid sequence number answers it, with the policy's action (OK) or the safe one
+(any fault status). STARTUP and SHUTDOWN answer nothing: they write the safe action and the status and
+leave the answered sequence number as it is.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import math
 import time
@@ -20,15 +32,13 @@ from typing import Any
 
 import numpy as np
 
-from plc_bridge.client import BridgeConfig, PlcClient
+from plc_bridge.client import BridgeConfig, PlantIo, PlcClient, Reading, connect_error_hint, plant_io_of
 from plc_bridge.latency import LatencyHistogram
 from plc_bridge.status import CycleStatus
 from rl2edge.errors import BackendError, ConfigError, ObservationError
 from runtime.policy import Policy
 
 _logger = logging.getLogger(__name__)
-
-UINT32 = 1 << 32
 
 
 @dataclass(frozen=True)
@@ -58,6 +68,9 @@ class Counters:
     stale: int = 0
     deadline_misses: int = 0
     inference_errors: int = 0
+    write_rejected: int = 0
+    bad_quality: int = 0
+    """Part of `invalid`: cycles whose observation or sequence number the PLC marked Bad or Uncertain."""
     skipped_slots: int = 0
     reconnects: int = 0
     connection_losses: int = 0
@@ -137,7 +150,7 @@ class ControlLoop:
         policy: Policy,
         bridge: BridgeConfig,
         cfg: LoopConfig,
-        client_factory: Callable[[BridgeConfig], PlcClient] = PlcClient,
+        client_factory: Callable[[BridgeConfig, PlantIo], PlcClient] = PlcClient,
     ):
         bridge.check()
         cfg.check()
@@ -148,8 +161,13 @@ class ControlLoop:
         self.latency = LatencyHistogram()
         self.lateness = LatencyHistogram()  # scheduled start -> actual start: the timer's share of latency
         self._client_factory = client_factory
-        self._heartbeat = 0
+        self.io = plant_io_of(policy)
         self._last_status = CycleStatus.OK
+        self._backoff_s = cfg.backoff_initial_s
+        """Grows with every failed connect or lost session; back to the start only once a cycle completes."""
+        self._ran = False
+        """A cycle has completed: configuration errors are from now on retried, not fatal."""
+        self.publishing_interval_ms: float | None = None
         _logger.info(
             "safe action %s%s",
             self.safe_action,
@@ -188,6 +206,8 @@ class ControlLoop:
             c.stale += 1
         elif status == CycleStatus.INFERENCE_ERROR:
             c.inference_errors += 1
+        elif status == CycleStatus.WRITE_REJECTED:
+            c.write_rejected += 1
         if status != self._last_status:  # log transitions, not every cycle of a lasting fault
             if status == CycleStatus.OK:
                 _logger.info("back to normal operation after %s", self._last_status.name)
@@ -199,8 +219,13 @@ class ControlLoop:
     async def _cycle(self, plc: PlcClient, scheduled: float) -> None:
         loop = asyncio.get_running_loop()
         self.lateness.add(max(0.0, (loop.time() - scheduled) * 1e3))
-        values, seq = await plc.read()
-        status, action, detail = self.decide(values, seq)
+        reading: Reading = await plc.read()
+        if reading.problem:
+            self.guard.is_stale(reading.sequence)
+            self.counters.bad_quality += 1
+            status, action, detail = CycleStatus.INVALID_OBSERVATION, self.safe_action, reading.problem
+        else:
+            status, action, detail = self.decide(reading.observation, reading.sequence)
         late_ms = (loop.time() - scheduled) * 1e3
         if late_ms > self.cfg.deadline_ms:
             status, action, detail = (
@@ -208,12 +233,25 @@ class ControlLoop:
                 self.safe_action,
                 f"inference done {late_ms:.1f} ms after the cycle start",
             )
-        self._heartbeat = (self._heartbeat + 1) % UINT32
-        answered = int(seq) if isinstance(seq, int | float) and math.isfinite(seq) else 0
-        await plc.write(action, answered, self._heartbeat, int(status))
+        seq = reading.sequence
+        try:
+            if isinstance(seq, int) and not isinstance(seq, bool) and not reading.problem:
+                result = await plc.answer(action, int(status), seq)
+            else:  # no valid sequence number to answer
+                result = await plc.write_safe(action, int(status))
+            refused = ", ".join(result.refused)
+        except ValueError as exc:  # the policy's action does not fit its node (checked at connect: rare)
+            refused = str(exc)
+        if refused:
+            status, detail = CycleStatus.WRITE_REJECTED, f"the PLC refused {refused}"
+            retry = await plc.write_safe(self.safe_action, int(status))
+            if retry.refused:
+                detail += f"; the safe action was refused too ({', '.join(retry.refused)})"
         latency_ms = (loop.time() - scheduled) * 1e3
         self.latency.add(latency_ms)
         self.counters.cycles += 1
+        self._ran = True
+        self._backoff_s = self.cfg.backoff_initial_s
         if latency_ms > self.cfg.deadline_ms:
             self.counters.deadline_misses += 1
             if status != CycleStatus.DEADLINE_MISS:
@@ -230,6 +268,7 @@ class ControlLoop:
             if plc is None:
                 break
             self.guard.reset()
+            cycles_before = self.counters.cycles
             try:
                 if self.cfg.mode == "subscription":
                     await self._run_subscribed(plc, stop, period)
@@ -237,12 +276,14 @@ class ControlLoop:
                     await self._run_cyclic(plc, stop, period)
                 await self._write_safe(plc, CycleStatus.SHUTDOWN)
                 await plc.close()
-            except (OSError, TimeoutError, ConnectionError) as exc:
-                await self._lost(plc, exc)
+            except ConfigError:
+                raise
             except Exception as exc:  # asyncua's UaError tree and transport errors: the session is gone
-                if isinstance(exc, ConfigError):
-                    raise
                 await self._lost(plc, exc)
+                if self.counters.cycles == cycles_before:  # lost before a cycle completed: no storm
+                    if await _wait(stop, self._backoff_s):
+                        break
+                    self._grow_backoff()
         self._log_stats()
         return self.summary(started)
 
@@ -269,6 +310,7 @@ class ControlLoop:
         so that the heartbeat keeps beating and a silent PLC is detected as stale."""
         loop = asyncio.get_running_loop()
         changes = await plc.subscribe_sequence(self.cfg.period_ms)
+        self.publishing_interval_ms = plc.revised_publishing_ms
         last_stats = loop.time()
         while not stop.is_set() and not self._done():
             try:
@@ -301,27 +343,28 @@ class ControlLoop:
         await plc.close()
 
     async def _connect(self, stop: asyncio.Event) -> PlcClient | None:
-        delay, first, t0 = self.cfg.backoff_initial_s, self.counters.connection_losses == 0, time.monotonic()
-        attempt = 0
+        """A session whose node map checked out, after the STARTUP write; None if stopped first."""
+        first, t0, attempt = self.counters.connection_losses == 0, time.monotonic(), 0
         while not stop.is_set():
             attempt += 1
-            plc = self._client_factory(self.bridge)
+            plc = self._client_factory(self.bridge, self.io)
             try:
                 await plc.__aenter__()
-            except ConfigError:
-                raise
             except Exception as exc:
+                problem = str(exc) if isinstance(exc, ConfigError) else connect_error_hint(exc, self.bridge)
+                if problem is not None and not self._ran:
+                    raise ConfigError(problem) from None  # wrong from the start: retrying cannot fix it
                 if attempt == 1 or attempt % 10 == 0:
                     _logger.warning(
-                        "cannot connect to %s (%s: %s); retrying with backoff (attempt %d)",
+                        "cannot connect to %s (%s); retrying with backoff (attempt %d, next in %.1f s)",
                         self.bridge.endpoint,
-                        type(exc).__name__,
-                        exc,
+                        problem or f"{type(exc).__name__}: {exc}",
                         attempt,
+                        self._backoff_s,
                     )
-                if await _wait(stop, delay):
+                if await _wait(stop, self._backoff_s):
                     return None
-                delay = min(delay * 2, self.cfg.backoff_max_s)
+                self._grow_backoff()
                 continue
             if not first:
                 outage = time.monotonic() - t0
@@ -332,24 +375,24 @@ class ControlLoop:
             return plc
         return None
 
+    def _grow_backoff(self) -> None:
+        self._backoff_s = min(self._backoff_s * 2, self.cfg.backoff_max_s)
+
     async def _write_safe(self, plc: PlcClient, status: CycleStatus) -> None:
-        with contextlib.suppress(Exception):  # best effort: the connection may be the problem
-            _, seq = await plc.read()
-            self._heartbeat = (self._heartbeat + 1) % UINT32
-            answered = int(seq) if isinstance(seq, int) else 0
-            # STARTUP answers nothing yet (seq - 1), so a lockstep PLC does not step on it.
-            await plc.write(
-                self.safe_action,
-                (answered - 1) % UINT32 if status == CycleStatus.STARTUP else answered,
-                self._heartbeat,
-                int(status),
-            )
+        """STARTUP and SHUTDOWN: the safe action and the status, answering no sequence number."""
+        try:
+            result = await plc.write_safe(self.safe_action, int(status))
+        except Exception as exc:  # best effort: the connection may be the problem
+            _logger.debug("%s write failed: %s", status.name, exc)
+            return
+        if result.refused:
+            _logger.warning("%s: the PLC refused %s", status.name, ", ".join(result.refused))
 
     def _log_stats(self) -> None:
         c, s = self.counters, self.latency.summary()
         _logger.info(
             "cycles %d | latency p50 %.2f ms p99 %.2f ms max %.2f ms | deadline misses %d invalid %d stale %d "
-            "inference errors %d | reconnects %d",
+            "inference errors %d write rejected %d | reconnects %d",
             c.cycles,
             s["p50"],
             s["p99"],
@@ -358,12 +401,13 @@ class ControlLoop:
             c.invalid,
             c.stale,
             c.inference_errors,
+            c.write_rejected,
             c.reconnects,
         )
 
     def summary(self, started: float) -> dict[str, Any]:
         s, late = self.latency.summary(), self.lateness.summary()
-        return {
+        summary = {
             "endpoint": self.bridge.endpoint,
             "artifact": str(self.policy.manifest.path),
             "security": self.bridge.security.mode,
@@ -379,7 +423,19 @@ class ControlLoop:
                 "mean": s["mean"],
             },
             "start_lateness_ms": {"p50": late["p50"], "p99": late["p99"], "max": late["max"]},
+            "mode": self.cfg.mode,
+            "publishing_interval_ms": self.publishing_interval_ms,
         }
+        return _strict_json(summary)
+
+
+def _strict_json(value: Any) -> Any:
+    """NaN and Inf (no cycle completed: no percentiles) become null, so the summary is strict JSON."""
+    if isinstance(value, dict):
+        return {k: _strict_json(v) for k, v in value.items()}
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
 
 
 async def _wait(stop: asyncio.Event, seconds: float) -> bool:

@@ -1,8 +1,10 @@
 """The node map: which PLC nodes hold the observation, the action and the handshake, and what the
 safe action is. A YAML file; the default matches `rl2edge plc-sim`.
 
-Node references are NodeId strings (`ns=3;s=DB10.Obs`, `ns=2;i=1005`) or browse paths from Objects
-(`2:PLC/2:Observation`, each step `<ns index>:<BrowseName>`).
+Node references are NodeIds (`ns=3;s=DB10.Obs`, `nsu=<namespace uri>;s=DB10.Obs`) or browse paths from
+the Objects folder (`3:RL/3:Obs_0`, `nsu=<uri>;RL/nsu=<uri>;Obs_0`): see `plc_bridge.noderefs`.
+Whether a node is a scalar or an array, and of which type, is the server's to say: the client reads it
+at connect, so `action: X` is a scalar or an array as the PLC declares X.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from plc_bridge.layout import node_id
+from plc_bridge.noderefs import parse_ref
 from rl2edge.errors import ConfigError
 from rl2edge.fileio import load_yaml
 
@@ -19,7 +22,7 @@ from rl2edge.fileio import load_yaml
 @dataclass(frozen=True)
 class NodeMap:
     observation: tuple[str, ...]
-    """One array node, or scalar nodes in observation order."""
+    """One array node (or one scalar for a one-value observation), or scalar nodes in observation order."""
     observation_seq: str
     action: tuple[str, ...]
     """One array node, or scalar nodes in action order."""
@@ -37,13 +40,12 @@ class NodeMap:
     obs_high: tuple[float | None, ...] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
-    @property
-    def observation_is_array(self) -> bool:
-        return len(self.observation) == 1
-
-    @property
-    def action_is_array(self) -> bool:
-        return len(self.action) == 1
+    def check(self) -> None:
+        """Every reference parses (resolving it needs the server: the client does that at connect)."""
+        for key in ("observation", "observation_seq", "action", "action_seq", "heartbeat", "status"):
+            value = getattr(self, key)
+            for i, ref in enumerate(value if isinstance(value, tuple) else (value,)):
+                parse_ref(ref, f"{key}[{i}]" if isinstance(value, tuple) and len(value) > 1 else key)
 
 
 def default_node_map() -> NodeMap:
@@ -102,7 +104,7 @@ def load_node_map(path: str | Path | None) -> NodeMap:
     stale = data.get("stale_cycles", 5)
     if not isinstance(stale, int) or stale < 1:
         raise ConfigError(f"{path}: stale_cycles must be a positive integer, got {stale!r}")
-    return NodeMap(
+    node_map = NodeMap(
         observation=_nodes(data["observation"], "observation", path),
         observation_seq=data["observation_seq"],
         action=_nodes(data["action"], "action", path),
@@ -115,3 +117,8 @@ def load_node_map(path: str | Path | None) -> NodeMap:
         obs_low=_floats(data.get("obs_low"), "obs_low", path, allow_none=True),
         obs_high=_floats(data.get("obs_high"), "obs_high", path, allow_none=True),
     )
+    try:
+        node_map.check()
+    except ConfigError as exc:
+        raise ConfigError(f"node map {path}: {exc}") from None
+    return node_map

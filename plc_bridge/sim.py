@@ -6,6 +6,10 @@ observation gets exactly one action: for tests and for comparing with `rl2edge e
 realtime: the environment steps every period with the last written action held, as a plant would.
 Episode i uses seed S+i, as `rl2edge evaluate --seed S` does. A writable `Run` node is the PLC's
 RUN/STOP switch: while false the plant is frozen (observation and sequence number do not move).
+
+strict: writes are refused with BadTypeMismatch unless their type and shape are the node's (a scalar
+for a scalar, an array of the declared length for an array), as S7, CODESYS and open62541 servers
+refuse them. asyncua alone checks the type but accepts an array written into a scalar.
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ class SimConfig:
     episodes: int | None = None
     record: Path | None = None
     security: SecurityConfig = field(default_factory=SecurityConfig)
+    strict: bool = False
 
     def check(self) -> None:
         if self.mode not in ("lockstep", "realtime"):
@@ -91,6 +96,8 @@ class PlcSim:
         await apply_server_security(server, sec)
         self.nodes = await build_plc_nodes(server, self.obs_dim, self.act_dim)
         server.subscribe_server_callback(CallbackType.PostWrite, self._on_write)
+        if self.cfg.strict:
+            _refuse_mistyped_writes(server)
         await server.start()
         self.server = server
         _logger.info(
@@ -182,3 +189,44 @@ class PlcSim:
                 )
             await self.stop()
         return self.returns
+
+
+def _refuse_mistyped_writes(server: Server) -> None:
+    """Wrap the server's Write service: a value whose shape (or type) is not the node's is refused with
+    BadTypeMismatch before asyncua sees it; the others go through as one request."""
+    aspace = server.iserver.aspace
+    service = server.iserver.attribute_service
+    write = service.write
+
+    def problem(wv: ua.WriteValue) -> bool:
+        if wv.AttributeId != ua.AttributeIds.Value or wv.Value is None or wv.Value.Value is None:
+            return False
+        variant = wv.Value.Value
+        dtype = aspace.read_attribute_value(wv.NodeId, ua.AttributeIds.DataType).Value
+        rank = aspace.read_attribute_value(wv.NodeId, ua.AttributeIds.ValueRank).Value
+        dims = aspace.read_attribute_value(wv.NodeId, ua.AttributeIds.ArrayDimensions).Value
+        if dtype is None or rank is None:
+            return False  # not a variable: asyncua answers for it
+        if (
+            isinstance(dtype.Value, ua.NodeId)
+            and ua.datatype_to_varianttype(dtype.Value) != variant.VariantType
+        ):
+            return True
+        is_array = isinstance(variant.Value, list)
+        if rank.Value == -1:
+            return is_array
+        if rank.Value == 1:
+            length = dims.Value[0] if dims is not None and dims.Value else 0
+            return not is_array or (length > 0 and len(variant.Value) != length)
+        return False
+
+    async def strict_write(params: ua.WriteParameters, user: Any = None) -> list[ua.StatusCode]:
+        refused = [problem(wv) for wv in params.NodesToWrite]
+        passed = ua.WriteParameters()
+        passed.NodesToWrite = [wv for wv, bad in zip(params.NodesToWrite, refused, strict=True) if not bad]
+        results = iter(
+            await (write(passed) if user is None else write(passed, user=user)) if passed.NodesToWrite else []
+        )
+        return [ua.StatusCode(ua.StatusCodes.BadTypeMismatch) if bad else next(results) for bad in refused]
+
+    service.write = strict_write  # type: ignore[method-assign]

@@ -11,3 +11,4 @@ class CycleStatus(IntEnum):
     INFERENCE_ERROR = 4  # the interpreter failed: safe action written
     SHUTDOWN = 5  # the service is stopping: safe action written
     STARTUP = 6  # first cycle after (re)connecting, before a fresh observation: safe action written
+    WRITE_REJECTED = 7  # the PLC refused a written value: safe action written where it can be, no answer

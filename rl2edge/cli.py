@@ -235,12 +235,14 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         deadline_ms=args.deadline_ms,
         stats_interval_s=args.stats_interval,
         max_cycles=args.cycles,
+        mode=args.mode,
     )
     control = ControlLoop(policy, bridge, cfg)
     _logger.info(
-        "serving %s to %s every %.1f ms (deadline %.1f ms)",
+        "serving %s to %s, %s every %.1f ms (deadline %.1f ms)",
         args.artifact,
         args.endpoint,
+        cfg.mode,
         cfg.period_ms,
         cfg.deadline_ms,
     )
@@ -260,25 +262,28 @@ def _cmd_serve(args: argparse.Namespace) -> int:
                 "misses",
                 "invalid",
                 "stale",
+                "refused",
                 "reconnects",
             ],
             [
                 [
                     summary["cycles"],
-                    f"{lat['p50']:.2f}",
-                    f"{lat['p99']:.2f}",
-                    f"{lat['p99.9']:.2f}",
-                    f"{lat['max']:.2f}",
+                    *(_ms(lat[k]) for k in ("p50", "p99", "p99.9", "max")),
                     f"{cfg.deadline_ms:g}",
                     summary["deadline_misses"],
                     summary["invalid"],
                     summary["stale"],
+                    summary["write_rejected"],
                     summary["reconnects"],
                 ]
             ],
         )
     )
     return 0
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
 
 
 def _cmd_plc_sim(args: argparse.Namespace) -> int:
@@ -293,6 +298,7 @@ def _cmd_plc_sim(args: argparse.Namespace) -> int:
         episodes=args.episodes,
         record=Path(args.record) if args.record else None,
         security=_security(args, "server"),
+        strict=args.strict,
     )
     sim = PlcSim(cfg)
     returns = _run_until_signal(sim.run)
@@ -546,6 +552,11 @@ def build_parser() -> argparse.ArgumentParser:
     ps.add_argument("--period-ms", type=float, default=20.0, help="realtime mode: plant step period")
     ps.add_argument("--episodes", type=int, help="stop after N episodes")
     ps.add_argument("--record", help='write {"returns": [...]} here when stopping')
+    ps.add_argument(
+        "--strict",
+        action="store_true",
+        help="refuse writes whose type or shape is not the node's (BadTypeMismatch), as real PLCs do",
+    )
     security_options(ps, "server")
     ps.set_defaults(func=_cmd_plc_sim)
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from asyncua.ua.uaerrors import BadCertificateUntrusted, BadIdentityTokenRejected, BadUserAccessDenied
 
-from plc_bridge.client import BridgeConfig, PlcClient
+from plc_bridge.client import BridgeConfig, PlantIo, PlcClient
 from plc_bridge.security import SecurityConfig, make_certificate
 from plc_bridge.sim import PlcSim, SimConfig
 from rl2edge.errors import ConfigError
@@ -39,10 +39,11 @@ async def _session(sim_sec: SecurityConfig, client_sec: SecurityConfig) -> list:
             if sim.server is not None:
                 break
             await asyncio.sleep(0.05)
-        async with PlcClient(BridgeConfig(url, security=client_sec, connect_timeout_s=5)) as plc:
-            obs, seq = await plc.read()
-            await plc.write([1.0], int(seq), 1, 0)
-            return list(obs)
+        cartpole = PlantIo(4, 1, True, (0.0,), (1.0,))
+        async with PlcClient(BridgeConfig(url, security=client_sec, connect_timeout_s=5), cartpole) as plc:
+            reading = await plc.read()
+            assert (await plc.answer([1.0], 0, reading.sequence)).answered
+            return list(reading.observation)
     finally:
         stop_sim.set()
         await task

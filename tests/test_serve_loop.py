@@ -245,7 +245,6 @@ def test_node_maps_load_and_refuse_mistakes(tmp_path: Path) -> None:
     m = load_node_map(scalars)
     assert (
         m.observation == ("ns=3;s=A", "ns=3;s=B")
-        and not m.observation_is_array
         and m.action == ("2:PLC/2:Act",)
     )
     bad = tmp_path / "bad.yaml"

@@ -3,6 +3,9 @@ PYTHON ?= python3.11
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
+# The node-opcua PLC stand-in of the tests and benchmarks (an OPC UA server that is not asyncua).
+STANDIN := tests/opcua_standin
+NODE_STAMP := $(STANDIN)/node_modules/.installed
 
 .PHONY: install demo test test-all lint bench bench-loop bench-returns clean
 
@@ -12,10 +15,14 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev]'
 	touch $(STAMP)
 
-install: $(STAMP)
+$(NODE_STAMP): $(STANDIN)/package-lock.json
+	cd $(STANDIN) && npm ci --no-audit --no-fund --loglevel=error
+	touch $(NODE_STAMP)
+
+install: $(STAMP) $(NODE_STAMP)
 
 # Train PPO on CartPole-v1, export every quantization mode, evaluate each artifact.
-demo: install
+demo: $(STAMP)
 	$(PY) scripts/demo.py
 
 # The default test suite (what CI runs): lint, then every test not marked slow.

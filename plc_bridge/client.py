@@ -84,7 +84,7 @@ class BoundNode:
     def variant(self, value: Any) -> ua.Variant:
         if self.length is None:
             return ua.Variant(tv.encode(value, self.vtype), self.vtype)
-        return ua.Variant([tv.encode(v, self.vtype) for v in value], self.vtype, Dimensions=[self.length])
+        return ua.Variant([tv.encode(v, self.vtype) for v in value], self.vtype)
 
 
 @dataclass(frozen=True)
@@ -474,9 +474,12 @@ def connect_error_hint(exc: BaseException, cfg: BridgeConfig) -> str | None:
     if any(k in name or k in text for k in ("BadSecurityChecksFailed", "BadCertificate")) or (
         isinstance(exc, AssertionError) and cfg.security.mode != "none"
     ):
+        # node-opcua answers an untrusted certificate with BadSecurityChecksFailed, which asyncua 2.1
+        # cannot parse: it surfaces as a bare AssertionError during the secure-channel handshake.
         cert = cfg.security.certificate
+        why = name or "it closed the secure channel during the certificate exchange"
         return (
-            f"the PLC at {cfg.endpoint} refused this client's certificate{f' {cert}' if cert else ''} ({name or text}): "
+            f"the PLC at {cfg.endpoint} refused this client's certificate{f' {cert}' if cert else ''} ({why}): "
             "add it to the PLC's trusted client certificates (in TIA Portal/CODESYS: the certificate manager), "
             "then restart serve"
         )

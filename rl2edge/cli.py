@@ -594,6 +594,15 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _one_line_asyncua(record: logging.LogRecord) -> bool:
+    if record.name.startswith("asyncua") and record.exc_info:
+        kind = record.exc_info[0].__name__ if record.exc_info[0] else "error"
+        record.msg = f"{record.msg} ({kind}; -v for the traceback)"
+        record.exc_info = None
+        record.exc_text = None
+    return True
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # keep TensorFlow's C++ start-up noise out
     args = build_parser().parse_args(argv)
@@ -603,8 +612,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     for noisy in ("tensorflow", "absl", "onnx2tf", "h5py", "matplotlib"):
         logging.getLogger(noisy).setLevel(max(level, logging.ERROR))
-    # asyncua logs every Read and Write at INFO: 100 lines a second at a 20 ms period. Its warnings stay.
+    # asyncua logs every Read and Write at INFO: 100 lines a second at a 20 ms period. Its warnings stay,
+    # without the tracebacks it attaches to what rl2edge reports in one line itself (-v shows them).
     logging.getLogger("asyncua").setLevel(level if args.verbose else logging.WARNING)
+    if not args.verbose:
+        for handler in logging.getLogger().handlers:
+            handler.addFilter(_one_line_asyncua)
     func: Callable[[argparse.Namespace], int] = args.func
     try:
         return func(args)

@@ -243,10 +243,7 @@ def test_node_maps_load_and_refuse_mistakes(tmp_path: Path) -> None:
         "action_seq: ns=3;s=AS\nheartbeat: ns=3;s=H\nstatus: ns=3;s=St\nsafe_action: [0.5]\n"
     )
     m = load_node_map(scalars)
-    assert (
-        m.observation == ("ns=3;s=A", "ns=3;s=B")
-        and m.action == ("2:PLC/2:Act",)
-    )
+    assert m.observation == ("ns=3;s=A", "ns=3;s=B") and m.action == ("2:PLC/2:Act",)
     bad = tmp_path / "bad.yaml"
     bad.write_text("observation: ns=3;s=A\n")
     with pytest.raises(ConfigError, match="lacks observation_seq"):

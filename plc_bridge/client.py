@@ -398,6 +398,16 @@ class PlcClient:
         refused = await self._write([self.action_seq], [sequence])
         return WriteResult(refused, answered=not refused)
 
+    async def answer_in_one_request(self, action: Sequence[float], status: int, sequence: Any) -> WriteResult:
+        """The handshake in one Write: a round trip cheaper than `answer`, but a PLC that refuses the
+        action while accepting the sequence number steps on its old command. Not used by the loop;
+        `benchmarks/loop_latency.py` measures what the two-request handshake costs against it."""
+        assert self.heartbeat_node and self.status_node and self.action_seq
+        nodes = [*self.action, self.heartbeat_node, self.status_node, self.action_seq]
+        values = [*self._action_values(action), self._next_heartbeat(), status, sequence]
+        refused = await self._write(nodes, values)
+        return WriteResult(refused, answered=not refused)
+
     async def write_safe(self, action: Sequence[float], status: int) -> WriteResult:
         """The safe action, heartbeat and status, answering no observation: STARTUP, SHUTDOWN, and a cycle
         whose own write was refused. The sequence number is left as it is, so a lockstep PLC does not step."""

@@ -207,10 +207,9 @@ def _refuse_mistyped_writes(server: Server) -> None:
         dims = aspace.read_attribute_value(wv.NodeId, ua.AttributeIds.ArrayDimensions).Value
         if dtype is None or rank is None:
             return False  # not a variable: asyncua answers for it
-        if (
-            isinstance(dtype.Value, ua.NodeId)
-            and ua.datatype_to_varianttype(dtype.Value) != variant.VariantType
-        ):
+        dt = dtype.Value
+        builtin = isinstance(dt, ua.NodeId) and dt.NamespaceIndex == 0 and isinstance(dt.Identifier, int)
+        if builtin and dt.Identifier <= 25 and ua.VariantType(dt.Identifier) != variant.VariantType:
             return True
         is_array = isinstance(variant.Value, list)
         if rank.Value == -1:

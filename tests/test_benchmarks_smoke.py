@@ -17,9 +17,13 @@ def test_loop_latency_benchmark_smoke(cartpole_all, tmp_path: Path) -> None:
     for ext in ("json", "md", "png"):
         assert (tmp_path / f"loop_latency.{ext}").stat().st_size > 0
     saved = json.loads((tmp_path / "loop_latency.json").read_text())
-    assert set(saved["results"]) == {"none", "sign_and_encrypt"} and "machine" in saved
-    for mode in data["results"].values():
-        assert mode["serve_loop"]["cycles"] == 15 and mode["bare_read_write_ms"]["n"] == 15
+    assert set(saved["results"]) == {
+        f"{server}/{mode}" for server in ("asyncua", "node-opcua") for mode in ("none", "sign_and_encrypt")
+    }
+    assert "machine" in saved
+    for row in data["results"].values():
+        assert row["serve_loop"]["cycles"] == 15 and row["serve_loop"]["write_rejected"] == 0
+        assert row["bare_read_two_writes_ms"]["n"] == 15 and row["bare_read_one_write_ms"]["n"] == 15
 
 
 def test_train_throughput_benchmark_smoke(tmp_path: Path) -> None:

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from asyncua import Client, ua
 
+from plc_bridge.sim import PlcSim, SimConfig
 from runtime import Policy
 from tests.plc_helpers import free_port, read, running, stop, wait_for_server, wait_until, write
 from train.core.evaluation import evaluate
@@ -38,12 +39,24 @@ def test_lockstep_loop_gives_the_returns_of_evaluate(cartpole_all, tmp_path: Pat
             "4",
             "--record",
             str(record),
+            "--strict",
         ],
         tmp_path / "sim.log",
     ) as sim:
         wait_for_server(url)
         with running(
-            ["serve", str(art), "--endpoint", url, "--period-ms", "5", "--summary", str(summary)],
+            [
+                "serve",
+                str(art),
+                "--endpoint",
+                url,
+                "--period-ms",
+                "5",
+                "--summary",
+                str(summary),
+                "--mode",
+                mode,
+            ],
             tmp_path / "serve.log",
         ) as serve:
             assert sim.wait(timeout=120) == 0, (tmp_path / "sim.log").read_text()
@@ -53,6 +66,48 @@ def test_lockstep_loop_gives_the_returns_of_evaluate(cartpole_all, tmp_path: Pat
     assert over_opcua == direct
     s = json.loads(summary.read_text())
     assert s["cycles"] > 0 and s["invalid"] == 0 and s["latency_ms"]["p50"] < 50
+    assert s["mode"] == mode and s["write_rejected"] == 0
+    assert (s["publishing_interval_ms"] is not None) == (mode == "subscription")
+
+
+def test_strict_plc_sim_refuses_mistyped_writes_as_real_plcs_do() -> None:
+    async def scenario() -> dict[str, str]:
+        url = f"opc.tcp://127.0.0.1:{free_port()}"
+        sim = PlcSim(SimConfig("CartPole-v1", endpoint=url, mode="realtime", strict=True))
+        stop_sim = asyncio.Event()
+        task = asyncio.create_task(sim.run(stop_sim))
+        try:
+            while sim.server is None:
+                assert not task.done(), task
+                await asyncio.sleep(0.05)
+            async with Client(url, timeout=2) as c:
+                writes = {
+                    "Int32 array into the Int32 scalar Status": (
+                        "Status",
+                        ua.Variant([1], ua.VariantType.Int32),
+                    ),
+                    "Double into the Int32 scalar Status": ("Status", ua.Variant(1.0, ua.VariantType.Double)),
+                    "3 values into the Double[1] Action": (
+                        "Action",
+                        ua.Variant([0.0] * 3, ua.VariantType.Double),
+                    ),
+                    "a scalar into the Double[1] Action": ("Action", ua.Variant(1.0, ua.VariantType.Double)),
+                    "Int32 scalar into Status": ("Status", ua.Variant(3, ua.VariantType.Int32)),
+                    "Double[1] into Action": ("Action", ua.Variant([1.0], ua.VariantType.Double)),
+                }
+                nodes = [c.get_node(f"ns=2;s=rl2edge.{name}") for name, _ in writes.values()]
+                results = await c.write_values(
+                    nodes, [ua.DataValue(v) for _, v in writes.values()], raise_on_partial_error=False
+                )
+                assert await c.get_node("ns=2;s=rl2edge.Status").read_value() == 3
+                return {what: sc.name for what, sc in zip(writes, results, strict=True)}
+        finally:
+            stop_sim.set()
+            await task
+
+    results = asyncio.run(scenario())
+    refused = {k for k, v in results.items() if v == "BadTypeMismatch"}
+    assert refused == set(list(results)[:4]), results
 
 
 def test_faults_on_the_plc_side_get_the_safe_action(cartpole_all, tmp_path: Path) -> None:

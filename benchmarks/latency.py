@@ -1,8 +1,8 @@
 """Inference latency: what a policy costs per call, in each form it can be served in.
 
     python benchmarks/latency.py --suite                 # MLP 64x64, MLP 256x256, Nature-CNN 84x84x4
-    python benchmarks/latency.py --artifact ARTIFACT     # one artifact: invoke and predict (edge: no torch needed)
-    rl2edge bench latency --suite | ARTIFACT             # the same, from the CLI
+    python benchmarks/latency.py --artifact ARTIFACT     # one artifact, as `rl2edge bench latency ARTIFACT`
+    rl2edge bench latency --suite                        # the suite, from the CLI (in a source checkout)
 
 Forms (suite): torch eager, torch no-grad, ONNX Runtime, TFLite fp32 / fp16 / dynamic-range / int8 (bare
 invoke), and the runtime's full `Policy.predict` (validation, int8 (de)quantization, clamping) for every
@@ -17,7 +17,6 @@ import argparse
 import os
 import sys
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -27,57 +26,9 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.common import RESULTS, markdown_table, pyplot, save_figure, write_results
+from runtime.bench import artifact_forms, bench_artifact, measure
 
 MODES = ("fp32", "fp16", "dynamic", "int8")
-
-
-def measure(
-    fns: dict[str, Callable[[], Any]], calls: int, rounds: int = 5, warmup: int = 50
-) -> dict[str, dict[str, float]]:
-    """Per-call microseconds of each function, interleaved: every round runs each function calls/rounds
-    times, so that the machine's drift (shared, noisy) hits all forms alike."""
-    clock = time.perf_counter_ns
-    samples: dict[str, list[np.ndarray]] = {name: [] for name in fns}
-    for fn in fns.values():
-        for _ in range(warmup):
-            fn()
-    per_round = max(1, calls // rounds)
-    for _ in range(rounds):
-        for name, fn in fns.items():
-            t = np.empty(per_round)
-            for i in range(per_round):
-                t0 = clock()
-                fn()
-                t[i] = clock() - t0
-            samples[name].append(t / 1e3)
-    out = {}
-    for name, parts in samples.items():
-        t = np.concatenate(parts)
-        out[name] = {
-            "p50": float(np.percentile(t, 50)),
-            "p99": float(np.percentile(t, 99)),
-            "p99.9": float(np.percentile(t, 99.9)),
-            "max": float(t.max()),
-            "calls": int(t.size),
-        }
-    return out
-
-
-def _artifact_forms(
-    art: Path, obs: np.ndarray, threads: int, prefix: str = ""
-) -> dict[str, Callable[[], Any]]:
-    """Bare invoke and full predict of one artifact's TFLite file."""
-    from runtime import Policy
-
-    policy = Policy.load(art, num_threads=threads)
-    mode = policy.manifest.quantization["mode"]
-    x = policy.model_input(obs[0])  # the model's own input: quantized for int8, in the model's layout
-    backend = policy.backend
-    i = iter(range(1 << 62))
-    return {
-        f"{prefix}TFLite {mode} invoke": lambda: backend.run(x),
-        f"{prefix}TFLite {mode} predict": lambda: policy.predict(obs[next(i) % len(obs)]),
-    }
 
 
 def _suite_rows(kind: str, tmp: Path, calls: int, thread_counts: list[int]) -> list[dict[str, Any]]:
@@ -111,7 +62,7 @@ def _suite_rows(kind: str, tmp: Path, calls: int, thread_counts: list[int]) -> l
             "ONNX Runtime": lambda ort=ort, x=onnx_in: ort.run(x),
         }
         for mode in MODES:
-            fns.update(_artifact_forms(out / mode, env_obs, threads))
+            fns.update(artifact_forms(out / mode, env_obs, threads))
         rows += [{"form": name, "threads": threads, **stats} for name, stats in measure(fns, calls).items()]
     for r in rows:
         r["policy"] = {"mlp64": "MLP 64x64", "mlp256": "MLP 256x256", "cnn": "Nature-CNN 84x84x4"}[kind]
@@ -136,16 +87,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 calls = args.calls or (500 if kind == "cnn" else 3000)
                 rows += _suite_rows(kind, Path(tmp), calls, thread_counts)
     else:
-        from runtime import load_manifest
-
-        art = Path(args.artifact)
-        m = load_manifest(art)
-        obs = _artifact_observations(m.observation)
-        for threads in thread_counts:
-            stats = measure(_artifact_forms(art, obs, threads), args.calls or 3000)
-            rows += [{"form": name, "threads": threads, **st} for name, st in stats.items()]
-        for r in rows:
-            r["policy"] = str(art)
+        rows = bench_artifact(Path(args.artifact), args.calls or 3000, thread_counts)
     table_rows = [
         [
             r["policy"],
@@ -170,20 +112,6 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     _plot(rows, Path(args.out) / f"{name}.png")
     print(md)
     return data
-
-
-def _artifact_observations(spec: dict[str, Any]) -> np.ndarray:
-    """Observations inside the declared bounds (unbounded sides: a unit normal)."""
-    rng = np.random.default_rng(0)
-    shape = tuple(spec["shape"])
-    low = np.array(
-        [-1.0 if v is None else v for v in np.ravel(spec.get("low", []) or [None] * int(np.prod(shape)))]
-    )
-    high = np.array(
-        [1.0 if v is None else v for v in np.ravel(spec.get("high", []) or [None] * int(np.prod(shape)))]
-    )
-    x = rng.uniform(low, high, size=(256, low.size)).astype(np.float32)
-    return x.reshape(256, *shape)
 
 
 def _derived(rows: list[dict[str, Any]]) -> dict[str, Any]:

@@ -239,11 +239,11 @@ class ControlLoop:
                 result = await plc.answer(action, int(status), seq)
             else:  # no valid sequence number to answer
                 result = await plc.write_safe(action, int(status))
-            refused = ", ".join(result.refused)
-        except ValueError as exc:  # the policy's action does not fit its node (checked at connect: rare)
-            refused = str(exc)
-        if refused:
-            status, detail = CycleStatus.WRITE_REJECTED, f"the PLC refused {refused}"
+            problem = f"the PLC refused {', '.join(result.refused)}" if result.refused else ""
+        except ValueError as exc:  # a value that does not fit its node's type (ranges are checked at connect)
+            problem = f"a value does not fit its node: {exc}"
+        if problem:
+            status, detail = CycleStatus.WRITE_REJECTED, problem
             retry = await plc.write_safe(self.safe_action, int(status))
             if retry.refused:
                 detail += f"; the safe action was refused too ({', '.join(retry.refused)})"
@@ -315,7 +315,7 @@ class ControlLoop:
         while not stop.is_set() and not self._done():
             try:
                 await asyncio.wait_for(changes.get(), period)
-            except TimeoutError:
+            except (TimeoutError, asyncio.TimeoutError):  # distinct before 3.11
                 pass
             if stop.is_set():
                 break
@@ -443,5 +443,5 @@ async def _wait(stop: asyncio.Event, seconds: float) -> bool:
     try:
         await asyncio.wait_for(stop.wait(), seconds)
         return True
-    except TimeoutError:
+    except (TimeoutError, asyncio.TimeoutError):  # distinct before 3.11
         return False

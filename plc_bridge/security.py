@@ -12,6 +12,7 @@ import hmac
 import logging
 import os
 import socket
+import stat
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -75,6 +76,8 @@ class SecurityConfig:
                     )
                 if not Path(path).is_file():
                     raise ConfigError(f"{name.replace('_', ' ')} file {path} does not exist")
+                if name == "private_key":
+                    check_secret_file(path, "private key")
             if not self.trusted:
                 peer = (
                     "the server's certificate (--server-cert)"
@@ -93,9 +96,49 @@ class SecurityConfig:
             )
 
 
+def check_secret_file(path: str | os.PathLike[str], what: str) -> None:
+    """Refuse a secret file (private key, password) that someone else could read or replace.
+
+    It must be owned by the user running this process (effective uid) and carry no group or other
+    permission bits (mode 0600 or 0400); otherwise a one-line ConfigError names the file and the fix.
+    Skipped where the OS has no POSIX owners and modes (Windows).
+    """
+    if not hasattr(os, "geteuid"):
+        return
+    try:
+        st = os.stat(path)
+    except OSError as exc:
+        raise ConfigError(f"cannot read {what} {path}: {exc.strerror}") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise ConfigError(f"{what} {path} is not a regular file")
+    euid = os.geteuid()
+    problems: list[str] = []
+    fixes: list[str] = []
+    if st.st_uid != euid:
+        user = _user_name(euid)
+        problems.append(f"is owned by {_user_name(st.st_uid)}, not by {user} who runs rl2edge")
+        fixes.append(f"chown {user} {path}")
+    if st.st_mode & 0o077:
+        problems.append(f"has mode {stat.S_IMODE(st.st_mode):04o}, open to group or others")
+        fixes.append(f"chmod 600 {path}")
+    if problems:
+        raise ConfigError(f"{what} {path} {' and '.join(problems)}: {' && '.join(fixes)}")
+
+
+def _user_name(uid: int) -> str:
+    try:
+        import pwd
+
+        return pwd.getpwuid(uid).pw_name
+    except (ImportError, KeyError):
+        return str(uid)
+
+
 def read_password(password_file: str | None) -> str | None:
-    """From a file (first line) or the environment; never from the command line, where `ps` shows it."""
+    """From a file (first line) or the environment; never from the command line, where `ps` shows it.
+    A password file must pass check_secret_file (owned by the user running rl2edge, mode 0600)."""
     if password_file:
+        check_secret_file(password_file, "password file")
         try:
             return Path(password_file).read_text().splitlines()[0]
         except (OSError, IndexError):
@@ -221,7 +264,7 @@ def make_certificate(
         "certificate %s (uri %s, valid until %s), key %s",
         cert_path,
         uri,
-        (dt.datetime.now(dt.UTC) + dt.timedelta(days=days)).date(),
+        (dt.datetime.now(dt.timezone.utc) + dt.timedelta(days=days)).date(),
         key_path,
     )
     return cert_path, key_path

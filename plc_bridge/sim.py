@@ -112,7 +112,7 @@ class PlcSim:
                 transport.abort()
             try:
                 await asyncio.wait_for(self.server.stop(), 5.0)
-            except TimeoutError:
+            except (TimeoutError, asyncio.TimeoutError):  # distinct before 3.11
                 _logger.warning("OPC UA server did not stop within 5 s; exiting anyway")
             self.server = None
         self.env.close()
@@ -147,7 +147,7 @@ class PlcSim:
             while not stop.is_set():
                 if self.cfg.mode == "lockstep":
                     self._written.clear()
-                    with contextlib.suppress(TimeoutError):
+                    with contextlib.suppress(TimeoutError, asyncio.TimeoutError):
                         await asyncio.wait_for(self._written.wait(), 0.2)
                 else:
                     await asyncio.sleep(period)

@@ -322,19 +322,32 @@ def _cmd_certs(args: argparse.Namespace) -> int:
 
 
 # ----------------------------------------------------------------------------------------------- bench
+def bench_plan(args: argparse.Namespace) -> tuple[str, list[str]]:
+    """What `rl2edge bench` runs: ("runtime.bench", argv) for one artifact's latency, which is in the
+    installed package and runs on the device from the wheel; else (script of benchmarks/, argv)."""
+    if args.what == "latency" and args.artifact and not args.suite:
+        return "runtime.bench", [args.artifact, *args.rest]
+    if args.what == "latency" and not args.suite:
+        raise ConfigError("rl2edge bench latency needs an ARTIFACT or --suite")
+    rest = ["--artifact", args.artifact, *args.rest] if args.artifact else list(args.rest)
+    return f"benchmarks/{args.what}.py", [*(["--suite"] if args.suite else []), *rest]
+
+
 def _cmd_bench(args: argparse.Namespace) -> int:
-    """The benchmark scripts live in the source tree's benchmarks/, not in the installed packages."""
     import runpy
 
-    script = Path(__file__).resolve().parents[1] / "benchmarks" / f"{args.what}.py"
+    target, argv = bench_plan(args)
+    if target == "runtime.bench":
+        from runtime.bench import main as bench_latency
+
+        print(bench_latency(argv)[1])
+        return 0
+    script = Path(__file__).resolve().parents[1] / target
     if not script.is_file():
-        raise ConfigError(f"{script} not found: `rl2edge bench` runs from a source checkout of rl2edge")
-    argv = ["--suite"] if args.suite else []
-    if args.artifact:
-        argv = ["--artifact", args.artifact]
-    if args.what == "latency" and not argv:
-        raise ConfigError("rl2edge bench latency needs an ARTIFACT or --suite")
-    argv += list(args.rest)
+        raise ConfigError(
+            f"`rl2edge bench {args.what}{' --suite' if args.suite else ''}` runs {target} of a source checkout "
+            "(it needs the training stack), and this install has none; `rl2edge bench latency ARTIFACT` works anywhere"
+        )
     sys.argv = [str(script), *argv]
     runpy.run_path(str(script), run_name="__main__")
     return 0
@@ -579,9 +592,13 @@ def build_parser() -> argparse.ArgumentParser:
         "bench",
         help="run a benchmark (latency, loop_latency, train_throughput, quantization)",
         formatter_class=fmt,
-        description="Run a script of benchmarks/ (needs a source checkout). Results go to benchmarks/results/ as "
-        "JSON, markdown and PNG. `latency ARTIFACT` needs only the runtime (numpy + an interpreter).",
-        epilog="examples:\n  rl2edge bench latency artifacts/cp\n  rl2edge bench latency --suite\n"
+        description="`latency ARTIFACT` measures one artifact with the runtime alone (numpy + an interpreter): it "
+        "runs on the device from the wheel and writes latency_artifact.json/.md to --out (default: .). The rest "
+        "runs a script of the source tree's benchmarks/ (a checkout with the training stack); results go to "
+        "benchmarks/results/ as JSON, markdown and PNG. Options after the ARTIFACT (or after --) go to the script.",
+        epilog="examples:\n  rl2edge bench latency artifacts/cp\n  rl2edge bench latency artifacts/cp --calls 1000 --out /tmp\n"
+        "  rl2edge bench latency --suite\n"
+        "  rl2edge bench loop_latency artifacts/cp --cycles 1000\n"
         "  rl2edge bench loop_latency -- --artifact artifacts/cp --cycles 1000",
     )
     b.add_argument("what", choices=["latency", "loop_latency", "train_throughput", "quantization"])
@@ -589,7 +606,6 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument(
         "--suite", action="store_true", help="latency: MLP 64x64, MLP 256x256, Nature-CNN in every form"
     )
-    b.add_argument("rest", nargs=argparse.REMAINDER, help="further options for the script (after --)")
     b.set_defaults(func=_cmd_bench)
     return p
 
@@ -603,9 +619,26 @@ def _one_line_asyncua(record: logging.LogRecord) -> bool:
     return True
 
 
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """`bench` passes options it does not know (and all after `--`) on to its script in `args.rest`;
+    argparse.REMAINDER would swallow `--suite` after the optional ARTIFACT too."""
+    parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    tail: list[str] = []
+    if "--" in argv:
+        cut = argv.index("--")
+        argv, tail = argv[:cut], argv[cut + 1 :]
+    args, rest = parser.parse_known_args(argv)
+    if args.command == "bench":
+        args.rest = [*rest, *tail]
+    elif rest or tail:
+        parser.error(f"unrecognized arguments: {' '.join([*rest, *tail])}")
+    return args
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # keep TensorFlow's C++ start-up noise out
-    args = build_parser().parse_args(argv)
+    args = parse_args(argv)
     level = logging.DEBUG if args.verbose else logging.WARNING if args.quiet else logging.INFO
     logging.basicConfig(
         level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S"

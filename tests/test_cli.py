@@ -105,3 +105,49 @@ def test_tampered_artifact(cartpole_all, tmp_path: Path) -> None:
     assert_clean_failure(
         rl2edge("evaluate", root / "fp32", "--env", "Nope-v1", "--episodes", "1"), "unknown environment"
     )
+
+
+@pytest.mark.parametrize(
+    ("spelling", "target", "argv"),
+    [  # the spellings of the README, docs/jetson.md and `rl2edge bench --help`
+        ("bench latency artifacts/cp", "runtime.bench", ["artifacts/cp"]),
+        (
+            "bench latency artifacts/cp --calls 1000 --out /tmp",
+            "runtime.bench",
+            ["artifacts/cp", "--calls", "1000", "--out", "/tmp"],
+        ),
+        ("bench latency --suite", "benchmarks/latency.py", ["--suite"]),
+        (
+            "bench latency --suite --policies mlp64",
+            "benchmarks/latency.py",
+            ["--suite", "--policies", "mlp64"],
+        ),
+        (
+            "bench loop_latency artifacts/cp --cycles 1000",
+            "benchmarks/loop_latency.py",
+            ["--artifact", "artifacts/cp", "--cycles", "1000"],
+        ),
+        (
+            "bench loop_latency -- --artifact artifacts/cp --cycles 1000",
+            "benchmarks/loop_latency.py",
+            ["--artifact", "artifacts/cp", "--cycles", "1000"],
+        ),
+        ("bench train_throughput -- --repeats 2", "benchmarks/train_throughput.py", ["--repeats", "2"]),
+    ],
+)
+def test_bench_spellings_reach_what_they_say(spelling: str, target: str, argv: list[str]) -> None:
+    from rl2edge.cli import bench_plan, parse_args
+
+    assert bench_plan(parse_args(spelling.split())) == (target, argv)
+
+
+def test_bench_latency_of_an_artifact_runs_from_the_installed_package(cartpole_all, tmp_path: Path) -> None:
+    proc = rl2edge(
+        "bench", "latency", cartpole_all[1] / "int8", "--calls", "100", "--out", tmp_path, cwd=tmp_path
+    )
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads((tmp_path / "latency_artifact.json").read_text())
+    assert {r["form"] for r in data["rows"]} == {"TFLite int8 invoke", "TFLite int8 predict"}
+    assert "predict adds" in proc.stdout
+    assert_clean_failure(rl2edge("bench", "latency"), "needs an ARTIFACT or --suite")
+    assert rl2edge("evaluate", "x", "--bogus").returncode == 2  # unknown options outside bench are errors

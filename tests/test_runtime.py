@@ -72,3 +72,38 @@ def test_predict_accepts_env_dtypes_and_a_batch_of_one(artifact: Path) -> None:
     assert isinstance(a, int) and a in (0, 1)
     assert policy.predict(np.zeros((1, 4), np.float32)) == a
     assert policy.predict([0, 0, 0, 0]) == a
+
+
+@pytest.mark.parametrize("mode", ["fp32", "fp16", "int8"])
+def test_tflite_runtime_serves_what_litert_serves(
+    cartpole_all, pendulum_int8, pendulum_fp32, mode: str
+) -> None:
+    """The [edge-tflite] interpreter (tflite-runtime 2.14) against ai-edge-litert 2.1 on the same files.
+    Two engines: never bit equality. Discrete (argmax inside the graph, so margins are not visible): the
+    fp32 kernels differ in the last bits at most, which flips only near-exact ties: >= 99% agreement.
+    Box: 1e-4 of the action range for float files (float32 rounding through 3 layers, x100 margin); 2% for
+    int8 (one requantization step of a hidden layer, carried through the float head)."""
+    from runtime import load_manifest
+    from runtime.bench import artifact_observations
+
+    arts = {"discrete": cartpole_all[1] / mode}
+    if mode != "fp16":
+        arts["box"] = (pendulum_int8 if mode == "int8" else pendulum_fp32)[1]
+    for kind, art in arts.items():
+        obs = artifact_observations(load_manifest(art).observation, 1000)
+        litert, tflite = Policy.load(art, backend="litert"), Policy.load(art, backend="tflite-runtime")
+        a = np.array([litert.predict(o) for o in obs], np.float64)
+        b = np.array([tflite.predict(o) for o in obs], np.float64)
+        if kind == "discrete":
+            assert (a == b).mean() >= 0.99
+        else:
+            span = float(np.max(litert.action_high - litert.action_low))
+            assert np.abs(a - b).max() <= (0.02 if mode == "int8" else 1e-4) * span
+
+
+def test_tflite_runtime_names_what_it_cannot_load(cartpole_all) -> None:
+    """TFLite 2.14 lacks the FULLY_CONNECTED version that TF 2.19's dynamic-range files use."""
+    from rl2edge.errors import BackendError
+
+    with pytest.raises(BackendError, match=r"tflite-runtime cannot load .*dynamic"):
+        Policy.load(cartpole_all[1] / "dynamic", backend="tflite-runtime")

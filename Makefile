@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed
 STANDIN := tests/opcua_standin
 NODE_STAMP := $(STANDIN)/node_modules/.installed
 
-.PHONY: install demo test test-all lint bench bench-loop bench-returns clean
+.PHONY: install demo test test-all test-edge wheel lint bench bench-loop bench-returns clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -29,6 +29,16 @@ demo: $(STAMP)
 test: install
 	$(PY) -m ruff check .
 	$(PY) -m pytest
+
+# The edge install on CPython 3.10 (the Jetson's): the wheel with [edge] in its own venv, and the runtime and
+# bridge tests run there against it (CI runs this after `make test`).
+test-edge: install
+	scripts/test_edge.sh
+
+# The wheel a device installs: pip install 'dist/rl2edge-<version>-py3-none-any.whl[edge]'.
+wheel: $(STAMP)
+	rm -rf dist && $(PY) -m pip wheel --quiet --no-deps --no-build-isolation -w dist .
+	ls dist
 
 # Everything, the slow tests too (full-length training runs).
 test-all: install
@@ -57,4 +67,4 @@ lint: install
 	$(PY) -m ruff format --check .
 
 clean:
-	rm -rf $(VENV) runs artifacts demo-out .pytest_cache .ruff_cache
+	rm -rf $(VENV) .venv-edge dist runs artifacts demo-out .pytest_cache .ruff_cache

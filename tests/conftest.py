@@ -1,4 +1,9 @@
-"""Shared fixtures: tiny real training runs and real exports, made once per test session."""
+"""Shared fixtures: tiny real training runs and real exports, made once per test session.
+
+On the edge install (no torch, no TensorFlow: `make test-edge`), $RL2EDGE_TEST_ARTIFACTS names a folder
+of the same artifacts made beforehand by the workstation (`build_artifacts`), and the artifact fixtures
+take them from there.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +13,7 @@ from pathlib import Path
 import pytest
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+PREBUILT = os.environ.get("RL2EDGE_TEST_ARTIFACTS")
 
 
 def tiny_train(env_id: str, out: Path, steps: int, seed: int = 0, **overrides: object) -> Path:
@@ -48,19 +54,36 @@ def _export(run: Path, out: Path, quantize: str):
 
 
 @pytest.fixture(scope="session")
-def cartpole_all(cartpole_run: Path, tmp_path_factory: pytest.TempPathFactory):
-    """CartPole exported in every mode: (report, artifacts root)."""
+def cartpole_all(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):
+    """CartPole exported in every mode: (report, artifacts root); the report is None when prebuilt."""
+    if PREBUILT:
+        return None, Path(PREBUILT) / "cartpole-all"
     out = tmp_path_factory.mktemp("cp_art") / "all"
-    return _export(cartpole_run, out, "all"), out
+    return _export(request.getfixturevalue("cartpole_run"), out, "all"), out
 
 
 @pytest.fixture(scope="session")
-def pendulum_fp32(pendulum_run: Path, tmp_path_factory: pytest.TempPathFactory):
+def pendulum_fp32(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):
+    if PREBUILT:
+        return None, Path(PREBUILT) / "pendulum-fp32"
     out = tmp_path_factory.mktemp("pd_art") / "fp32"
-    return _export(pendulum_run, out, "fp32"), out
+    return _export(request.getfixturevalue("pendulum_run"), out, "fp32"), out
 
 
 @pytest.fixture(scope="session")
-def pendulum_int8(pendulum_run: Path, tmp_path_factory: pytest.TempPathFactory):
+def pendulum_int8(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):
+    if PREBUILT:
+        return None, Path(PREBUILT) / "pendulum-int8"
     out = tmp_path_factory.mktemp("pd_art") / "int8"
-    return _export(pendulum_run, out, "int8"), out
+    return _export(request.getfixturevalue("pendulum_run"), out, "int8"), out
+
+
+def build_artifacts(out: Path) -> None:
+    """The fixtures' artifacts, for the edge test run: out/cartpole-all/<mode>, out/pendulum-{fp32,int8}."""
+    cp = tiny_train("CartPole-v1", out / "runs" / "cartpole", steps=4096)
+    pd = tiny_train(
+        "Pendulum-v1", out / "runs" / "pendulum", steps=2048, n_envs=2, n_steps=512, batch_size=256
+    )
+    _export(cp, out / "cartpole-all", "all")
+    _export(pd, out / "pendulum-fp32", "fp32")
+    _export(pd, out / "pendulum-int8", "int8")

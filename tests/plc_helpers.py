@@ -20,11 +20,15 @@ from plc_bridge.sim import free_port
 __all__ = ["free_port"]
 
 EXE = str(Path(sys.executable).with_name("rl2edge"))
+# The edge test run (`make test-edge`) serves from the edge venv and runs plc-sim, which needs gymnasium,
+# from the workstation's.
+PLC_SIM_EXE = os.environ.get("RL2EDGE_PLC_SIM_EXE", EXE)
 
 
 def start(args: list[str], log: Path, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+    exe = PLC_SIM_EXE if args[:1] == ["plc-sim"] else EXE
     return subprocess.Popen(
-        [EXE, *args], stdout=log.open("wb"), stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}
+        [exe, *args], stdout=log.open("wb"), stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}
     )
 
 

@@ -83,6 +83,7 @@ def test_tflite_runtime_serves_what_litert_serves(
     fp32 kernels differ in the last bits at most, which flips only near-exact ties: >= 99% agreement.
     Box: 1e-4 of the action range for float files (float32 rounding through 3 layers, x100 margin); 2% for
     int8 (one requantization step of a hidden layer, carried through the float head)."""
+    pytest.importorskip("tflite_runtime", reason="the [edge-tflite] interpreter is not installed")
     from runtime import load_manifest
     from runtime.bench import artifact_observations
 
@@ -105,5 +106,6 @@ def test_tflite_runtime_names_what_it_cannot_load(cartpole_all) -> None:
     """TFLite 2.14 lacks the FULLY_CONNECTED version that TF 2.19's dynamic-range files use."""
     from rl2edge.errors import BackendError
 
+    pytest.importorskip("tflite_runtime", reason="the [edge-tflite] interpreter is not installed")
     with pytest.raises(BackendError, match=r"tflite-runtime cannot load .*dynamic"):
         Policy.load(cartpole_all[1] / "dynamic", backend="tflite-runtime")

@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed
 STANDIN := tests/opcua_standin
 NODE_STAMP := $(STANDIN)/node_modules/.installed
 
-.PHONY: install demo test test-all test-edge wheel lint bench bench-loop bench-returns clean
+.PHONY: install demo test test-all test-edge test-isa wheel lint bench bench-loop bench-returns clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -34,6 +34,17 @@ test: install
 # bridge tests run there against it (CI runs this after `make test`).
 test-edge: install
 	scripts/test_edge.sh
+
+# The float-sensitive tests as other CPUs would run them: oneDNN capped at AVX2, oneDNN off, and the
+# default, each with 1 and 2 threads (oneDNN picks kernels by ISA; thread counts change reduction order).
+ISA_TESTS ?= tests/test_export.py tests/test_offpolicy_export.py tests/test_ppo_tf.py tests/test_offpolicy_mechanics.py tests/test_runtime.py
+test-isa: install
+	set -e; for isa in default AVX2 no-onednn; do for threads in 1 2; do \
+	  echo "== oneDNN $$isa, $$threads thread(s)"; \
+	  env $$(case $$isa in AVX2) echo ONEDNN_MAX_CPU_ISA=AVX2;; no-onednn) echo TF_ENABLE_ONEDNN_OPTS=0;; esac) \
+	    OMP_NUM_THREADS=$$threads TF_NUM_INTRAOP_THREADS=$$threads TF_NUM_INTEROP_THREADS=$$threads \
+	    $(PY) -m pytest -q -p no:cacheprovider $(ISA_TESTS); \
+	done; done
 
 # The wheel a device installs: pip install 'dist/rl2edge-<version>-py3-none-any.whl[edge]'.
 wheel: $(STAMP)

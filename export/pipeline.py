@@ -165,7 +165,9 @@ def _export(
     )
     source_actions, margins = source.reference_actions(data.heldout), source.margins(data.heldout)
     source_return = _ret(evaluate(source.act, env_id, opts.eval_episodes, opts.seed))
-    noise_off = check_noise_off(source, data.heldout) if source.noise is not None else None
+    noise_off = (
+        check_noise_off(source, data.heldout, tol.noise_off_rtol) if source.noise is not None else None
+    )
     bar.update()
 
     bar.set_description("export: ONNX")

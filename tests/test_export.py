@@ -94,12 +94,19 @@ def test_existing_artifact_is_not_overwritten_without_force(cartpole_all, cartpo
     assert (root / "int8" / "manifest.json").read_bytes() == before
 
 
-def test_onnx_file_runs_through_the_runtime_too(cartpole_all) -> None:
+def test_onnx_file_runs_through_the_runtime_too(cartpole_run, cartpole_all) -> None:
+    """Two engines: the same action wherever the source's top-two logits are not a near tie (the export's
+    own rule, `Tolerances.discrete_margin`), on any CPU."""
+    from export.source import source_from_checkpoint
+
     _, root = cartpole_all
     tfl, onx = Policy.load(root / "fp32"), Policy.load(root / "fp32", backend="onnxruntime")
     assert onx.backend_name == "onnxruntime"
     obs = random_observations("CartPole-v1", 200, seed=9)
-    assert [tfl.predict(o) for o in obs] == [onx.predict(o) for o in obs]
+    decisive = source_from_checkpoint(cartpole_run).margins(obs) >= Tolerances().discrete_margin
+    assert decisive.mean() > 0.9  # the rule leaves nearly all of them to compare
+    a, b = np.array([tfl.predict(o) for o in obs]), np.array([onx.predict(o) for o in obs])
+    assert np.array_equal(a[decisive], b[decisive])
 
 
 def test_image_observations_export_nchw_torch_nhwc_tflite(tmp_path: Path) -> None:
@@ -123,8 +130,16 @@ def test_image_observations_export_nchw_torch_nhwc_tflite(tmp_path: Path) -> Non
     frames = [env.reset(seed=s)[0] for s in range(20)]
     expected = source.deployable_actions(np.stack(frames))
     assert m["model"]["input"]["dtype"] == "int8" and m["model"]["input"]["quantization"]["scale"] > 0
+    # An untrained CNN: compare only where the source's top-two logits are clearly apart, so that the
+    # answer holds on any CPU. fp32 ONNX: the export's near-tie rule. int8: a quarter of the logits'
+    # spread, some 50 output quantization steps (spread / 255 each) away from a tie.
+    stacked = np.stack(frames)
+    margins, spread = source.margins(stacked), float(np.ptp(source.pre_head(stacked), axis=1).mean())
     onnx = Policy.load(tmp_path / "cnn", backend="onnxruntime")  # the fp32 graph, NCHW
-    assert [onnx.predict(f) for f in frames] == expected.tolist()
+    fp32_decisive = margins >= Tolerances().discrete_margin
+    assert fp32_decisive.mean() > 0.9
+    assert np.array_equal(np.array([onnx.predict(f) for f in frames])[fp32_decisive], expected[fp32_decisive])
     int8 = Policy.load(tmp_path / "cnn")
-    agree = np.mean([int8.predict(f) == e for f, e in zip(frames, expected.tolist(), strict=True)])
-    assert agree >= 0.8 and m["verification"]["tflite_vs_source"]["agreement"] >= 0.8
+    decisive = margins >= 0.25 * spread
+    assert decisive.mean() >= 0.5, (margins, spread)
+    assert np.array_equal(np.array([int8.predict(f) for f in frames])[decisive], expected[decisive])

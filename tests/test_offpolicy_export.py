@@ -77,8 +77,22 @@ def test_each_algorithm_exports_int8_with_its_head(
     else:
         assert manifest["folded"]["noise"]["kind"] == "ou" and manifest["verification"]["noise"]["passed"]
     parity = manifest["verification"]["tflite_vs_source"]
-    if algo == "dqn":  # a barely trained Q-net has many near ties, where int8 may pick the other action
-        assert parity["agreement"] >= 0.75
+    if algo == "dqn":
+        # A 300-step Q-net: half its observations are within a few int8 steps of a tie, where each CPU's
+        # int8 kernels (VNNI or not) may pick either action. Judge the decisive half, by the source's
+        # top-two margin: 0.97 and 0.99 here (AVX2); a file that lost its head would be at chance, 0.5.
+        from export.source import source_from_checkpoint
+        from runtime.policy import Policy
+        from train.core.evaluation import random_observations
+
+        obs = random_observations(env_id, 1000, seed=5)
+        source = source_from_checkpoint(run)
+        margins, expected = source.margins(obs), source.deployable_actions(obs)
+        policy = Policy.load(tmp_path / "art")
+        served = np.array([policy.predict(o) for o in obs])
+        decisive = margins >= np.median(margins)
+        assert np.mean(served[decisive] == expected[decisive]) >= 0.85
+        assert set(np.unique(served)) <= {0, 1}
     else:
         assert parity["max_abs_error"] < 0.2 * max(manifest["action"]["high"])
     assert report.rows[0].closed_loop["mean_return"] == pytest.approx(
@@ -106,7 +120,8 @@ def test_gaussian_noise_folded_verified_and_served_from_a_seeded_generator(
     noise = json.loads((art / "manifest.json").read_text())["folded"]["noise"]
     check = json.loads((art / "manifest.json").read_text())["verification"]["noise"]
     assert noise["kind"] == "gaussian" and noise["sigma"] == 0.2 and noise["seed"] == 7
-    assert noise["off_equals_deterministic"]["bit_equal"] is True
+    off = noise["off_equals_deterministic"]  # two graphs: within float32 rounding, not bit for bit
+    assert off["max_abs_diff"] <= off["tolerance"] <= 1e-4
     assert check["passed"] and check["expected_std"][0] == pytest.approx(0.2, rel=0.05)
     assert abs(check["sample_std"][0] - check["expected_std"][0]) < 0.02
 

@@ -113,8 +113,11 @@ def test_eager_and_graph_updates_agree(discrete: bool, fused: bool) -> None:
             tf.config.run_functions_eagerly(False)
     graph, eager_ = states
     assert len(graph) == len(eager_) > 8  # weights plus Adam's iterations, m and v slots
+    # Two executions of the same math: graph mode (and XLA, fused) may reorder float32 sums, so gradients
+    # differ by ~1e-6 relative (64-term reductions); Adam moves a weight by lr (3e-4) times a ratio that
+    # carries that relative error: 3 steps stay far below 1e-5. Not bit for bit: kernels vary by CPU.
     for g, e in zip(graph, eager_, strict=True):
-        np.testing.assert_allclose(g, e, atol=1e-6, rtol=0)
+        np.testing.assert_allclose(g, e, atol=1e-5, rtol=1e-5)
 
 
 @pytest.mark.parametrize("discrete", [True, False])

@@ -661,9 +661,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"rl2edge {args.command}: interrupted", file=sys.stderr)
         return 130
     except ModuleNotFoundError as exc:  # e.g. `train` or `evaluate` on the edge install, which has no torch
+        root = (exc.name or "").split(".")[0]
+        if root == "gymnasium":  # evaluate and plc-sim need the environments only
+            fix = "pip install 'gymnasium>=1.0,<1.3' (the environments alone; no training stack needed)"
+        else:
+            fix = "the edge install serves artifacts only: pip install 'rl2edge[train]' on a workstation for the rest"
         print(
-            f"rl2edge {args.command}: error: this command needs the Python package {exc.name!r}, which is not "
-            "installed; the edge install serves artifacts only (pip install 'rl2edge[train]' for the rest)",
+            f"rl2edge {args.command}: error: this command needs the Python package {root!r}, which is not installed; {fix}",
             file=sys.stderr,
         )
         return 2

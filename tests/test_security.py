@@ -99,6 +99,7 @@ def test_serve_with_encryption_and_a_password_never_logs_it(cartpole_all, pki, t
     url = f"opc.tcp://127.0.0.1:{free_port()}"
     pw_file = tmp_path / "pw"
     pw_file.write_text(PASSWORD + "\n")
+    pw_file.chmod(0o600)  # serve and plc-sim refuse a password file open to group or others
     sim_args = [
         "plc-sim",
         "--env",

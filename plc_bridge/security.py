@@ -257,8 +257,7 @@ def make_certificate(
         days=days,
     )
     cert_path, key_path = out_dir / f"{name}.der", out_dir / f"{name}.key.pem"
-    write_bytes_atomic(key_path, dump_private_key_as_pem(key))
-    os.chmod(key_path, 0o600)
+    write_bytes_atomic(key_path, dump_private_key_as_pem(key), mode=0o600)
     write_bytes_atomic(cert_path, cert.public_bytes(Encoding.DER))
     _logger.info(
         "certificate %s (uri %s, valid until %s), key %s",

@@ -70,3 +70,14 @@ def test_a_file_owned_by_another_user_is_refused(tmp_path: Path, monkeypatch: py
 def test_a_missing_password_file_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="cannot read password file"):
         read_password(str(tmp_path / "nope"))
+
+
+def test_outputs_are_readable_by_the_service_and_secrets_never_are(tmp_path: Path) -> None:
+    """Artifacts copied to a device must be readable by the service user; a key must never be readable
+    by others, not even between the write and a chmod."""
+    from rl2edge.fileio import write_bytes_atomic
+
+    write_bytes_atomic(tmp_path / "manifest.json", b"{}")
+    write_bytes_atomic(tmp_path / "serve.key.pem", b"secret", mode=0o600)
+    assert (tmp_path / "manifest.json").stat().st_mode & 0o777 == 0o644
+    assert (tmp_path / "serve.key.pem").stat().st_mode & 0o777 == 0o600

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import signal
 import subprocess
@@ -34,6 +35,7 @@ import itertools
 from benchmarks.common import RESULTS, markdown_table, pyplot, save_figure, write_results
 from tests.standin_plc import StandinPlc
 
+STATS_LINE = re.compile(r"cycles (\d+) \|.*deadline misses (\d+)")
 HEARTBEAT_START = 65_000  # UInt16: wraps after 536 cycles, about 11 s at 20 ms
 SEQUENCE_START = 2**31 - 1000  # Int32: wraps after 1000 answered observations
 
@@ -90,6 +92,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                     time.sleep(max(0.0, min(next_sample, end) - time.monotonic()))
                     if time.monotonic() >= next_sample:
                         v, st = plc.get(), plc.stats()
+                        stats_lines = STATS_LINE.findall(log.read_text(errors="replace"))
                         samples.append(
                             {
                                 "t_s": round(time.monotonic() - t0, 1),
@@ -103,6 +106,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                                 "plc_sessions": st["sessions"],
                                 "plant_steps": plc.steps,
                                 "episodes": len(plc.returns),
+                                # serve's own cumulative counters, from its last per-minute log line
+                                "serve_cycles": int(stats_lines[-1][0]) if stats_lines else None,
+                                "serve_deadline_misses": int(stats_lines[-1][1]) if stats_lines else None,
+                                "host_load_1min": os.getloadavg()[0],
                             }
                         )
                         print(json.dumps(samples[-1]), flush=True)
@@ -186,12 +193,20 @@ def _plot(samples: list[dict[str, Any]], path: Path) -> None:
     if plt is None or not samples:
         return
     t = [s["t_s"] / 60 for s in samples]
-    fig, (a1, a2) = plt.subplots(2, 1, figsize=(7, 5), sharex=True)
+    fig, (a1, a2, a3) = plt.subplots(3, 1, figsize=(7, 7), sharex=True)
     a1.plot(t, [s["rss_mb"] for s in samples], marker=".")
     a1.set_ylabel("serve RSS (MB)")
     a2.plot(t, [s["heartbeat"] for s in samples], marker=".", label="heartbeat (UInt16)")
     a2.set_ylabel("heartbeat at sample")
-    a2.set_xlabel("minutes")
+    a3.plot(
+        t,
+        [s.get("serve_deadline_misses") or 0 for s in samples],
+        marker=".",
+        label="deadline misses (cumulative)",
+    )
+    a3.plot(t, [s.get("host_load_1min", 0) for s in samples], marker=".", label="host load, 1 min")
+    a3.legend(fontsize=8)
+    a3.set_xlabel("minutes")
     a1.set_title("serve against the node-opcua PLC stand-in")
     save_figure(fig, path)
 

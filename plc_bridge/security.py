@@ -63,6 +63,8 @@ class SecurityConfig:
     """Peer certificates trusted explicitly: for a client the server's, for a server the clients'."""
     username: str | None = None
     password: str | None = field(default=None, repr=False)
+    allow_plaintext_password: bool = False
+    """With mode none, a username's password crosses the network unencrypted: only if asked for by name."""
 
     def check(self, role: str) -> None:
         if self.mode not in MODES:
@@ -93,6 +95,18 @@ class SecurityConfig:
         if (self.username is None) != (self.password is None):
             raise ConfigError(
                 f"a username needs a password (--password-file or ${PASSWORD_ENV}) and vice versa"
+            )
+        if self.username is not None and self.mode == "none":
+            if not self.allow_plaintext_password:
+                raise ConfigError(
+                    "--user with --security none sends the password in clear text; use --security sign or "
+                    "sign_and_encrypt (the password is then encrypted with the peer's certificate), or pass "
+                    "--allow-plaintext-password on a network you trust"
+                )
+            _logger.warning(
+                "--allow-plaintext-password: the password of user %r crosses the network unencrypted "
+                "(--security none)",
+                self.username,
             )
 
 

@@ -183,6 +183,7 @@ def _security(args: argparse.Namespace, role: str):
         trusted=tuple(Path(p) for p in trusted),
         username=args.user,
         password=password,
+        allow_plaintext_password=args.allow_plaintext_password,
     )
     sec.check(role)
     return sec
@@ -504,6 +505,11 @@ def build_parser() -> argparse.ArgumentParser:
         g.add_argument("--user", help="username" + (" required of clients" if role == "server" else ""))
         g.add_argument(
             "--password-file", help="file whose first line is the password (else $RL2EDGE_OPCUA_PASSWORD)"
+        )
+        g.add_argument(
+            "--allow-plaintext-password",
+            action="store_true",
+            help="with --security none, send (or accept) the password unencrypted; warned at every start",
         )
 
     s = sub.add_parser(

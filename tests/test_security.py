@@ -94,6 +94,17 @@ def test_security_misconfiguration_is_a_clear_error(pki) -> None:
     assert PASSWORD not in repr(_client_sec(pki, username="operator", password=PASSWORD))
 
 
+def test_a_password_never_crosses_unencrypted_unless_asked_for_by_name(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    for role in ("client", "server"):
+        with pytest.raises(ConfigError, match=r"sends the password in clear text.*--allow-plaintext-password"):
+            SecurityConfig(username="operator", password=PASSWORD).check(role)
+    with caplog.at_level("WARNING", logger="plc_bridge.security"):
+        SecurityConfig(username="operator", password=PASSWORD, allow_plaintext_password=True).check("client")
+    assert "crosses the network unencrypted" in caplog.text and PASSWORD not in caplog.text
+
+
 def test_serve_with_encryption_and_a_password_never_logs_it(cartpole_all, pki, tmp_path: Path) -> None:
     _, root = cartpole_all
     url = f"opc.tcp://127.0.0.1:{free_port()}"

@@ -56,6 +56,12 @@ class BridgeConfig:
     def check(self) -> None:
         if not self.endpoint.startswith("opc.tcp://"):
             raise ConfigError(f"endpoint {self.endpoint!r} must look like opc.tcp://host:4840")
+        for name, value in (
+            ("--timeout-ms", self.request_timeout_s),
+            ("connect timeout", self.connect_timeout_s),
+        ):
+            if not 0 < value * 1e3 <= 600_000:  # also refuses NaN and inf
+                raise ConfigError(f"{name} {value * 1e3:g}: choose a timeout above 0 and up to 600000 ms")
         self.security.check("client")
 
 

@@ -40,6 +40,10 @@ from runtime.policy import Policy
 
 _logger = logging.getLogger(__name__)
 
+PERIOD_RANGE_MS = (1.0, 60_000.0)
+"""A control period shorter than 1 ms is a busy loop on these machines; one longer than a minute is not
+a control loop. Stop requests wake the loop at once whatever the period."""
+
 
 @dataclass(frozen=True)
 class LoopConfig:
@@ -56,8 +60,13 @@ class LoopConfig:
     def check(self) -> None:
         if self.mode not in ("cyclic", "subscription"):
             raise ConfigError(f"--mode {self.mode!r}: choose cyclic or subscription")
-        if not (self.period_ms > 0 and self.deadline_ms > 0):
-            raise ConfigError("--period-ms and --deadline-ms must be positive")
+        lo, hi = PERIOD_RANGE_MS
+        if not lo <= self.period_ms <= hi:  # also refuses NaN and inf, which would never wake or spin
+            raise ConfigError(f"--period-ms {self.period_ms:g}: choose a period from {lo:g} to {hi:g} ms")
+        if not 0 < self.deadline_ms <= hi:
+            raise ConfigError(
+                f"--deadline-ms {self.deadline_ms:g}: choose a deadline above 0 and up to {hi:g} ms"
+            )
 
 
 @dataclass
@@ -290,20 +299,24 @@ class ControlLoop:
     async def _run_cyclic(self, plc: PlcClient, stop: asyncio.Event, period: float) -> None:
         loop = asyncio.get_running_loop()
         next_slot = last_stats = loop.time()
-        while not stop.is_set() and not self._done():
-            delay = next_slot - loop.time()
-            if delay > 0:
-                await asyncio.sleep(delay)  # cheaper and more punctual than wait_for(stop.wait())
-            if stop.is_set():
-                break
-            await self._cycle(plc, next_slot)
-            next_slot += period
-            behind = loop.time() - next_slot
-            if behind > 0:  # overran: skip the slots already past, start the next one late
-                skipped = int(behind // period)
-                self.counters.skipped_slots += skipped
-                next_slot += skipped * period
-            last_stats = self._maybe_log_stats(last_stats)
+        stopping = asyncio.ensure_future(stop.wait())  # one waiter for the whole run, not one per cycle
+        try:
+            while not stop.is_set() and not self._done():
+                delay = next_slot - loop.time()
+                if delay > 0:  # until the slot, or at once on SIGINT/SIGTERM whatever the period
+                    await asyncio.wait((stopping,), timeout=delay)
+                if stop.is_set():
+                    break
+                await self._cycle(plc, next_slot)
+                next_slot += period
+                behind = loop.time() - next_slot
+                if behind > 0:  # overran: skip the slots already past, start the next one late
+                    skipped = int(behind // period)
+                    self.counters.skipped_slots += skipped
+                    next_slot += skipped * period
+                last_stats = self._maybe_log_stats(last_stats)
+        finally:
+            stopping.cancel()
 
     async def _run_subscribed(self, plc: PlcClient, stop: asyncio.Event, period: float) -> None:
         """A cycle on each new PLC sequence number (data-change notification), and at least one per period,
@@ -312,15 +325,18 @@ class ControlLoop:
         changes = await plc.subscribe_sequence(self.cfg.period_ms)
         self.publishing_interval_ms = plc.revised_publishing_ms
         last_stats = loop.time()
-        while not stop.is_set() and not self._done():
-            try:
-                await asyncio.wait_for(changes.get(), period)
-            except (TimeoutError, asyncio.TimeoutError):  # distinct before 3.11
-                pass
-            if stop.is_set():
-                break
-            await self._cycle(plc, loop.time())  # latency from the notification's arrival
-            last_stats = self._maybe_log_stats(last_stats)
+        stopping = asyncio.ensure_future(stop.wait())
+        try:
+            while not stop.is_set() and not self._done():
+                change = asyncio.ensure_future(changes.get())
+                await asyncio.wait((change, stopping), timeout=period, return_when=asyncio.FIRST_COMPLETED)
+                change.cancel()
+                if stop.is_set():
+                    break
+                await self._cycle(plc, loop.time())  # latency from the notification's arrival
+                last_stats = self._maybe_log_stats(last_stats)
+        finally:
+            stopping.cancel()
 
     def _maybe_log_stats(self, last: float) -> float:
         now = asyncio.get_running_loop().time()

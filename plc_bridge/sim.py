@@ -51,6 +51,8 @@ class SimConfig:
             raise ConfigError(f"--mode {self.mode!r}: choose lockstep or realtime")
         if not self.endpoint.startswith("opc.tcp://"):
             raise ConfigError(f"endpoint {self.endpoint!r} must look like opc.tcp://host:4840")
+        if not 1 <= self.period_ms <= 60_000:  # 0 would spin at 100% CPU; also refuses NaN and inf
+            raise ConfigError(f"--period-ms {self.period_ms:g}: choose a period from 1 to 60000 ms")
         if self.episodes is not None and self.episodes < 1:
             raise ConfigError("--episodes must be at least 1")
         self.security.check("server")

@@ -308,3 +308,36 @@ def test_node_maps_load_and_refuse_mistakes(tmp_path: Path) -> None:
         load_node_map(bad)
     with pytest.raises(ConfigError, match="does not exist"):
         load_node_map(tmp_path / "missing.yaml")
+
+
+def test_stop_is_prompt_whatever_the_period(cartpole_all, tmp_path: Path) -> None:
+    """SIGTERM wakes the loop at once, not at the next slot of a 30 s period; periods must be finite."""
+    _, root = cartpole_all
+    url = f"opc.tcp://127.0.0.1:{free_port()}"
+    sim = ["plc-sim", "--env", "CartPole-v1", "--endpoint", url, "--mode", "realtime", "--period-ms", "20"]
+
+    async def first_cycle_done() -> None:
+        async with Client(url, timeout=2) as plc:
+            await wait_until(plc, "Heartbeat", lambda v: v >= 2, within_s=30)  # STARTUP, then a cycle
+
+    with running(sim, tmp_path / "sim.log"):
+        wait_for_server(url)
+        with running(
+            ["serve", str(root / "fp32"), "--endpoint", url, "--period-ms", "30000"], tmp_path / "serve.log"
+        ) as serve:
+            asyncio.run(first_cycle_done())
+            t0 = time.monotonic()
+            assert stop(serve, timeout=10) == 0
+            took = time.monotonic() - t0
+    assert took < 3.0, (
+        f"serve took {took:.1f} s to stop at a 30 s period"
+    )  # SHUTDOWN write and close included
+    for bad in ("0", "inf", "nan", "120000"):
+        from tests.plc_helpers import start
+
+        proc = start(
+            ["serve", str(root / "fp32"), "--endpoint", url, "--period-ms", bad], tmp_path / "bad.log"
+        )
+        assert proc.wait(timeout=60) == 2
+        err = (tmp_path / "bad.log").read_text()
+        assert "choose a period from 1 to 60000 ms" in err and "Traceback" not in err

@@ -54,8 +54,7 @@ class BridgeConfig:
     """The server drops a session abandoned by a pulled cable after this long."""
 
     def check(self) -> None:
-        if not self.endpoint.startswith("opc.tcp://"):
-            raise ConfigError(f"endpoint {self.endpoint!r} must look like opc.tcp://host:4840")
+        check_endpoint(self.endpoint)
         for name, value in (
             ("--timeout-ms", self.request_timeout_s),
             ("connect timeout", self.connect_timeout_s),
@@ -63,6 +62,26 @@ class BridgeConfig:
             if not 0 < value * 1e3 <= 600_000:  # also refuses NaN and inf
                 raise ConfigError(f"{name} {value * 1e3:g}: choose a timeout above 0 and up to 600000 ms")
         self.security.check("client")
+
+
+def check_endpoint(endpoint: str) -> None:
+    """opc.tcp://host:port with a host and a port in range; one line naming the problem otherwise."""
+    from urllib.parse import urlsplit
+
+    example = "opc.tcp://plc:4840 or opc.tcp://[::1]:4840"
+    if not endpoint.startswith("opc.tcp://"):
+        raise ConfigError(f"endpoint {endpoint!r} must look like {example}")
+    try:
+        url = urlsplit(endpoint)
+        host, port = url.hostname, url.port
+    except ValueError as exc:
+        raise ConfigError(
+            f"endpoint {endpoint!r} is not a valid URL ({exc}); it must look like {example}"
+        ) from None
+    if not host:
+        raise ConfigError(f"endpoint {endpoint!r} has no host; it must look like {example}")
+    if port is not None and not 0 < port < 65536:
+        raise ConfigError(f"endpoint {endpoint!r}: port {port} is outside 1..65535")
 
 
 @dataclass(frozen=True)

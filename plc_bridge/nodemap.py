@@ -102,8 +102,13 @@ def load_node_map(path: str | Path | None) -> NodeMap:
         if not isinstance(data[key], str):
             raise ConfigError(f"{path}: {key} must be one node reference")
     stale = data.get("stale_cycles", 5)
-    if not isinstance(stale, int) or stale < 1:
+    if isinstance(stale, bool) or not isinstance(stale, int) or stale < 1:
         raise ConfigError(f"{path}: stale_cycles must be a positive integer, got {stale!r}")
+    tolerance = data.get("obs_range_tolerance", 0.05)
+    if isinstance(tolerance, bool) or not isinstance(tolerance, int | float) or not 0 <= tolerance <= 10:
+        raise ConfigError(
+            f"{path}: obs_range_tolerance must be a number from 0 to 10 (a fraction of each range), got {tolerance!r}"
+        )
     node_map = NodeMap(
         observation=_nodes(data["observation"], "observation", path),
         observation_seq=data["observation_seq"],
@@ -112,7 +117,7 @@ def load_node_map(path: str | Path | None) -> NodeMap:
         heartbeat=data["heartbeat"],
         status=data["status"],
         safe_action=_floats(data.get("safe_action"), "safe_action", path),
-        obs_range_tolerance=float(data.get("obs_range_tolerance", 0.05)),
+        obs_range_tolerance=float(tolerance),
         stale_cycles=stale,
         obs_low=_floats(data.get("obs_low"), "obs_low", path, allow_none=True),
         obs_high=_floats(data.get("obs_high"), "obs_high", path, allow_none=True),

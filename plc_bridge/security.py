@@ -259,7 +259,22 @@ async def apply_server_security(server: Server, sec: SecurityConfig) -> None:
 def make_certificate(
     out_dir: Path, name: str, uri: str, host: str | None = None, days: int = 365
 ) -> tuple[Path, Path]:
-    """A self-signed application certificate (DER) and its key (PEM, mode 0600), for tests and commissioning."""
+    """A self-signed application certificate (DER) and its key (PEM, mode 0600), for tests and commissioning.
+    Refuses (ConfigError) a name that is not a plain file name, a validity under one day, and files that
+    exist already: a key is never overwritten."""
+    if not name or name in (".", "..") or "/" in name or "\\" in name or name.strip() != name:
+        raise ConfigError(
+            f"--name {name!r}: a plain name (letters, digits, - _ .), used for NAME.der and NAME.key.pem"
+        )
+    if days < 1:
+        raise ConfigError(f"--days {days}: a certificate must be valid for at least 1 day")
+    existing = [p for p in (Path(out_dir) / f"{name}.der", Path(out_dir) / f"{name}.key.pem") if p.exists()]
+    if existing:
+        raise ConfigError(
+            f"{existing[0]} exists; choose another --name or --out (a key is never overwritten)"
+        )
+    if Path(out_dir).exists() and not Path(out_dir).is_dir():
+        raise ConfigError(f"--out {out_dir} exists and is not a directory")
     host = host or socket.gethostname()
     key = generate_private_key()
     cert = generate_self_signed_app_certificate(

@@ -49,8 +49,9 @@ class SimConfig:
     def check(self) -> None:
         if self.mode not in ("lockstep", "realtime"):
             raise ConfigError(f"--mode {self.mode!r}: choose lockstep or realtime")
-        if not self.endpoint.startswith("opc.tcp://"):
-            raise ConfigError(f"endpoint {self.endpoint!r} must look like opc.tcp://host:4840")
+        from plc_bridge.client import check_endpoint
+
+        check_endpoint(self.endpoint)
         if not 1 <= self.period_ms <= 60_000:  # 0 would spin at 100% CPU; also refuses NaN and inf
             raise ConfigError(f"--period-ms {self.period_ms:g}: choose a period from 1 to 60000 ms")
         if self.episodes is not None and self.episodes < 1:

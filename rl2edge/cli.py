@@ -129,6 +129,8 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     from train.core.evaluation import evaluate
 
     check_env_id(args.env)
+    if args.episodes < 1:
+        raise ConfigError(f"--episodes {args.episodes}: evaluate at least 1 episode")
     policy = Policy.load(
         args.artifact, backend=args.backend, explore=args.explore, noise_seed=args.noise_seed
     )
@@ -189,6 +191,19 @@ def _security(args: argparse.Namespace, role: str):
     return sec
 
 
+def _check_output_file(path: str | None, option: str) -> None:
+    """Refuse at start, not at the end of a run whose result would then be lost, a path that cannot be written."""
+    if not path:
+        return
+    p = Path(path)
+    if p.is_dir():
+        raise ConfigError(f"{option} {p} is a directory; name a file, e.g. {p / 'summary.json'}")
+    if not p.parent.is_dir():
+        raise ConfigError(f"{option} {p}: folder {p.parent} does not exist")
+    if not os.access(p.parent, os.W_OK):
+        raise ConfigError(f"{option} {p}: folder {p.parent} is not writable by this user")
+
+
 def _run_until_signal(coro_factory: Callable[[Any], Any]) -> Any:
     """Run an async service; SIGINT and SIGTERM set its stop event (a clean exit, code 0)."""
     import asyncio
@@ -211,6 +226,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     from rl2edge.fileio import write_json_atomic
     from runtime.policy import Policy
 
+    _check_output_file(args.summary, "--summary")
     policy = Policy.load(
         args.artifact,
         backend=args.backend,
@@ -290,6 +306,7 @@ def _ms(value: float | None) -> str:
 def _cmd_plc_sim(args: argparse.Namespace) -> int:
     from plc_bridge.sim import PlcSim, SimConfig
 
+    _check_output_file(args.record, "--record")
     cfg = SimConfig(
         env_id=args.env,
         seed=args.seed,

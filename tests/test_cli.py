@@ -7,6 +7,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -151,3 +152,31 @@ def test_bench_latency_of_an_artifact_runs_from_the_installed_package(cartpole_a
     assert "predict adds" in proc.stdout
     assert_clean_failure(rl2edge("bench", "latency"), "needs an ARTIFACT or --suite")
     assert rl2edge("evaluate", "x", "--bogus").returncode == 2  # unknown options outside bench are errors
+
+
+def test_bad_values_are_one_line_errors_before_anything_runs(cartpole_all, tmp_path: Path) -> None:
+    """Each case used to end in a traceback, a busy loop, NaN, or a result lost at the end of a run."""
+    art = cartpole_all[1] / "fp32"
+    ok_map = (Path(__file__).parents[1] / "docs" / "examples" / "plant.yaml").read_text()
+    bad_map = tmp_path / "bad.yaml"
+    serve = ["serve", art, "--endpoint", "opc.tcp://127.0.0.1:4840"]
+    cases: list[tuple[list[Any], str]] = [
+        (["serve", art, "--endpoint", "opc.tcp://[::1"], "is not a valid URL"),
+        (["serve", art, "--endpoint", "opc.tcp://:4840"], "has no host"),
+        ([*serve, "--summary", tmp_path], "is a directory"),
+        ([*serve, "--summary", tmp_path / "no" / "s.json"], "does not exist"),
+        ([*serve, "--timeout-ms", "0"], "choose a timeout above 0"),
+        ([*serve, "--map", bad_map], "obs_range_tolerance must be a number"),
+        (["plc-sim", "--env", "CartPole-v1", "--period-ms", "0"], "choose a period from 1 to 60000 ms"),
+        (["evaluate", art, "--env", "CartPole-v1", "--episodes", "0"], "at least 1 episode"),
+        (["certs", "--out", tmp_path, "--name", ""], "a plain name"),
+        (["certs", "--out", tmp_path, "--name", "../../x"], "a plain name"),
+        (["certs", "--out", tmp_path, "--name", "plc", "--days", "-5"], "at least 1 day"),
+    ]
+    for args, fragment in cases:
+        bad_map.write_text(ok_map.replace("obs_range_tolerance: 0.05", "obs_range_tolerance: abc"))
+        assert_clean_failure(rl2edge(*args), fragment)
+    bad_map.write_text(ok_map.replace("stale_cycles: 5", "stale_cycles: true"))
+    assert_clean_failure(rl2edge(*serve, "--map", bad_map), "stale_cycles must be a positive integer")
+    assert rl2edge("certs", "--out", tmp_path, "--name", "plc", "--host", "localhost").returncode == 0
+    assert_clean_failure(rl2edge("certs", "--out", tmp_path, "--name", "plc"), "a key is never overwritten")

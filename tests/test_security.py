@@ -98,7 +98,9 @@ def test_a_password_never_crosses_unencrypted_unless_asked_for_by_name(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     for role in ("client", "server"):
-        with pytest.raises(ConfigError, match=r"sends the password in clear text.*--allow-plaintext-password"):
+        with pytest.raises(
+            ConfigError, match=r"sends the password in clear text.*--allow-plaintext-password"
+        ):
             SecurityConfig(username="operator", password=PASSWORD).check(role)
     with caplog.at_level("WARNING", logger="plc_bridge.security"):
         SecurityConfig(username="operator", password=PASSWORD, allow_plaintext_password=True).check("client")

@@ -183,7 +183,7 @@ class Policy:
 def _model_layout(manifest: Manifest, backend: TFLiteBackend | OnnxBackend) -> str | None:
     if isinstance(backend, OnnxBackend):
         return (manifest.data.get("onnx") or {}).get("input_layout")
-    return manifest.model.get("input", {}).get("layout")
+    return (manifest.model.get("input") or {}).get("layout")
 
 
 def _transpose_axes(obs_layout: str, model_layout: str | None) -> tuple[int, ...] | None:

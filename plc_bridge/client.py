@@ -116,6 +116,7 @@ class BoundNode:
 class Reading:
     observation: list[Any] | None
     sequence: Any
+    """None when the PLC marked the sequence number itself Bad or Uncertain."""
     problem: str = ""
     """Non-empty when a node's value is not Good (Bad or Uncertain quality): the cycle is INVALID."""
 
@@ -387,7 +388,8 @@ class PlcClient:
             else values[:-1]
         )
         problem = f"bad quality: {'; '.join(bad)}" if bad else ""
-        return Reading(obs, values[-1], problem)
+        sequence = values[-1] if results[-1].StatusCode.is_good() else None  # never answer a doubtful one
+        return Reading(obs, sequence, problem)
 
     def _next_heartbeat(self) -> int:
         assert self.heartbeat_node is not None

@@ -244,7 +244,9 @@ class ControlLoop:
             )
         seq = reading.sequence
         try:
-            if isinstance(seq, int) and not isinstance(seq, bool) and not reading.problem:
+            if isinstance(seq, int) and not isinstance(
+                seq, bool
+            ):  # answered, with the safe action on a fault
                 result = await plc.answer(action, int(status), seq)
             else:  # no valid sequence number to answer
                 result = await plc.write_safe(action, int(status))

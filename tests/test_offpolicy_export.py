@@ -80,7 +80,7 @@ def test_each_algorithm_exports_int8_with_its_head(
     if algo == "dqn":
         # A 300-step Q-net: half its observations are within a few int8 steps of a tie, where each CPU's
         # int8 kernels (VNNI or not) may pick either action. Judge the decisive half, by the source's
-        # top-two margin: 0.97 and 0.99 here (AVX2); a file that lost its head would be at chance, 0.5.
+        # top-two margin: 0.97 and 0.99 measured (AMD EPYC, AVX-512); a file that lost its head would be at chance, 0.5.
         from export.source import source_from_checkpoint
         from runtime.policy import Policy
         from train.core.evaluation import random_observations

@@ -12,21 +12,19 @@ from pathlib import Path
 from typing import Any
 
 from rl2edge.fileio import write_bytes_atomic, write_json_atomic
+from runtime.bench import machine as runtime_machine
+from runtime.bench import markdown_table
+
+__all__ = ["RESULTS", "machine", "markdown_table", "pyplot", "save_figure", "write_results"]
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
 def machine() -> dict[str, Any]:
-    cpu = platform.processor()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+    """runtime.bench's description of the machine (what the device reports too), plus the training stack's
+    versions and the commit."""
     versions = {}
-    for name in ("rl2edge", "numpy", "asyncua", "ai-edge-litert", "onnxruntime", "torch", "tensorflow"):
+    for name in ("onnxruntime", "torch", "tensorflow"):
         try:
             versions[name] = metadata.version(name)
         except metadata.PackageNotFoundError:
@@ -41,21 +39,8 @@ def machine() -> dict[str, Any]:
         ).stdout.strip()
     except OSError:
         commit = ""
-    return {
-        "cpu": cpu,
-        "cores": os.cpu_count(),
-        "machine": platform.machine(),
-        "python": platform.python_version(),
-        "os": platform.platform(),
-        "versions": versions,
-        "commit": commit,
-    }
-
-
-def markdown_table(headers: list[str], rows: list[list[Any]]) -> str:
-    out = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
-    out += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
-    return "\n".join(out)
+    base = runtime_machine()
+    return {**base, "os": platform.platform(), "versions": {**base["versions"], **versions}, "commit": commit}
 
 
 def write_results(

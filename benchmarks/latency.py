@@ -25,8 +25,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.common import RESULTS, markdown_table, pyplot, save_figure, write_results
-from runtime.bench import artifact_forms, bench_artifact, measure
+from benchmarks.common import RESULTS, pyplot, save_figure, write_results
+from runtime.bench import artifact_forms, bench_artifact, latency_table, measure
 
 MODES = ("fp32", "fp16", "dynamic", "int8")
 
@@ -88,22 +88,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 rows += _suite_rows(kind, Path(tmp), calls, thread_counts)
     else:
         rows = bench_artifact(Path(args.artifact), args.calls or 3000, thread_counts)
-    table_rows = [
-        [
-            r["policy"],
-            r["form"],
-            r["threads"],
-            f"{r['p50']:.1f}",
-            f"{r['p99']:.1f}",
-            f"{r['p99.9']:.1f}",
-            f"{r['max']:.1f}",
-        ]
-        for r in rows
-    ]
     derived = _derived(rows)
     md = (
         "Latency per call in microseconds (single observation, after warm-up).\n\n"
-        + markdown_table(["policy", "form", "threads", "p50 us", "p99 us", "p99.9 us", "max us"], table_rows)
+        + latency_table(rows)
         + ("\n\n" + "\n".join(f"- {line}" for line in derived["lines"]) if derived["lines"] else "")
     )
     data = {"rows": rows, "derived": derived}

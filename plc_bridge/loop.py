@@ -40,6 +40,8 @@ from runtime.policy import Policy
 
 _logger = logging.getLogger(__name__)
 
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
+
 PERIOD_RANGE_MS = (1.0, 60_000.0)
 """A control period shorter than 1 ms is a busy loop on these machines; one longer than a minute is not
 a control loop. Stop requests wake the loop at once whatever the period."""
@@ -118,6 +120,10 @@ class ObservationGuard:
             return None, f"observation has {obs.size} values, the policy takes {self.dim}"
         if not np.all(np.isfinite(obs)):
             return None, "observation contains NaN or Inf"
+        huge = np.abs(obs) > _FLOAT32_MAX  # finite here, Inf in the model's float32: bad data, not the model's fault
+        if huge.any():
+            i = int(np.flatnonzero(huge)[0])
+            return None, f"observation[{i}] = {obs[i]:g} is beyond float32's range (the model's input type)"
         out = (obs < self.lo) | (obs > self.hi)
         if out.any():
             i = int(np.flatnonzero(out)[0])
@@ -177,6 +183,8 @@ class ControlLoop:
         self._ran = False
         """A cycle has completed: configuration errors are from now on retried, not fatal."""
         self.publishing_interval_ms: float | None = None
+        self._phase, self._missed = "read", False
+        """Where the current cycle waits, and whether its deadline already passed (counted then)."""
         _logger.info(
             "safe action %s%s",
             self.safe_action,
@@ -228,6 +236,27 @@ class ControlLoop:
     async def _cycle(self, plc: PlcClient, scheduled: float) -> None:
         loop = asyncio.get_running_loop()
         self.lateness.add(max(0.0, (loop.time() - scheduled) * 1e3))
+        # A PLC that stops answering (TCP open, no replies) holds the read or the write until the request
+        # timeout, far past the deadline: the miss is counted and logged when the deadline passes, and the
+        # safe action goes out with the first write that gets through (this cycle's, late, or STARTUP's
+        # after a reconnect).
+        self._phase, self._missed = "read", False
+        watchdog = loop.call_at(scheduled + self.cfg.deadline_ms / 1e3, self._deadline_passed)
+        try:
+            await self._cycle_io(plc, scheduled, loop)
+        finally:
+            watchdog.cancel()
+
+    def _deadline_passed(self) -> None:
+        self._missed = True
+        self.counters.cycles += 1
+        self.counters.deadline_misses += 1
+        self._count(
+            CycleStatus.DEADLINE_MISS,
+            f"the cycle was still waiting for its {self._phase} {self.cfg.deadline_ms:g} ms after its start",
+        )
+
+    async def _cycle_io(self, plc: PlcClient, scheduled: float, loop: asyncio.AbstractEventLoop) -> None:
         reading: Reading = await plc.read()
         if reading.problem:
             self.guard.is_stale(reading.sequence)
@@ -243,10 +272,9 @@ class ControlLoop:
                 f"inference done {late_ms:.1f} ms after the cycle start",
             )
         seq = reading.sequence
+        self._phase = "write"
         try:
-            if isinstance(seq, int) and not isinstance(
-                seq, bool
-            ):  # answered, with the safe action on a fault
+            if isinstance(seq, int) and not isinstance(seq, bool):  # answered, with the safe action on a fault
                 result = await plc.answer(action, int(status), seq)
             else:  # no valid sequence number to answer
                 result = await plc.write_safe(action, int(status))
@@ -260,10 +288,12 @@ class ControlLoop:
                 detail += f"; the safe action was refused too ({', '.join(retry.refused)})"
         latency_ms = (loop.time() - scheduled) * 1e3
         self.latency.add(latency_ms)
-        self.counters.cycles += 1
         self._ran = True
         self._backoff_s = self.cfg.backoff_initial_s
-        if latency_ms > self.cfg.deadline_ms:
+        if self._missed:  # counted and logged when the deadline passed
+            return
+        self.counters.cycles += 1
+        if latency_ms > self.cfg.deadline_ms:  # past the deadline before the watchdog's turn came
             self.counters.deadline_misses += 1
             if status != CycleStatus.DEADLINE_MISS:
                 detail = f"cycle took {latency_ms:.1f} ms"

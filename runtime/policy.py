@@ -177,6 +177,8 @@ class Policy:
         if self.discrete:
             return int(np.clip(int(np.asarray(y).reshape(-1)[0]), self._lo, self._hi))
         a = np.asarray(y, np.float32).reshape(self.action_low.shape)
+        if not np.isfinite(a).all():  # clipping would pass NaN through to the actuator
+            raise BackendError(f"the model returned a non-finite action {a.tolist()}")
         return np.clip(a, self.action_low, self.action_high)
 
 

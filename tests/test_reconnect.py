@@ -15,12 +15,22 @@ from tests.plc_helpers import free_port
 
 
 class CablePuller:
-    """Forwards TCP from a local port to the PLC; `pull()` cuts every live connection at once."""
+    """Forwards TCP from a local port to the PLC; `pull()` cuts every live connection at once; `hang()`
+    holds every byte (connections stay open, nothing is answered) until `resume()`: a PLC whose CPU
+    stopped or whose network froze."""
 
     def __init__(self, listen: int, target: int):
         self.listen, self.target = listen, target
         self._writers: list[asyncio.StreamWriter] = []
         self._server: asyncio.base_events.Server | None = None
+        self._flowing = asyncio.Event()
+        self._flowing.set()
+
+    def hang(self) -> None:
+        self._flowing.clear()
+
+    def resume(self) -> None:
+        self._flowing.set()
 
     async def start(self) -> None:
         self._server = await asyncio.start_server(self._handle, "127.0.0.1", self.listen)
@@ -32,6 +42,7 @@ class CablePuller:
         async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
             with contextlib.suppress(Exception):
                 while data := await src.read(65536):
+                    await self._flowing.wait()
                     dst.write(data)
                     await dst.drain()
             dst.close()
@@ -93,3 +104,56 @@ def test_pulled_cable_reconnects_without_leaking_sessions(cartpole_all) -> None:
     summary, sessions = asyncio.run(_scenario(root / "fp32"))
     assert summary["connection_losses"] == 3 and summary["reconnects"] == 3
     assert sessions == [1, 1, 1, 1]
+
+
+async def _hang_scenario(artifact: Path) -> tuple[dict, list[tuple[int, int, int]], int]:
+    """A PLC that stops answering with its TCP connection open, twice: 0.3 s (the late answer arrives
+    within the 1 s request timeout) and 1.6 s (the session is given up and reopened)."""
+    plc_port, proxy_port = free_port(), free_port()
+    sim = PlcSim(
+        SimConfig("CartPole-v1", endpoint=f"opc.tcp://127.0.0.1:{plc_port}", mode="realtime", period_ms=20)
+    )
+    stop_sim, stop_loop = asyncio.Event(), asyncio.Event()
+    sim_task = asyncio.create_task(sim.run(stop_sim))
+    await _until(lambda: sim.server is not None)
+    proxy = CablePuller(proxy_port, plc_port)
+    await proxy.start()
+    bridge = BridgeConfig(f"opc.tcp://127.0.0.1:{proxy_port}", request_timeout_s=1.0)
+    cfg = LoopConfig(period_ms=10, deadline_ms=50, backoff_initial_s=0.05)
+    loop = ControlLoop(Policy.load(artifact), bridge, cfg)
+    loop_task = asyncio.create_task(loop.run(stop_loop))
+    seen = []  # (misses while hung, connection losses while hung, ok cycles after)
+    for hang_s in (0.3, 1.6):
+        await asyncio.wait_for(_until(lambda n=loop.counters.ok + 20: loop.counters.ok >= n), 30)
+        misses = loop.counters.deadline_misses
+        proxy.hang()
+        await asyncio.sleep(0.2)  # past the 50 ms deadline, well before the 1 s request timeout
+        hung = (loop.counters.deadline_misses - misses, loop.counters.connection_losses)
+        await asyncio.sleep(hang_s - 0.2)
+        proxy.resume()
+        ok = loop.counters.ok
+        await asyncio.wait_for(_until(lambda ok=ok: loop.counters.ok >= ok + 20), 30)
+        seen.append((*hung, loop.counters.deadline_misses - misses))
+    stop_loop.set()
+    summary = await loop_task
+    await proxy.stop()
+    stop_sim.set()
+    await sim_task
+    return summary, seen, loop.counters.cycles
+
+
+def test_a_hung_plc_is_a_deadline_miss_when_the_deadline_passes(cartpole_all, caplog) -> None:
+    """Before: nothing was counted until the 1 s request timeout, and then only as a lost connection."""
+    _, root = cartpole_all
+    with caplog.at_level("WARNING", logger="plc_bridge.loop"):
+        summary, seen, cycles = asyncio.run(_hang_scenario(root / "fp32"))
+    (short_while, short_losses, short_total), (long_while, long_losses, long_total) = seen
+    assert short_while == 1 and short_losses == 0 and short_total == 1  # counted once, at the deadline
+    assert long_while == 1 and long_losses == 0  # counted before the session was given up
+    assert long_total >= 1 and summary["connection_losses"] == 1 and summary["reconnects"] == 1
+    assert "DEADLINE_MISS: the cycle was still waiting for its read 50 ms after its start" in caplog.text
+    # every counted cycle has exactly one status
+    c = summary
+    assert c["cycles"] == c["ok"] + c["invalid"] + c["stale"] + c["inference_errors"] + c["write_rejected"] + c[
+        "deadline_misses"
+    ]

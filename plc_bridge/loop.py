@@ -120,7 +120,9 @@ class ObservationGuard:
             return None, f"observation has {obs.size} values, the policy takes {self.dim}"
         if not np.all(np.isfinite(obs)):
             return None, "observation contains NaN or Inf"
-        huge = np.abs(obs) > _FLOAT32_MAX  # finite here, Inf in the model's float32: bad data, not the model's fault
+        huge = (
+            np.abs(obs) > _FLOAT32_MAX
+        )  # finite here, Inf in the model's float32: bad data, not the model's fault
         if huge.any():
             i = int(np.flatnonzero(huge)[0])
             return None, f"observation[{i}] = {obs[i]:g} is beyond float32's range (the model's input type)"
@@ -174,6 +176,7 @@ class ControlLoop:
         self.safe_action = resolve_safe_action(policy, bridge.node_map.safe_action)
         self.counters = Counters()
         self.latency = LatencyHistogram()
+        self.window = LatencyHistogram()  # since the last stats line: a soak sees drift, not a run-long blur
         self.lateness = LatencyHistogram()  # scheduled start -> actual start: the timer's share of latency
         self._client_factory = client_factory
         self.io = plant_io_of(policy)
@@ -183,6 +186,7 @@ class ControlLoop:
         self._ran = False
         """A cycle has completed: configuration errors are from now on retried, not fatal."""
         self.publishing_interval_ms: float | None = None
+        self._last_stats: float | None = None
         self._phase, self._missed = "read", False
         """Where the current cycle waits, and whether its deadline already passed (counted then)."""
         _logger.info(
@@ -274,7 +278,9 @@ class ControlLoop:
         seq = reading.sequence
         self._phase = "write"
         try:
-            if isinstance(seq, int) and not isinstance(seq, bool):  # answered, with the safe action on a fault
+            if isinstance(seq, int) and not isinstance(
+                seq, bool
+            ):  # answered, with the safe action on a fault
                 result = await plc.answer(action, int(status), seq)
             else:  # no valid sequence number to answer
                 result = await plc.write_safe(action, int(status))
@@ -288,6 +294,7 @@ class ControlLoop:
                 detail += f"; the safe action was refused too ({', '.join(retry.refused)})"
         latency_ms = (loop.time() - scheduled) * 1e3
         self.latency.add(latency_ms)
+        self.window.add(latency_ms)
         self._ran = True
         self._backoff_s = self.cfg.backoff_initial_s
         if self._missed:  # counted and logged when the deadline passed
@@ -330,7 +337,7 @@ class ControlLoop:
 
     async def _run_cyclic(self, plc: PlcClient, stop: asyncio.Event, period: float) -> None:
         loop = asyncio.get_running_loop()
-        next_slot = last_stats = loop.time()
+        next_slot = loop.time()
         stopping = asyncio.ensure_future(stop.wait())  # one waiter for the whole run, not one per cycle
         try:
             while not stop.is_set() and not self._done():
@@ -346,7 +353,7 @@ class ControlLoop:
                     skipped = int(behind // period)
                     self.counters.skipped_slots += skipped
                     next_slot += skipped * period
-                last_stats = self._maybe_log_stats(last_stats)
+                self._maybe_log_stats()
         finally:
             stopping.cancel()
 
@@ -356,7 +363,6 @@ class ControlLoop:
         loop = asyncio.get_running_loop()
         changes = await plc.subscribe_sequence(self.cfg.period_ms)
         self.publishing_interval_ms = plc.revised_publishing_ms
-        last_stats = loop.time()
         stopping = asyncio.ensure_future(stop.wait())
         try:
             while not stop.is_set() and not self._done():
@@ -366,16 +372,19 @@ class ControlLoop:
                 if stop.is_set():
                     break
                 await self._cycle(plc, loop.time())  # latency from the notification's arrival
-                last_stats = self._maybe_log_stats(last_stats)
+                self._maybe_log_stats()
         finally:
             stopping.cancel()
 
-    def _maybe_log_stats(self, last: float) -> float:
+    def _maybe_log_stats(self) -> None:
+        """A stats line every stats interval of the run, reconnects or not (the interval's clock is not
+        restarted by a new session, so per-interval figures stay per interval)."""
         now = asyncio.get_running_loop().time()
-        if now - last < self.cfg.stats_interval_s:
-            return last
-        self._log_stats()
-        return now
+        if self._last_stats is None:
+            self._last_stats = now
+        elif now - self._last_stats >= self.cfg.stats_interval_s:
+            self._log_stats()
+            self._last_stats = now
 
     def _done(self) -> bool:
         return self.cfg.max_cycles is not None and self.counters.cycles >= self.cfg.max_cycles
@@ -437,14 +446,19 @@ class ControlLoop:
             _logger.warning("%s: the PLC refused %s", status.name, ", ".join(result.refused))
 
     def _log_stats(self) -> None:
-        c, s = self.counters, self.latency.summary()
+        c, s, w = self.counters, self.latency.summary(), self.window.summary()
         _logger.info(
-            "cycles %d | latency p50 %.2f ms p99 %.2f ms max %.2f ms | deadline misses %d invalid %d stale %d "
-            "inference errors %d write rejected %d | reconnects %d",
+            "cycles %d | latency p50 %.2f ms p99 %.2f ms max %.2f ms | since last %d cycles p50 %.2f ms p99 %.2f ms "
+            "max %.2f ms | deadline misses %d invalid %d stale %d inference errors %d write rejected %d | "
+            "reconnects %d",
             c.cycles,
             s["p50"],
             s["p99"],
             s["max"],
+            self.window.count,
+            w["p50"],
+            w["p99"],
+            w["max"],
             c.deadline_misses,
             c.invalid,
             c.stale,
@@ -452,6 +466,7 @@ class ControlLoop:
             c.write_rejected,
             c.reconnects,
         )
+        self.window = LatencyHistogram()
 
     def summary(self, started: float) -> dict[str, Any]:
         s, late = self.latency.summary(), self.lateness.summary()

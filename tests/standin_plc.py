@@ -255,6 +255,13 @@ class StandinPlc:
             shutil.rmtree(self.workdir, ignore_errors=True)
         self._done.set()
 
+    def kill(self) -> None:
+        """SIGKILL the server (a power cut: no goodbye to its clients), then clean up as close() does."""
+        if self._proc is not None and self._proc.poll() is None:
+            self._proc.kill()
+            self._proc.wait(10)
+        self.close()
+
     @property
     def returncode(self) -> int | None:
         return None if self._proc is None else self._proc.poll()

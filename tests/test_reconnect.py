@@ -146,7 +146,7 @@ def test_a_hung_plc_is_a_deadline_miss_when_the_deadline_passes(cartpole_all, ca
     """Before: nothing was counted until the 1 s request timeout, and then only as a lost connection."""
     _, root = cartpole_all
     with caplog.at_level("WARNING", logger="plc_bridge.loop"):
-        summary, seen, cycles = asyncio.run(_hang_scenario(root / "fp32"))
+        summary, seen, _ = asyncio.run(_hang_scenario(root / "fp32"))
     (short_while, short_losses, short_total), (long_while, long_losses, long_total) = seen
     assert short_while == 1 and short_losses == 0 and short_total == 1  # counted once, at the deadline
     assert long_while == 1 and long_losses == 0  # counted before the session was given up
@@ -154,6 +154,12 @@ def test_a_hung_plc_is_a_deadline_miss_when_the_deadline_passes(cartpole_all, ca
     assert "DEADLINE_MISS: the cycle was still waiting for its read 50 ms after its start" in caplog.text
     # every counted cycle has exactly one status
     c = summary
-    assert c["cycles"] == c["ok"] + c["invalid"] + c["stale"] + c["inference_errors"] + c["write_rejected"] + c[
-        "deadline_misses"
-    ]
+    assert (
+        c["cycles"]
+        == c["ok"]
+        + c["invalid"]
+        + c["stale"]
+        + c["inference_errors"]
+        + c["write_rejected"]
+        + c["deadline_misses"]
+    )

@@ -12,6 +12,7 @@ import numpy as np
 from rl2edge.errors import BackendError, ManifestError, ObservationError
 from runtime.interpreters import OnnxBackend, TFLiteBackend, open_backend
 from runtime.manifest import Manifest, load_manifest
+from runtime.model_check import check_tflite_structure, probe_in_child
 
 _logger = logging.getLogger(__name__)
 
@@ -106,13 +107,23 @@ class Policy:
         model: str | None = None,
         explore: bool = True,
         noise_seed: int | None = None,
+        probe: bool = True,
     ) -> Policy:
-        """Load an artifact (hashes checked). `model` picks a file other than the manifest's (e.g. policy.onnx)."""
+        """Load an artifact (hashes checked). `model` picks a file other than the manifest's (e.g. policy.onnx).
+
+        `probe`: check the model file's structure and load and run it once in a child process first (see
+        runtime.model_check), so that a corrupt model is refused with one line instead of crashing this
+        process. Once per model file and process."""
         manifest = load_manifest(artifact_dir)
         name = model or ("policy.onnx" if backend == "onnxruntime" else manifest.model["file"])
         if name not in manifest.data["files"]:
             raise ManifestError(f"{name} is not part of artifact {artifact_dir}")
-        return cls(manifest, open_backend(manifest.file(name), backend, num_threads), explore, noise_seed)
+        path = manifest.file(name)
+        if path.suffix == ".tflite":
+            check_tflite_structure(path)
+        if probe:
+            probe_in_child(path, backend, num_threads, manifest.data["files"][name])
+        return cls(manifest, open_backend(path, backend, num_threads), explore, noise_seed)
 
     @property
     def backend(self) -> TFLiteBackend | OnnxBackend:

@@ -62,7 +62,9 @@ class _Flatbuffer:
         self._need(vtable, 4, f"{what}'s vtable")
         vsize, tsize = struct.unpack_from("<HH", self.data, vtable)
         if vsize < 4 or vsize % 2:
-            raise ManifestError(f"{self.name} is corrupt: {what} has a malformed vtable; re-export the artifact")
+            raise ManifestError(
+                f"{self.name} is corrupt: {what} has a malformed vtable; re-export the artifact"
+            )
         self._need(vtable, vsize, f"{what}'s vtable")
         self._need(pos, tsize, what)
         fields = list(struct.unpack_from(f"<{(vsize - 4) // 2}H", self.data, vtable + 4))
@@ -93,7 +95,8 @@ class _Flatbuffer:
     def tables(self, table: tuple[int, list[int]], index: int, what: str) -> list[tuple[int, list[int]]]:
         start, n = self.vector(table, index, 4, what)
         return [
-            self.table(start + 4 * i + self._u32(start + 4 * i, f"{what}[{i}]"), f"{what}[{i}]") for i in range(n)
+            self.table(start + 4 * i + self._u32(start + 4 * i, f"{what}[{i}]"), f"{what}[{i}]")
+            for i in range(n)
         ]
 
     def u64(self, table: tuple[int, list[int]], index: int) -> int:

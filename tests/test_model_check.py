@@ -16,8 +16,7 @@ from pathlib import Path
 import pytest
 
 from rl2edge.errors import ManifestError, Rl2EdgeError
-from runtime import Policy
-from runtime import model_check
+from runtime import Policy, model_check
 from runtime.model_check import check_tflite_structure, probe_in_child
 from tests.test_cli import assert_clean_failure, rl2edge
 
@@ -39,7 +38,7 @@ def test_truncated_models_are_refused_by_the_structure_walk(cartpole_all, tmp_pa
     f = tmp_path / "cut.tflite"
     for n in range(0, len(model), max(1, len(model) // 97)):  # every cut, from the header to the last buffer
         f.write_bytes(model[:n])
-        with pytest.raises(ManifestError, match="corrupt or truncated|not a TFLite model|holds no subgraph"):
+        with pytest.raises(ManifestError, match=r"corrupt or truncated|not a TFLite model|holds no subgraph"):
             check_tflite_structure(f)
 
 

@@ -38,6 +38,7 @@ from export.tolerances import DEFAULT, Tolerances
 from export.verify import compare_actions, latency_interleaved_us, latency_us, require_fp32_parity
 from rl2edge.errors import ConfigError, ExportError
 from rl2edge.fileio import atomic_directory, check_output_dir, write_bytes_atomic, write_json_atomic
+from rl2edge.interrupts import check_interrupted
 from runtime.interpreters import OnnxBackend
 from runtime.manifest import write_manifest
 from runtime.policy import Policy
@@ -129,10 +130,17 @@ def export_source(source: ExportSource, out: Path, opts: ExportOptions) -> Expor
                 report.wall_time_s = time.perf_counter() - start
                 write_json_atomic(staging / "report.json", report.to_json())
                 write_bytes_atomic(staging / "report.md", (report.table() + "\n").encode())
+            check_interrupted()  # a stop request swallowed by the converters: nothing is committed
     finally:
         bar.close()
     report.wall_time_s = time.perf_counter() - start
     return report
+
+
+def _stage(bar: tqdm, text: str) -> None:
+    """A new stage: stop here if a stop request arrived and was swallowed in the last one."""
+    check_interrupted()
+    bar.set_description(text)
 
 
 def _shipped_dir(mode: str, opts: ExportOptions, work: Path, staging: Path) -> Path:
@@ -154,7 +162,7 @@ def _export(
 ) -> ExportReport:
     tol, env_id = opts.tolerances, source.env_id
 
-    bar.set_description("export: rollouts of the trained policy")
+    _stage(bar, "export: rollouts of the trained policy")
     data = collect_rollout_data(
         source.act,
         env_id,
@@ -170,7 +178,7 @@ def _export(
     )
     bar.update()
 
-    bar.set_description("export: ONNX")
+    _stage(bar, "export: ONNX")
     onnx_path: Path | None = work / "policy.onnx"
     onnx_parity: dict[str, Any] | None = None
     if source.write_onnx(onnx_path):
@@ -183,7 +191,7 @@ def _export(
         onnx_path = None
     bar.update()
 
-    bar.set_description("export: SavedModel")
+    _stage(bar, "export: SavedModel")
     saved_model = source.write_saved_model(work, onnx_path)
     bar.update()
 
@@ -219,7 +227,7 @@ def _export(
     manifests: dict[str, dict[str, Any]] = {}
     fp32_row: FileRow | None = None
     for mode in built:
-        bar.set_description(f"export: TFLite {mode}")
+        _stage(bar, f"export: TFLite {mode}")
         art = _shipped_dir(mode, opts, work, staging)
         art.mkdir(parents=True, exist_ok=True)
         flat = source.observation_space.get("layout", "flat") == "flat"

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from rl2edge.errors import ConfigError, Rl2EdgeError
+from rl2edge.interrupts import Interrupted, check_interrupted, interruptible
 
 _logger = logging.getLogger("rl2edge")
 
@@ -29,7 +30,7 @@ def _table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
 
 # ----------------------------------------------------------------------------------------------- train
 def _cmd_train(args: argparse.Namespace) -> int:
-    from rl2edge.fileio import check_output_dir
+    from rl2edge.fileio import atomic_directory, check_output_dir
     from train.core.config import build_config
     from train.core.envs import check_env_id
 
@@ -41,7 +42,6 @@ def _cmd_train(args: argparse.Namespace) -> int:
         or f"runs/{args.env.replace('/', '_').replace(':', '_')}_{args.algo}_{args.framework}_s{args.seed}"
     )
     check_output_dir(run_dir, force=args.force, what="train")
-    run_dir.mkdir(parents=True, exist_ok=True)
     if args.algo == "ppo" and args.framework == "torch":
         from train.torch_backend.ppo import train_ppo as train
     elif args.algo == "ppo":
@@ -61,14 +61,21 @@ def _cmd_train(args: argparse.Namespace) -> int:
         args.seed,
         run_dir,
     )
-    result = train(
-        args.env,
-        cfg,
-        args.seed,
-        run_dir,
-        device=args.device,
-        progress=None if not args.no_progress else False,
-    )
+    # The run is written beside --out and renamed onto it when complete: an interrupted or failed run
+    # leaves --out as it was (with --force, the previous run stays until the new one is done).
+    with atomic_directory(run_dir) as staging:
+        _logger.info(
+            "writing the run to %s until it is complete (TensorBoard: --logdir %s)", staging, staging / "tb"
+        )
+        result = train(
+            args.env,
+            cfg,
+            args.seed,
+            staging,
+            device=args.device,
+            progress=None if not args.no_progress else False,
+        )
+        check_interrupted()
     print(
         _table(
             ["run", "steps", "wall s", "steps/s", "eval return"],
@@ -676,10 +683,19 @@ def main(argv: Sequence[str] | None = None) -> int:
             handler.addFilter(_one_line_asyncua)
     func: Callable[[argparse.Namespace], int] = args.func
     try:
+        if args.command in ("train", "export"):  # they write: a stop request must clean up, not kill
+            with interruptible():
+                return func(args)
         return func(args)
     except Rl2EdgeError as exc:
         print(f"rl2edge {args.command}: error: {exc}", file=sys.stderr)
         return 2
+    except Interrupted as exc:
+        print(
+            f"rl2edge {args.command}: interrupted by {exc}; nothing was written (--out is as it was)",
+            file=sys.stderr,
+        )
+        return exc.exit_code
     except KeyboardInterrupt:
         print(f"rl2edge {args.command}: interrupted", file=sys.stderr)
         return 130

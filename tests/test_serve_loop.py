@@ -279,7 +279,9 @@ def test_guard_and_safe_action_without_network(cartpole_all) -> None:
 
     # An unbounded component (null in the node map) holding a finite value that float32 cannot: bad data
     # from the PLC (INVALID), not a model failure (INFERENCE_ERROR, which it was before)
-    unbounded = replace(default_node_map(), obs_low=(-4.8, None, -0.42, None), obs_high=(4.8, None, 0.42, None))
+    unbounded = replace(
+        default_node_map(), obs_low=(-4.8, None, -0.42, None), obs_high=(4.8, None, 0.42, None)
+    )
     loop = ControlLoop(policy, BridgeConfig("opc.tcp://127.0.0.1:1", node_map=unbounded), LoopConfig())
     status, _, detail = loop.decide([0.0, 1e300, 0.0, 0.0], 7)
     assert status == CycleStatus.INVALID_OBSERVATION and "float32" in detail

@@ -1,0 +1,66 @@
+"""SIGINT and SIGTERM for the commands that write: an exception, so that every `with` block on the way
+out removes its staging and temporary folders, and the command exits non-zero with `--out` as it was.
+
+SIGTERM's default action ends the process at once (no cleanup); SIGINT's KeyboardInterrupt can be
+swallowed when it is raised inside a finalizer or a callback of the converters (TensorFlow runs Python
+callbacks from C++, where an exception is printed and dropped). So the signal is also remembered, and
+`check_interrupted()`, called between stages and before anything is committed, raises it again.
+A second signal while cleaning up is not raised again: cleanup finishes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import signal
+from collections.abc import Iterator
+from types import FrameType
+
+_logger = logging.getLogger(__name__)
+
+_pending: int | None = None
+
+
+class Interrupted(KeyboardInterrupt):
+    """A stop request (SIGINT or SIGTERM); a KeyboardInterrupt so that `except Exception` lets it pass."""
+
+    def __init__(self, signum: int):
+        self.signum = signum
+        super().__init__(signal.Signals(signum).name)
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + self.signum  # the shell's convention: 130 for SIGINT, 143 for SIGTERM
+
+
+def _handler(signum: int, frame: FrameType | None) -> None:
+    global _pending
+    if _pending is not None:
+        _logger.warning(
+            "%s again: still cleaning up, stopping as soon as that is done", signal.Signals(signum).name
+        )
+        return
+    _pending = signum
+    raise Interrupted(signum)
+
+
+def check_interrupted() -> None:
+    """Raise the stop request again if one arrived and was swallowed on its way out."""
+    if _pending is not None:
+        raise Interrupted(_pending)
+
+
+@contextlib.contextmanager
+def interruptible() -> Iterator[None]:
+    """SIGINT and SIGTERM raise `Interrupted` in the main thread for the duration of the block."""
+    global _pending
+    _pending = None
+    previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    for s in previous:
+        signal.signal(s, _handler)
+    try:
+        yield
+        check_interrupted()  # one that was swallowed in the last stage
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)

@@ -26,7 +26,7 @@ from asyncua.common.ua_utils import data_type_to_variant_type
 from plc_bridge import typed_values as tv
 from plc_bridge.nodemap import NodeMap, default_node_map
 from plc_bridge.noderefs import NodeRef, parse_ref
-from plc_bridge.security import SecurityConfig, apply_client_security
+from plc_bridge.security import SecurityConfig, apply_client_security, pinned_certificate_mismatch
 from plc_bridge.status import CycleStatus
 from rl2edge.errors import ConfigError
 
@@ -174,8 +174,18 @@ class PlcClient:
             await asyncio.wait_for(self._client.connect(), self.cfg.connect_timeout_s)
             self._connected = True
             await asyncio.wait_for(self._bind(), self.cfg.connect_timeout_s)
-        except BaseException:
+        except BaseException as exc:
             await self.close()
+            if (
+                self.cfg.security.mode != "none"
+                and isinstance(exc, Exception)
+                and not isinstance(exc, ConfigError)
+            ):
+                why = await pinned_certificate_mismatch(
+                    self.cfg.endpoint, self.cfg.security, self.cfg.connect_timeout_s
+                )
+                if why is not None:
+                    raise ConfigError(why) from None
             raise
         return self
 

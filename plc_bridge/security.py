@@ -6,6 +6,7 @@ Passwords live in SecurityConfig.password (excluded from repr) and are never log
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import hashlib
 import hmac
@@ -30,10 +31,12 @@ from asyncua.crypto.permission_rules import User, UserRole
 from asyncua.crypto.validator import CertificateValidator, CertificateValidatorOptions
 from asyncua.server.internal_server import InternalServer
 from cryptography import x509
-from cryptography.hazmat.primitives.serialization import Encoding
+from cryptography.exceptions import UnsupportedAlgorithm
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 from cryptography.x509.oid import ExtendedKeyUsageOID
 
-from rl2edge.errors import BridgeError, ConfigError
+from rl2edge.errors import ConfigError
 from rl2edge.fileio import write_bytes_atomic
 
 _logger = logging.getLogger(__name__)
@@ -80,6 +83,7 @@ class SecurityConfig:
                     raise ConfigError(f"{name.replace('_', ' ')} file {path} does not exist")
                 if name == "private_key":
                     check_secret_file(path, "private key")
+            _check_key_pair(Path(self.certificate), Path(self.private_key))  # type: ignore[arg-type]
             if not self.trusted:
                 peer = (
                     "the server's certificate (--server-cert)"
@@ -92,6 +96,7 @@ class SecurityConfig:
             for p in self.trusted:
                 if not Path(p).is_file():
                     raise ConfigError(f"trusted certificate {p} does not exist")
+                load_cert(Path(p))
         if (self.username is None) != (self.password is None):
             raise ConfigError(
                 f"a username needs a password (--password-file or ${PASSWORD_ENV}) and vice versa"
@@ -160,8 +165,34 @@ def read_password(password_file: str | None) -> str | None:
     return os.environ.get(PASSWORD_ENV)
 
 
+def _check_key_pair(cert_path: Path, key_path: Path) -> None:
+    """The certificate and key parse and belong together: found here with one line, not as a handshake
+    that fails at every reconnect."""
+    cert = load_cert(cert_path)
+    try:
+        key = serialization.load_pem_private_key(key_path.read_bytes(), password=None)
+    except OSError as exc:
+        raise ConfigError(f"cannot read private key {key_path}: {exc.strerror}") from None
+    except TypeError:  # encrypted
+        raise ConfigError(
+            f"private key {key_path} is encrypted; rl2edge reads unencrypted keys protected by file mode 0600 "
+            "(openssl pkey -in KEY -out KEY.pem)"
+        ) from None
+    except (ValueError, UnsupportedAlgorithm):
+        raise ConfigError(f"{key_path} is not a PEM private key (make one with `rl2edge certs`)") from None
+    if cert.public_key().public_bytes(
+        Encoding.DER, PublicFormat.SubjectPublicKeyInfo
+    ) != key.public_key().public_bytes(Encoding.DER, PublicFormat.SubjectPublicKeyInfo):
+        raise ConfigError(
+            f"private key {key_path} does not belong to certificate {cert_path}: pass the key made with it"
+        )
+
+
 def load_cert(path: Path) -> x509.Certificate:
-    data = Path(path).read_bytes()
+    try:
+        data = Path(path).read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"cannot read certificate {path}: {exc.strerror}") from None
     try:
         return (
             x509.load_der_x509_certificate(data)
@@ -198,10 +229,43 @@ async def apply_client_security(client: Client, sec: SecurityConfig) -> None:
                 mode=MODES[sec.mode],
             )
         except Exception as exc:  # asyncua/cryptography raise several types for bad key material
-            raise BridgeError(f"cannot set up {sec.mode} security: {exc}") from None
+            raise ConfigError(f"cannot set up {sec.mode} security: {exc}") from None
     if sec.username is not None:
         client.set_user(sec.username)
         client.set_password(sec.password or "")
+
+
+async def pinned_certificate_mismatch(endpoint: str, sec: SecurityConfig, timeout_s: float) -> str | None:
+    """Why a secure connect failed, if the reason is that the server is not the one pinned.
+
+    With a --server-cert that is not the server's, the client encrypts for the wrong key; the server
+    cannot decrypt and says nothing, so the client sees only a timeout. The server's certificate is
+    public (GetEndpoints needs no security), so fetch it and compare. None: it matches, or cannot be told.
+    """
+    if sec.mode == "none" or not sec.trusted:
+        return None
+    pinned_path = Path(sec.trusted[0])
+    pinned = load_cert(pinned_path)
+    pinned_der = pinned.public_bytes(Encoding.DER)
+    probe = Client(endpoint, timeout=timeout_s)
+    try:
+        endpoints = await asyncio.wait_for(probe.connect_and_get_server_endpoints(), timeout_s)
+    except Exception as exc:  # the server may not answer at all: then there is nothing to compare
+        _logger.debug("GetEndpoints for the certificate check failed: %s", exc)
+        return None
+    presented = [bytes(e.ServerCertificate) for e in endpoints if e.ServerCertificate]
+    if not presented or any(c.startswith(pinned_der) for c in presented):  # a chain starts with the leaf
+        return None
+    try:
+        theirs = x509.load_der_x509_certificate(presented[0])
+        who = f"{theirs.subject.rfc4514_string()} (sha256 {fingerprint(theirs)[:16]}...)"
+    except ValueError:
+        who = "a certificate rl2edge cannot parse"
+    return (
+        f"the server at {endpoint} presents {who}, not the pinned --server-cert {pinned_path} "
+        f"({pinned.subject.rfc4514_string()}, sha256 {fingerprint(pinned)[:16]}...): if the PLC's certificate was "
+        "renewed, copy the new one; otherwise check that the endpoint is the PLC you mean"
+    )
 
 
 class PinnedCertificateValidator:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import logging
 import socket
 from dataclasses import dataclass, field
@@ -101,7 +102,17 @@ class PlcSim:
         server.subscribe_server_callback(CallbackType.PostWrite, self._on_write)
         if self.cfg.strict:
             _refuse_mistyped_writes(server)
-        await server.start()
+        try:
+            await server.start()
+        except OSError as exc:  # socket.gaierror is one: an unresolvable host
+            host = self.cfg.endpoint.split("://", 1)[-1]
+            if getattr(exc, "errno", None) == errno.EADDRINUSE:
+                why = "the port is in use (another plc-sim or OPC UA server?); choose another port in --endpoint"
+            elif isinstance(exc, socket.gaierror):
+                why = f"the host name does not resolve ({exc.strerror}); use an address of this machine"
+            else:
+                why = f"{exc.strerror or exc}; use an address and port of this machine that are free"
+            raise ConfigError(f"plc-sim cannot listen on {host}: {why}") from None
         self.server = server
         _logger.info(
             "plc-sim %s (%s, %s) listening on %s", self.cfg.env_id, self.cfg.mode, sec.mode, self.cfg.endpoint

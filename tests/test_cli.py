@@ -180,3 +180,16 @@ def test_bad_values_are_one_line_errors_before_anything_runs(cartpole_all, tmp_p
     assert_clean_failure(rl2edge(*serve, "--map", bad_map), "stale_cycles must be a positive integer")
     assert rl2edge("certs", "--out", tmp_path, "--name", "plc", "--host", "localhost").returncode == 0
     assert_clean_failure(rl2edge("certs", "--out", tmp_path, "--name", "plc"), "a key is never overwritten")
+
+
+def test_plc_sim_that_cannot_listen_is_one_line(tmp_path: Path) -> None:
+    """A port in use and a host that does not resolve: tracebacks of OSError and gaierror before."""
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        sim = ["plc-sim", "--env", "CartPole-v1", "--endpoint"]
+        assert_clean_failure(rl2edge(*sim, f"opc.tcp://127.0.0.1:{port}"), "the port is in use")
+    assert_clean_failure(rl2edge(*sim, "opc.tcp://no-such-plc.invalid:4840"), "does not resolve")

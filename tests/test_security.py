@@ -84,6 +84,29 @@ def test_user_and_password_are_enforced(pki) -> None:
         asyncio.run(_session(server, _client_sec(pki, username="operator", password="wrong")))
 
 
+def test_a_server_that_is_not_the_pinned_one_is_named_not_a_timeout(pki) -> None:
+    """The client pins the intruder's certificate, the server presents the PLC's: a TimeoutError after the
+    connect timeout before, now the two certificates by subject and fingerprint."""
+    client = SecurityConfig("sign_and_encrypt", *pki["serve"], trusted=(pki["intruder"][0],))
+    with pytest.raises(ConfigError, match=r"presents O=rl2edge,CN=plc .*not the pinned --server-cert .*intruder"):
+        asyncio.run(_session(_server_sec(pki), client))
+
+
+def test_unusable_key_material_is_refused_before_connecting(pki, tmp_path: Path) -> None:
+    cert, key = pki["serve"]
+    garbage = tmp_path / "garbage.key.pem"
+    garbage.write_text("-----BEGIN PRIVATE KEY-----\nnot a key\n-----END PRIVATE KEY-----\n")
+    garbage.chmod(0o600)
+    with pytest.raises(ConfigError, match="is not a PEM private key"):
+        SecurityConfig("sign_and_encrypt", cert, garbage, trusted=(pki["plc"][0],)).check("client")
+    with pytest.raises(ConfigError, match="does not belong to certificate"):
+        SecurityConfig("sign_and_encrypt", cert, pki["plc"][1], trusted=(pki["plc"][0],)).check("client")
+    not_a_cert = tmp_path / "plc.der"
+    not_a_cert.write_bytes(b"\x30\x03garbage")
+    with pytest.raises(ConfigError, match="is not a DER or PEM certificate"):
+        SecurityConfig("sign_and_encrypt", cert, key, trusted=(not_a_cert,)).check("client")
+
+
 def test_security_misconfiguration_is_a_clear_error(pki) -> None:
     with pytest.raises(ConfigError, match="never on first use"):
         replace(_client_sec(pki), trusted=()).check("client")

@@ -279,4 +279,6 @@ def _plot(
 
 
 if __name__ == "__main__":
+    # SIGTERM (a CI timeout, `kill`) runs the finally blocks as Ctrl-C does: serve and the PLC are stopped
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     main()

@@ -149,10 +149,11 @@ class ObservationGuard:
 def resolve_safe_action(policy: Policy, configured: tuple[float, ...] | None) -> list[float]:
     if policy.discrete:
         lo, hi = policy.action_index_range
-        value = lo if configured is None else configured[0]
-        if configured is not None and (len(configured) != 1 or not lo <= value <= hi or value != int(value)):
+        if configured is None:
+            return [float(lo)]
+        if len(configured) != 1 or not lo <= configured[0] <= hi or configured[0] != int(configured[0]):
             raise ConfigError(f"safe_action {list(configured)} must be one action index in [{lo}, {hi}]")
-        return [float(value)]
+        return [float(configured[0])]
     low, high = policy.action_low.astype(np.float64), policy.action_high.astype(np.float64)
     if configured is None:
         return np.clip(np.zeros_like(low), low, high).tolist()

@@ -10,6 +10,7 @@ import contextlib
 import hashlib
 import json
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -85,16 +86,45 @@ def atomic_directory(final: str | os.PathLike[str]) -> Iterator[Path]:
         shutil.rmtree(old, ignore_errors=True)
 
 
+MAX_YAML_BYTES = 1 << 20
+"""Node maps and hyperparameter files are a few KB: a bigger one is refused unread."""
+
+
+MAX_YAML_NESTING = 64
+"""PyYAML parses nesting by recursion, and onnx2tf raises Python's recursion limit to 2**31 - 1 in any
+process that imported it: a file of 100,000 `[` then took 100 s instead of a RecursionError. Counted first;
+brackets inside quoted strings count too, which only makes the bound stricter than needed."""
+
+
+def _flow_depth(text: str) -> int:
+    depth = deepest = 0
+    for m in re.finditer(r"[\[\]{}]", text):
+        depth = depth + 1 if m.group() in "[{" else max(0, depth - 1)
+        deepest = max(deepest, depth)
+    return deepest
+
+
 def load_yaml(path: str | os.PathLike[str], what: str) -> Any:
-    """A YAML file's content, or a ConfigError that names the file and what is wrong with it."""
+    """A YAML file's content, or a one-line ConfigError that names the file and what is wrong with it."""
     import yaml
 
     path = Path(path)
     try:
-        return yaml.safe_load(path.read_text())
+        size = path.stat().st_size
+        if size > MAX_YAML_BYTES:
+            raise ConfigError(f"{what} {path} has {size} bytes, over the {MAX_YAML_BYTES} allowed")
+        text = path.read_text()
+        if _flow_depth(text) > MAX_YAML_NESTING:
+            raise ConfigError(f"{what} {path} nests brackets deeper than {MAX_YAML_NESTING} levels")
+        return yaml.safe_load(text)
     except FileNotFoundError:
         raise ConfigError(f"{what} {path} does not exist") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"cannot read {what} {path}: {exc}") from None
+    except RecursionError:
+        raise ConfigError(f"{what} {path} nests too deeply to be a {what}") from None
     except yaml.YAMLError as exc:
-        raise ConfigError(f"{what} {path} is not valid YAML: {exc}") from None
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc).strip().splitlines()[0]
+        raise ConfigError(f"{what} {path} is not valid YAML{where}: {problem}") from None

@@ -22,14 +22,14 @@ from benchmarks.common import RESULTS, markdown_table, pyplot, save_figure, writ
 
 
 def _train_defaults(tmp: Path, steps: int) -> list[Path]:
-    from train.core.config import build_config
+    from train.algos import build_config, train
 
     runs = []
     for fw in ("torch", "tf"):
-        mod = __import__(f"train.{fw}_backend.ppo", fromlist=["train_ppo"])
         run = tmp / f"CartPole-v1_ppo_{fw}"
         run.mkdir(parents=True)
-        mod.train_ppo(
+        train(
+            fw,
             "CartPole-v1",
             build_config("CartPole-v1", overrides={"n_timesteps": steps}),
             0,

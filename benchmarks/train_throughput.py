@@ -35,7 +35,8 @@ warnings.filterwarnings("ignore")
 who, env_id, steps, seed, out = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), Path(sys.argv[5])
 import torch
 torch.set_num_threads(1)
-from train.core.config import build_config, load_preset
+from train.algos import build_config, train
+from train.core.config import load_preset
 from train.core.evaluation import evaluate
 if who == "sb3":
     import numpy as np
@@ -52,9 +53,8 @@ if who == "sb3":
     result = evaluate(lambda o: model.predict(o, deterministic=True)[0], env_id, 20, 0)
 else:
     cfg = build_config(env_id, overrides={"n_timesteps": steps, "eval_freq": 0, "eval_episodes": 1})
-    mod = __import__(f"train.{'torch' if who == 'torch' else 'tf'}_backend.ppo", fromlist=["train_ppo"])
     out.mkdir(parents=True, exist_ok=True)
-    r = mod.train_ppo(env_id, cfg, seed, out, device="cpu", progress=False)
+    r = train("torch" if who == "torch" else "tf", env_id, cfg, seed, out, device="cpu", progress=False)
     wall, done = r.wall_time_s, r.steps
     if who == "torch":
         from export.source import source_from_checkpoint

@@ -23,20 +23,12 @@ import torch
 from safetensors.torch import load_file
 from torch import nn
 
+from export.graph_spec import HEADS, head_for
 from rl2edge.errors import CheckpointError, ExportError
 from train.core.actions import ActionTransform
 from train.core.checkpoint import Checkpoint
 from train.core.normalization import RunningNormalizer
 from train.torch_backend.policy import ActorCritic
-
-HEADS = ("argmax", "clip_unscale", "clip", "tanh_unscale", "unscale")
-_FORMULAS = {
-    "argmax": "argmax(out) + start",
-    "clip_unscale": "center + clip(out, -1, 1) * half_range",
-    "clip": "clip(out, low, high)",
-    "tanh_unscale": "center + tanh(out) * half_range",
-    "unscale": "center + out * half_range",
-}
 
 
 class DeployablePolicy(nn.Module):
@@ -123,53 +115,6 @@ class DeployablePolicy(nn.Module):
         return np.ascontiguousarray(obs.transpose(0, 3, 1, 2)) if self.obs_layout == "HWC" else obs
 
 
-def folded_description(norm: RunningNormalizer, action_spec: dict[str, Any], head: str) -> dict[str, Any]:
-    """What the manifest says is inside the graph."""
-    mean, inv_std = norm.constants()
-    transform: dict[str, Any] = {"kind": head, "formula": _FORMULAS[head]}
-    if action_spec["type"] == "discrete":
-        transform["start"] = int(action_spec.get("start", 0))
-    else:
-        t = ActionTransform(action_spec)
-        transform.update(
-            center=t.center.tolist(),
-            half_range=t.half_range.tolist(),
-            low=action_spec["low"],
-            high=action_spec["high"],
-        )
-    return {
-        "normalization": {
-            "enabled": norm.enabled,
-            "formula": "clip((obs - mean) * inv_std, -clip, clip)",
-            "mean": mean.reshape(-1).tolist(),
-            "inv_std": inv_std.reshape(-1).tolist(),
-            "clip": norm.clip if norm.enabled else None,
-            "eps": norm.eps,
-            "count": norm.count,
-        },
-        "action_transform": transform,
-        "noise": None,
-    }
-
-
-# The head each algorithm's deterministic policy ends in (Box actions; Discrete is always argmax).
-ALGO_HEADS = {
-    "ppo": "clip_unscale",
-    "sac": "tanh_unscale",
-    "td3": "unscale",
-    "ddpg": "unscale",
-    "dqn": "argmax",
-}
-
-
-def head_for(algo: str, discrete: bool) -> str:
-    if discrete:
-        return "argmax"
-    if algo not in ALGO_HEADS:
-        raise CheckpointError(f"unknown algorithm {algo!r} in the checkpoint")
-    return ALGO_HEADS[algo]
-
-
 def load_actor(ckpt: Checkpoint) -> nn.Module:
     """The torch module that maps a normalized observation to the head's input, weights loaded."""
     spec = ckpt.meta["network"]
@@ -212,14 +157,3 @@ def build_deployable(ckpt: Checkpoint) -> tuple[DeployablePolicy, RunningNormali
     head = head_for(ckpt.algo, meta["action_space"]["type"] == "discrete")
     policy = DeployablePolicy(actor, norm, meta["action_space"], head).eval()
     return policy, norm
-
-
-def torch_act(policy: DeployablePolicy) -> Any:
-    """A raw-observation -> env-action callable of the source policy, as the evaluator wants it."""
-
-    def act(obs: np.ndarray) -> Any:
-        with torch.no_grad():
-            out = policy(torch.as_tensor(np.asarray(obs, np.float32)[None]))[0].numpy()
-        return int(out) if policy.discrete else out
-
-    return act

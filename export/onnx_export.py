@@ -8,12 +8,10 @@ from pathlib import Path
 
 import torch
 
+from export.graph_spec import INPUT_NAME, OPSET, OUTPUT_NAME
 from rl2edge.errors import ExportError
 
 _logger = logging.getLogger(__name__)
-
-OPSET = 17
-INPUT_NAME, OUTPUT_NAME = "obs", "action"
 
 
 def export_onnx(

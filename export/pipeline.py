@@ -21,16 +21,17 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from export.calibration import collect_rollout_data
-from export.deployable import folded_description
-from export.noise import (
+from export.graph_spec import (
+    INPUT_NAME,
     NOISE_INPUT,
+    OPSET,
+    OUTPUT_NAME,
     STATE_INPUT,
-    check_noise_off,
+    folded_description,
     io_names,
     manifest_section,
-    verify_distribution,
 )
-from export.onnx_export import INPUT_NAME, OPSET, OUTPUT_NAME
+from export.noise_verify import check_noise_off, verify_distribution
 from export.report import ExportReport, FileRow
 from export.source import ExportSource, source_from_checkpoint
 from export.tflite_convert import FLOAT_OPS, MODES, convert

@@ -33,7 +33,7 @@ class ExportSource:
     """train.core.noise.NoiseSpec folded into the graph, or None; set with `fold_noise`."""
 
     def fold_noise(self, spec: Any) -> None:
-        from export.noise import check_noise_fits
+        from export.graph_spec import check_noise_fits
 
         check_noise_fits(spec, self.head, self.algo, self.discrete)
         self.noise = spec
@@ -150,7 +150,8 @@ class TorchSource(ExportSource):
         return mean.numpy(), log_std.exp().numpy()
 
     def write_onnx(self, path: Path) -> bool:
-        from export.noise import example_inputs, io_names
+        from export.graph_spec import io_names
+        from export.noise import example_inputs
         from export.onnx_export import export_onnx
 
         shape = self.policy.input_shape(self.obs_shape)

@@ -51,7 +51,7 @@ class GraphParts:
 def _deployable_module(parts: GraphParts, noise: Any = None) -> Any:
     import tensorflow as tf
 
-    from export.noise import NOISE_INPUT, STATE_INPUT, STATE_OUTPUT
+    from export.graph_spec import NOISE_INPUT, STATE_INPUT, STATE_OUTPUT
     from train.core.noise import ou_constants
 
     mean, inv_std = (c.reshape(-1) for c in parts.norm.constants())
@@ -158,7 +158,7 @@ class TFSource(ExportSource):
     def noisy_actions(
         self, obs: np.ndarray, noise: np.ndarray, state: np.ndarray | None
     ) -> tuple[np.ndarray, Any]:
-        from export.noise import STATE_OUTPUT
+        from export.graph_spec import STATE_OUTPUT
 
         args = [np.asarray(a, np.float32) for a in (obs, noise, state) if a is not None]
         out = self.module.noisy(*args)
@@ -183,7 +183,7 @@ class TFSource(ExportSource):
 
 
 def tf_source(ckpt: Checkpoint, description: dict[str, Any]) -> TFSource:
-    from export.deployable import head_for
+    from export.graph_spec import head_for
     from train.tf_backend.offpolicy_nets import dense_layers
     from train.tf_backend.setup import configure_tensorflow
 

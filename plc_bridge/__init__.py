@@ -1,4 +1,4 @@
 """OPC UA bridge to the PLC (node map, security, reconnect) and the simulated PLC.
 
-Imports `runtime` and asyncua, never torch or tensorflow. Built in the serving issue; empty until then.
+Imports `runtime` and asyncua, never torch or tensorflow.
 """

@@ -31,7 +31,7 @@ def _table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
 # ----------------------------------------------------------------------------------------------- train
 def _cmd_train(args: argparse.Namespace) -> int:
     from rl2edge.fileio import atomic_directory, check_output_dir
-    from train.core.config import build_config
+    from train.algos import build_config, train
     from train.core.envs import check_env_id
 
     check_env_id(args.env)
@@ -42,16 +42,6 @@ def _cmd_train(args: argparse.Namespace) -> int:
         or f"runs/{args.env.replace('/', '_').replace(':', '_')}_{args.algo}_{args.framework}_s{args.seed}"
     )
     check_output_dir(run_dir, force=args.force, what="train")
-    if args.algo == "ppo" and args.framework == "torch":
-        from train.torch_backend.ppo import train_ppo as train
-    elif args.algo == "ppo":
-        from train.tf_backend.ppo import train_ppo as train
-    else:
-        import functools
-
-        from train.core.offpolicy_driver import train_with_backend
-
-        train = functools.partial(train_with_backend, args.framework)
     _logger.info(
         "training %s/%s on %s for %d steps, seed %d -> %s",
         args.algo,
@@ -68,6 +58,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
             "writing the run to %s until it is complete (TensorBoard: --logdir %s)", staging, staging / "tb"
         )
         result = train(
+            args.framework,
             args.env,
             cfg,
             args.seed,
@@ -380,6 +371,8 @@ def _cmd_bench(args: argparse.Namespace) -> int:
 
 # ------------------------------------------------------------------------------------------------ main
 def build_parser() -> argparse.ArgumentParser:
+    from train.algos import ALGOS, FRAMEWORKS  # the table only: no framework is imported
+
     p = argparse.ArgumentParser(
         prog="rl2edge",
         description="Train RL policies, export them to verified quantized TFLite artifacts, serve them to a PLC.",
@@ -404,10 +397,8 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="examples:\n  rl2edge train --algo ppo --framework torch --env CartPole-v1 --steps 100000 --seed 0 --out runs/cp\n"
         "  rl2edge train --algo sac --framework tf --env Pendulum-v1 --seed 0 --out runs/pd-sac   # preset: 20k steps",
     )
-    t.add_argument(
-        "--algo", default="ppo", choices=["ppo", "sac", "td3", "ddpg", "dqn"], help="algorithm (default: ppo)"
-    )
-    t.add_argument("--framework", default="torch", choices=["torch", "tf"], help="backend (default: torch)")
+    t.add_argument("--algo", default="ppo", choices=list(ALGOS), help="algorithm (default: ppo)")
+    t.add_argument("--framework", default="torch", choices=FRAMEWORKS, help="backend (default: torch)")
     t.add_argument("--env", required=True, help="Gymnasium id (CartPole-v1) or package.module:EnvClass")
     t.add_argument("--steps", type=int, help="total env steps (default: the preset's n_timesteps)")
     t.add_argument(

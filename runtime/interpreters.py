@@ -9,7 +9,7 @@ from __future__ import annotations
 import importlib
 import logging
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
@@ -23,17 +23,6 @@ TFLITE_ENGINES = {
     "tflite-runtime": "tflite_runtime.interpreter",
     "tensorflow": "tensorflow.lite",
 }
-
-
-class Backend(Protocol):
-    name: str
-    input_name: str
-    output_name: str
-    input_dtype: np.dtype
-    input_shape: tuple[int, ...]
-    output_dtype: np.dtype
-
-    def run(self, x: np.ndarray) -> np.ndarray: ...
 
 
 class TFLiteBackend:

@@ -88,7 +88,7 @@ def write_manifest(artifact_dir: Path, data: dict[str, Any]) -> Manifest:
     return Manifest(artifact_dir, data)
 
 
-def load_manifest(artifact_dir: str | Path, verify_hashes: bool = True) -> Manifest:
+def load_manifest(artifact_dir: str | Path) -> Manifest:
     artifact_dir = Path(artifact_dir)
     if not artifact_dir.is_dir():
         raise ManifestError(
@@ -129,20 +129,17 @@ def load_manifest(artifact_dir: str | Path, verify_hashes: bool = True) -> Manif
         check_manifest(data, artifact_dir)
     except ManifestError as exc:
         raise ManifestError(f"{path}: {exc}; re-export the artifact") from None
-    if verify_hashes:
-        for name, expected in data["files"].items():
-            f = artifact_dir / name
-            if not f.is_file():
-                raise ManifestError(
-                    f"artifact file {f} named in the manifest is missing; re-copy the artifact"
-                )
-            if sha256_file(f) != expected:
-                raise ManifestError(
-                    f"artifact file {f} does not match its sha256 in the manifest (tampered or corrupted); "
-                    "re-copy or re-export the artifact"
-                )
-        if data["model"]["file"] not in data["files"]:
+    for name, expected in data["files"].items():
+        f = artifact_dir / name
+        if not f.is_file():
+            raise ManifestError(f"artifact file {f} named in the manifest is missing; re-copy the artifact")
+        if sha256_file(f) != expected:
             raise ManifestError(
-                f"{path}: the model file {data['model']['file']} is not covered by the file hashes"
+                f"artifact file {f} does not match its sha256 in the manifest (tampered or corrupted); "
+                "re-copy or re-export the artifact"
             )
+    if data["model"]["file"] not in data["files"]:
+        raise ManifestError(
+            f"{path}: the model file {data['model']['file']} is not covered by the file hashes"
+        )
     return Manifest(artifact_dir, data)

@@ -17,14 +17,13 @@ PREBUILT = os.environ.get("RL2EDGE_TEST_ARTIFACTS")
 
 
 def tiny_train(env_id: str, out: Path, steps: int, seed: int = 0, **overrides: object) -> Path:
-    from train.core.config import build_config
-    from train.torch_backend.ppo import train_ppo
+    from train.algos import build_config, train
 
     cfg = build_config(
         env_id, overrides={"n_timesteps": steps, "eval_freq": 0, "eval_episodes": 2, **overrides}
     )
     out.mkdir(parents=True, exist_ok=True)
-    train_ppo(env_id, cfg, seed, out, device="cpu", progress=False)
+    train("torch", env_id, cfg, seed, out, device="cpu", progress=False)
     return out
 
 

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from rl2edge.errors import ConfigError
+from train.algos import build_config
 from train.core.actions import ActionTransform
-from train.core.config import build_config
 from train.core.envs import check_env_id, make_env
 from train.core.normalization import RunningNormalizer
 from train.core.rollout import Minibatch, RolloutBuffer, check_minibatch, compute_gae

@@ -21,15 +21,14 @@ TINY = {"learning_starts": 100, "batch_size": 32, "net_arch": [32, 32], "eval_fr
 def tiny_offpolicy(
     algo: str, framework: str, env_id: str, out: Path, steps: int = 300, seed: int = 0
 ) -> Path:
-    from train.core.config import build_config
-    from train.core.offpolicy_driver import train_with_backend
+    from train.algos import build_config, train
 
     overrides = {"n_timesteps": steps, **TINY}
     if algo == "dqn":
         overrides.update(train_freq=4, target_update_interval=50)
     out.mkdir(parents=True, exist_ok=True)
     cfg = build_config(env_id, overrides=overrides, algo=algo)
-    train_with_backend(framework, env_id, cfg, seed, out, device="cpu", progress=False)
+    train(framework, env_id, cfg, seed, out, device="cpu", progress=False)
     return out
 
 

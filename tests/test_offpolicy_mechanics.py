@@ -11,7 +11,7 @@ from typing import ClassVar
 import numpy as np
 import pytest
 
-from train.core.config import build_config
+from train.algos import build_config, get
 from train.core.replay import ReplayBatch, ReplayBuffer
 
 tf = pytest.importorskip("tensorflow")
@@ -29,9 +29,7 @@ def _agent(framework: str, algo: str, **overrides: object):
         "Pendulum-v1" if algo != "dqn" else "CartPole-v1", overrides=dict(overrides), algo=algo
     )
     spec = {"sac": SPEC_SAC, "td3": SPEC_TD3, "dqn": SPEC_DQN}[algo]
-    from train.core.offpolicy_driver import agent_class
-
-    return agent_class(framework, algo)(spec, cfg, 0, "cpu")
+    return get(algo).agent_class(framework)(spec, cfg, 0, "cpu")
 
 
 def _batch(n: int, b: int = 8, discrete: bool = False, seed: int = 0) -> ReplayBatch:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -13,7 +15,7 @@ import pytest
 tf = pytest.importorskip("tensorflow")
 
 from tests.conftest import tiny_train  # noqa: E402
-from train.core.config import build_config  # noqa: E402
+from train.algos import build_config, train  # noqa: E402
 from train.core.rollout import Minibatch  # noqa: E402
 
 NET = {
@@ -26,14 +28,12 @@ NET = {
 
 
 def tf_train(env_id: str, out: Path, steps: int, seed: int = 0, **overrides: object):
-    from train.tf_backend.ppo import train_ppo
-
     cfg = build_config(
         env_id, overrides={"n_timesteps": steps, "eval_freq": steps // 2, "eval_episodes": 2, **overrides}
     )
     out.mkdir(parents=True, exist_ok=True)
     agents: list = []
-    result = train_ppo(env_id, cfg, seed, out, device="cpu", progress=False, agent_out=agents)
+    result = train("tf", env_id, cfg, seed, out, device="cpu", progress=False, agent_out=agents)
     return result, agents[0]
 
 
@@ -195,12 +195,16 @@ def test_tf_checkpoint_exports_through_the_savedmodel_route(tmp_path: Path) -> N
     assert m["model"]["input"]["dtype"] == "float32" and m["quantization"]["mode"] == "int8"
     policy = Policy.load(tmp_path / "art")
     assert policy.predict(np.zeros(3, np.float32)).shape == (1,)
-    # the fp32 file of the same run, checked by the pipeline against the tf.function within 1e-4
-    export_checkpoint(
-        result.run_dir,
-        tmp_path / "fp32",
-        ExportOptions(quantize="fp32", calib_episodes=2, eval_episodes=2, progress=False),
+    # the fp32 file of the same run, checked by the pipeline against the tf.function within 1e-4, in a
+    # fresh interpreter that must never load torch: the TF route needs none of it
+    code = (
+        "import sys\n"
+        "from export.pipeline import ExportOptions, export_checkpoint\n"
+        f"export_checkpoint({str(result.run_dir)!r}, {str(tmp_path / 'fp32')!r}, "
+        "ExportOptions(quantize='fp32', calib_episodes=2, eval_episodes=2, progress=False))\n"
+        "assert 'torch' not in sys.modules, 'the TF export route imported torch'\n"
     )
+    subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True)
     assert load_manifest(tmp_path / "fp32").data["verification"]["tflite_vs_source"]["max_abs_error"] <= 1e-4
 
 

@@ -28,13 +28,13 @@ def test_cartpole_ppo_and_its_int8_artifact_reach_475(tmp_path: Path) -> None:
 def test_tf_cartpole_ppo_and_its_int8_artifact_reach_475(tmp_path: Path) -> None:
     from export.pipeline import ExportOptions, export_checkpoint
     from runtime import Policy
-    from train.core.config import build_config
+    from train.algos import build_config, train
     from train.core.evaluation import evaluate
-    from train.tf_backend.ppo import train_ppo
 
     run = tmp_path / "run"
     run.mkdir()
-    result = train_ppo(
+    result = train(
+        "tf",
         "CartPole-v1",
         build_config("CartPole-v1", overrides={"eval_episodes": 20}),
         0,
@@ -65,15 +65,12 @@ def test_offpolicy_preset_reaches_the_zoo_and_ships_a_file_that_keeps_it(
     must ship a mode that keeps the return."""
     from export.pipeline import ExportOptions, export_checkpoint
     from runtime import Policy
-    from train.core.config import build_config
+    from train.algos import build_config, train
     from train.core.evaluation import evaluate
-    from train.core.offpolicy_driver import train_with_backend
 
     run = tmp_path / "run"
     run.mkdir()
-    result = train_with_backend(
-        framework, env_id, build_config(env_id, algo=algo), 0, run, device="cpu", progress=False
-    )
+    result = train(framework, env_id, build_config(env_id, algo=algo), 0, run, device="cpu", progress=False)
     assert result.final_eval.mean >= floor, result.final_eval.returns
     quantize = "auto" if algo == "dqn" else "int8"
     export_checkpoint(

@@ -88,7 +88,9 @@ def test_a_server_that_is_not_the_pinned_one_is_named_not_a_timeout(pki) -> None
     """The client pins the intruder's certificate, the server presents the PLC's: a TimeoutError after the
     connect timeout before, now the two certificates by subject and fingerprint."""
     client = SecurityConfig("sign_and_encrypt", *pki["serve"], trusted=(pki["intruder"][0],))
-    with pytest.raises(ConfigError, match=r"presents O=rl2edge,CN=plc .*not the pinned --server-cert .*intruder"):
+    with pytest.raises(
+        ConfigError, match=r"presents O=rl2edge,CN=plc .*not the pinned --server-cert .*intruder"
+    ):
         asyncio.run(_session(_server_sec(pki), client))
 
 

@@ -19,6 +19,7 @@ from train.core.schedules import Schedule
 
 @dataclass
 class PPOConfig:
+    algo = "ppo"  # class attribute, not a hyperparameter
     n_timesteps: int = 1_000_000
     """Total environment steps (all envs together); --steps overrides it."""
     n_envs: int = 1
@@ -98,7 +99,7 @@ def config_to_json(cfg: Any) -> dict[str, Any]:
 def _apply(cfg: Any, values: dict[str, Any], source: str) -> None:
     """Set hyperparameters on a config dataclass, typed by its field annotations (int, Schedule, ...)."""
     fields = {f.name: f for f in dataclasses.fields(cfg)}
-    algo = getattr(cfg, "algo", "ppo").upper()
+    algo = cfg.algo.upper()
     for key, value in values.items():
         if key not in fields:
             raise ConfigError(
@@ -126,33 +127,14 @@ def load_preset(algo: str, env_id: str) -> dict[str, Any]:
     return dict(presets.get(env_id, {}))
 
 
-ALGOS = ("ppo", "sac", "td3", "ddpg", "dqn")
-
-
-def config_class(algo: str) -> type:
-    if algo == "ppo":
-        return PPOConfig
-    from train.core import offpolicy_config
-
-    classes = {
-        "sac": offpolicy_config.SACConfig,
-        "td3": offpolicy_config.TD3Config,
-        "ddpg": offpolicy_config.DDPGConfig,
-        "dqn": offpolicy_config.DQNConfig,
-    }
-    if algo not in classes:
-        raise ConfigError(f"unknown algorithm {algo!r}; choose one of {', '.join(ALGOS)}")
-    return classes[algo]
-
-
-def build_config(
+def configure(
+    cfg: Any,
     env_id: str,
     config_file: str | Path | None = None,
     overrides: dict[str, Any] | None = None,
-    algo: str = "ppo",
 ) -> Any:
-    """The algorithm's defaults, then its preset for env_id, then the config file, then the CLI."""
-    cfg = config_class(algo)()
+    """On the algorithm's defaults (`cfg`), its preset for env_id, then the config file, then the CLI."""
+    algo = cfg.algo
     _apply(cfg, load_preset(algo, env_id), f"preset {algo}.yml[{env_id}]")
     if config_file is not None:
         path = Path(config_file)

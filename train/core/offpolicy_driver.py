@@ -11,7 +11,6 @@ counts env steps, training starts once more than learning_starts steps were take
 
 from __future__ import annotations
 
-import importlib
 import logging
 import math
 import time
@@ -86,17 +85,6 @@ def network_spec(cfg: OffPolicyConfig, obs_spec: dict[str, Any], act_spec: dict[
     return {"type": "td3_mlp", **common, "n_critics": int(cfg.n_critics)}
 
 
-def check_action_space(algo: str, discrete: bool, env_id: str) -> None:
-    if algo == "dqn" and not discrete:
-        raise ConfigError(
-            f"DQN needs a Discrete action space and {env_id} has a Box one; use sac, td3 or ddpg"
-        )
-    if algo != "dqn" and discrete:
-        raise ConfigError(
-            f"{algo.upper()} needs a Box action space and {env_id} has a Discrete one; use dqn or ppo"
-        )
-
-
 def train_offpolicy(
     env_id: str,
     cfg: OffPolicyConfig,
@@ -113,7 +101,6 @@ def train_offpolicy(
     obs_spec = observation_spec(envs.single_observation_space)
     act_spec = action_spec(envs.single_action_space)
     discrete = is_discrete(act_spec)
-    check_action_space(cfg.algo, discrete, env_id)
     if len(obs_spec["shape"]) != 1:
         raise ConfigError(
             f"{cfg.algo.upper()} takes flat observations; {env_id} has shape {obs_spec['shape']}"
@@ -237,38 +224,3 @@ def train_offpolicy(
             "hyperparameters": cfg.to_json(),
         },
     )
-
-
-# algo -> (module, class name without the framework's prefix); DDPG is TD3's agent with DDPGConfig.
-_AGENTS = {"sac": ("sac", "SAC"), "td3": ("td3", "TD3"), "ddpg": ("td3", "TD3"), "dqn": ("dqn", "DQN")}
-_PREFIX = {"torch": "Torch", "tf": "TF"}
-
-
-def agent_class(framework: str, algo: str) -> type:
-    """train.<framework>_backend.<module>.<Prefix><Name>, imported when asked for: train.core itself loads
-    no deep-learning framework."""
-    module, name = _AGENTS[algo]
-    return getattr(importlib.import_module(f"train.{framework}_backend.{module}"), _PREFIX[framework] + name)
-
-
-def train_with_backend(
-    framework: str,
-    env_id: str,
-    cfg: OffPolicyConfig,
-    seed: int,
-    run_dir: Path,
-    device: str = "auto",
-    progress: bool | None = None,
-    agent_out: list[Any] | None = None,
-) -> TrainResult:
-    """The driver with `framework`'s agent for cfg.algo. `agent_out`, when given, receives the agent (tests
-    read its state)."""
-    cls = agent_class(framework, cfg.algo)
-
-    def factory(network: dict[str, Any], cfg: Any, seed: int, device: str) -> OffPolicyAgent:
-        agent = cls(network, cfg, seed, device)
-        if agent_out is not None:
-            agent_out.append(agent)
-        return agent
-
-    return train_offpolicy(env_id, cfg, seed, run_dir, factory, device=device, progress=progress)

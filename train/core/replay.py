@@ -28,13 +28,6 @@ class ReplayBatch:
     def n(self) -> int:
         return int(self.obs.shape[0])
 
-    def step(self, i: int) -> ReplayBatch:
-        """The i-th batch, kept 3-D ([1, B, ...])."""
-        sl = slice(i, i + 1)
-        return ReplayBatch(
-            self.obs[sl], self.actions[sl], self.rewards[sl], self.next_obs[sl], self.dones[sl]
-        )
-
 
 class ReplayBuffer:
     def __init__(self, capacity: int, obs_shape: tuple[int, ...], discrete: bool, act_dim: int):

@@ -1,6 +1,6 @@
 """Actor-critic MLP in Keras 3, the twin of train.torch_backend.policy.ActorCritic: separate actor and
-critic, orthogonal init, state-independent log std for Box actions. `copy_from_torch` /
-`torch_state_dict` map weights across (Dense kernel [in, out] <-> Linear weight [out, in])."""
+critic, orthogonal init, state-independent log std for Box actions. `copy_from_torch` maps
+weights across (Dense kernel [in, out] <-> Linear weight [out, in])."""
 
 from __future__ import annotations
 
@@ -101,9 +101,6 @@ class TFActorCritic(keras.Model):
         if self.log_std is not None:
             pairs.append(("log_std", self.log_std))
         return pairs
-
-    def torch_state_dict(self) -> dict[str, np.ndarray]:
-        return {name: (v.numpy().T if name.endswith(".weight") else v.numpy()) for name, v in self._pairs()}
 
     def copy_from_torch(self, state: dict[str, Any]) -> None:
         for name, var in self._pairs():

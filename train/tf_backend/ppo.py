@@ -16,8 +16,6 @@ from typing import Any
 import numpy as np
 
 from train.core.config import PPOConfig
-from train.core.finish import TrainResult
-from train.core.ppo_driver import train_ppo as drive_ppo
 from train.core.rollout import Minibatch
 from train.tf_backend.setup import configure_tensorflow
 from train.tf_backend.weights import save_keras_weights, weights_copy
@@ -193,23 +191,3 @@ class TFPPO:
 
     def save_weights(self, run_dir: Path) -> str:
         return save_keras_weights(self.model, run_dir)
-
-
-def train_ppo(
-    env_id: str,
-    cfg: PPOConfig,
-    seed: int,
-    run_dir: Path,
-    device: str = "auto",
-    progress: bool | None = None,
-    agent_out: list[Any] | None = None,
-) -> TrainResult:
-    """`agent_out`, when given, receives the agent (tests read its trace counts)."""
-
-    def factory(network: dict[str, Any], cfg: PPOConfig, seed: int, device: str) -> TFPPO:
-        agent = TFPPO(network, cfg, seed, device)
-        if agent_out is not None:
-            agent_out.append(agent)
-        return agent
-
-    return drive_ppo(env_id, cfg, seed, run_dir, factory, device=device, progress=progress)

@@ -12,8 +12,6 @@ from torch import nn
 
 from rl2edge.errors import ConfigError
 from train.core.config import PPOConfig
-from train.core.finish import TrainResult
-from train.core.ppo_driver import train_ppo as drive_ppo
 from train.core.rollout import Minibatch
 from train.torch_backend.policy import ActorCritic
 from train.torch_backend.weights import save_safetensors, state_copy
@@ -123,9 +121,3 @@ class TorchPPO:
 
     def save_weights(self, run_dir: Path) -> str:
         return save_safetensors(self.policy, run_dir)
-
-
-def train_ppo(
-    env_id: str, cfg: PPOConfig, seed: int, run_dir: Path, device: str = "auto", progress: bool | None = None
-) -> TrainResult:
-    return drive_ppo(env_id, cfg, seed, run_dir, TorchPPO, device=device, progress=progress)

@@ -1,0 +1,112 @@
+"""What the deployable graph is, without any framework: its tensor names, the heads and their formulas,
+what the manifest says is folded inside, and the inputs and outputs that folded noise adds.
+
+Both export routes (torch -> ONNX -> onnx2tf, and TF SavedModel) build the graph these names and formulas
+describe; reading them imports neither torch nor TensorFlow, so the TF route never loads torch.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rl2edge.errors import ExportError
+from train import algos
+from train.core.actions import ActionTransform
+from train.core.noise import NoiseSpec
+from train.core.normalization import RunningNormalizer
+
+OPSET = 17
+INPUT_NAME, OUTPUT_NAME = "obs", "action"
+NOISE_INPUT, STATE_INPUT, STATE_OUTPUT = "noise", "ou_state", "ou_state_out"
+
+HEADS = ("argmax", "clip_unscale", "clip", "tanh_unscale", "unscale")
+FORMULAS = {
+    "argmax": "argmax(out) + start",
+    "clip_unscale": "center + clip(out, -1, 1) * half_range",
+    "clip": "clip(out, low, high)",
+    "tanh_unscale": "center + tanh(out) * half_range",
+    "unscale": "center + out * half_range",
+}
+
+
+def folded_description(norm: RunningNormalizer, action_spec: dict[str, Any], head: str) -> dict[str, Any]:
+    """What the manifest says is inside the graph."""
+    mean, inv_std = norm.constants()
+    transform: dict[str, Any] = {"kind": head, "formula": FORMULAS[head]}
+    if action_spec["type"] == "discrete":
+        transform["start"] = int(action_spec.get("start", 0))
+    else:
+        t = ActionTransform(action_spec)
+        transform.update(
+            center=t.center.tolist(),
+            half_range=t.half_range.tolist(),
+            low=action_spec["low"],
+            high=action_spec["high"],
+        )
+    return {
+        "normalization": {
+            "enabled": norm.enabled,
+            "formula": "clip((obs - mean) * inv_std, -clip, clip)",
+            "mean": mean.reshape(-1).tolist(),
+            "inv_std": inv_std.reshape(-1).tolist(),
+            "clip": norm.clip if norm.enabled else None,
+            "eps": norm.eps,
+            "count": norm.count,
+        },
+        "action_transform": transform,
+        "noise": None,
+    }
+
+
+def head_for(algo: str, discrete: bool) -> str:
+    """The head of the algorithm's deterministic policy (train.algos); Discrete actions: argmax."""
+    return "argmax" if discrete else algos.get(algo, in_checkpoint=True).head
+
+
+def check_noise_fits(spec: NoiseSpec, head: str, algo: str, discrete: bool) -> None:
+    """Refuse, with the reason, noise that this source's head cannot carry."""
+    if discrete:
+        raise ExportError(
+            "--noise applies to continuous (Box) actions; a discrete policy's exploration (epsilon-greedy, "
+            "sampling) is not folded"
+        )
+    if head not in ("clip_unscale", "tanh_unscale", "unscale"):
+        raise ExportError(f"--noise needs a head with a [-1, 1]-scaled action; this source's head is {head}")
+    if spec.kind == "policy" and algo not in ("sac", "ppo"):
+        raise ExportError(
+            f"--noise policy samples the policy's own distribution, implemented for rl2edge SAC and PPO "
+            f"checkpoints; this source is {algo}. Use gaussian:sigma=... or ou:theta=...,sigma=..."
+        )
+
+
+def io_names(spec: NoiseSpec | None) -> tuple[list[str], list[str]]:
+    """The graph's input and output names."""
+    if spec is None:
+        return ["obs"], ["action"]
+    if spec.kind == "ou":
+        return ["obs", NOISE_INPUT, STATE_INPUT], ["action", STATE_OUTPUT]
+    return ["obs", NOISE_INPUT], ["action"]
+
+
+def manifest_section(spec: NoiseSpec, seed: int, act_dim: int) -> dict[str, Any]:
+    inputs, outputs = io_names(spec)
+    graph: dict[str, Any] = {"inputs": inputs[1:], "outputs": outputs[1:], "noise_input": NOISE_INPUT}
+    if spec.kind == "ou":
+        graph.update(state_input=STATE_INPUT, state_output=STATE_OUTPUT)
+    formula = {
+        "gaussian": "action = center + clip(s + sigma * noise, -1, 1) * half_range",
+        "ou": "x' = ou_state - (theta*dt) * ou_state + (sigma*sqrt(dt)) * noise; "
+        "action = center + clip(s + x', -1, 1) * half_range; ou_state_out = x'",
+        "policy": "SAC: center + tanh(mean + exp(log_std) * noise) * half_range; "
+        "PPO: center + clip(mean + exp(log_std) * noise, -1, 1) * half_range",
+    }[spec.kind]
+    return {
+        **spec.to_json(),
+        "spec": str(spec),
+        "formula": formula + " (s: the deterministic head's action in [-1, 1])",
+        "seed": seed,
+        "dim": act_dim,
+        "graph": graph,
+        "entropy": "the runtime feeds `noise` with standard-normal float32 draws from numpy.random.default_rng(seed), "
+        "one per action dimension and control cycle, and zeros when exploration is off",
+    }

@@ -1,0 +1,169 @@
+"""The algorithm table: one row per algorithm, read by everything that used to keep its own table keyed
+by name (the CLI's --algo choices, the config lookup, the agent of each backend, the action-space check,
+the export head).
+
+Adding an algorithm: one row here, one config class, one agent module per backend, a preset file
+(docs/architecture.md lists the exact files). Everything in a row is a string or a "module:attribute"
+path imported when asked for, so that reading the table imports no deep-learning framework.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rl2edge.errors import CheckpointError, ConfigError
+
+FRAMEWORKS = ("torch", "tf")
+
+
+@dataclass(frozen=True)
+class Algo:
+    name: str
+    config: str
+    """"module:Class" of its hyperparameters (SB3's names and defaults)."""
+    driver: str
+    """"module:function" of the training loop: on-policy rollouts or off-policy replay."""
+    agents: dict[str, str]
+    """framework -> "module:Class" of the agent the driver steps."""
+    actions: tuple[str, ...]
+    """The action spaces it trains on: "discrete", "box" or both."""
+    head: str
+    """The head its deterministic policy ends in for Box actions (export/deployable.py); Discrete: argmax."""
+
+    def config_class(self) -> type:
+        return _load(self.config)
+
+    def agent_class(self, framework: str) -> type:
+        if framework not in self.agents:
+            raise ConfigError(f"--framework {framework!r}: choose one of {', '.join(self.agents)}")
+        return _load(self.agents[framework])
+
+    def check_action_space(self, discrete: bool, env_id: str) -> None:
+        kind = "discrete" if discrete else "box"
+        if kind not in self.actions:
+            fits = [a.name for a in ALGOS.values() if kind in a.actions]
+            raise ConfigError(
+                f"{self.name.upper()} needs a {_either(a.capitalize() for a in self.actions)} action space and "
+                f"{env_id} has a {kind.capitalize()} one; use {_either(fits)}"
+            )
+
+
+def _either(words: Any) -> str:
+    w = list(words)
+    return w[0] if len(w) == 1 else f"{', '.join(w[:-1])} or {w[-1]}"
+
+
+_PPO_DRIVER = "train.core.ppo_driver:train_ppo"
+_OFF_DRIVER = "train.core.offpolicy_driver:train_offpolicy"
+_OFF_CONFIG = "train.core.offpolicy_config"
+
+ALGOS: dict[str, Algo] = {
+    a.name: a
+    for a in (
+        Algo(
+            "ppo",
+            "train.core.config:PPOConfig",
+            _PPO_DRIVER,
+            {"torch": "train.torch_backend.ppo:TorchPPO", "tf": "train.tf_backend.ppo:TFPPO"},
+            ("discrete", "box"),
+            "clip_unscale",
+        ),
+        Algo(
+            "sac",
+            f"{_OFF_CONFIG}:SACConfig",
+            _OFF_DRIVER,
+            {"torch": "train.torch_backend.sac:TorchSAC", "tf": "train.tf_backend.sac:TFSAC"},
+            ("box",),
+            "tanh_unscale",
+        ),
+        Algo(
+            "td3",
+            f"{_OFF_CONFIG}:TD3Config",
+            _OFF_DRIVER,
+            {"torch": "train.torch_backend.td3:TorchTD3", "tf": "train.tf_backend.td3:TFTD3"},
+            ("box",),
+            "unscale",
+        ),
+        Algo(  # TD3's agent with DDPG's config (one critic, no target smoothing, no delay)
+            "ddpg",
+            f"{_OFF_CONFIG}:DDPGConfig",
+            _OFF_DRIVER,
+            {"torch": "train.torch_backend.td3:TorchTD3", "tf": "train.tf_backend.td3:TFTD3"},
+            ("box",),
+            "unscale",
+        ),
+        Algo(
+            "dqn",
+            f"{_OFF_CONFIG}:DQNConfig",
+            _OFF_DRIVER,
+            {"torch": "train.torch_backend.dqn:TorchDQN", "tf": "train.tf_backend.dqn:TFDQN"},
+            ("discrete",),
+            "argmax",
+        ),
+    )
+}
+
+
+def get(name: str, *, in_checkpoint: bool = False) -> Algo:
+    """The row of `name`; a one-line error naming the choices (a CheckpointError for a checkpoint's)."""
+    if name not in ALGOS:
+        if in_checkpoint:
+            raise CheckpointError(f"unknown algorithm {name!r} in the checkpoint")
+        raise ConfigError(f"unknown algorithm {name!r}; choose one of {', '.join(ALGOS)}")
+    return ALGOS[name]
+
+
+def build_config(
+    env_id: str,
+    config_file: str | Path | None = None,
+    overrides: dict[str, Any] | None = None,
+    algo: str = "ppo",
+) -> Any:
+    """The algorithm's defaults (SB3's), then its preset for env_id, then the config file, then the CLI."""
+    from train.core.config import configure
+
+    return configure(get(algo).config_class()(), env_id, config_file, overrides)
+
+
+def _discrete(env_id: str) -> bool:
+    from train.core.envs import make_env
+
+    env = make_env(env_id)
+    try:
+        return hasattr(env.action_space, "n")
+    finally:
+        env.close()
+
+
+def _load(path: str) -> Any:
+    module, attr = path.split(":")
+    return getattr(importlib.import_module(module), attr)
+
+
+def train(
+    framework: str,
+    env_id: str,
+    cfg: Any,
+    seed: int,
+    run_dir: Path,
+    device: str = "auto",
+    progress: bool | None = None,
+    agent_out: list[Any] | None = None,
+) -> Any:
+    """Train cfg.algo with `framework`'s agent: the one entry point of the CLI, the tests and the
+    benchmarks. `agent_out`, when given, receives the agent (tests read its state and trace counts)."""
+    algo = get(cfg.algo)
+    cls = algo.agent_class(framework)
+    algo.check_action_space(_discrete(env_id), env_id)
+
+    def make_agent(network: dict[str, Any], cfg: Any, seed: int, device: str) -> Any:
+        agent = cls(network, cfg, seed, device)
+        if agent_out is not None:
+            agent_out.append(agent)
+        return agent
+
+    driver = _load(algo.driver)
+    return driver(env_id, cfg, seed, run_dir, make_agent, device=device, progress=progress)

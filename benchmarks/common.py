@@ -7,13 +7,12 @@ import json
 import os
 import platform
 import subprocess
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 from rl2edge.fileio import write_bytes_atomic, write_json_atomic
+from rl2edge.tables import markdown_table, package_versions
 from runtime.bench import machine as runtime_machine
-from runtime.bench import markdown_table
 
 __all__ = ["RESULTS", "machine", "markdown_table", "pyplot", "save_figure", "write_results"]
 
@@ -23,12 +22,7 @@ RESULTS = Path(__file__).resolve().parent / "results"
 def machine() -> dict[str, Any]:
     """runtime.bench's description of the machine (what the device reports too), plus the training stack's
     versions and the commit."""
-    versions = {}
-    for name in ("onnxruntime", "torch", "tensorflow"):
-        try:
-            versions[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            pass
+    versions = package_versions(("onnxruntime", "torch", "tensorflow"))
     try:
         commit = subprocess.run(
             ["git", "rev-parse", "--short", "HEAD"],

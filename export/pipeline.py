@@ -13,7 +13,6 @@ import shutil
 import tempfile
 import time
 from dataclasses import dataclass, field
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +39,7 @@ from export.verify import compare_actions, latency_interleaved_us, latency_us, r
 from rl2edge.errors import ConfigError, ExportError
 from rl2edge.fileio import atomic_directory, check_output_dir, write_bytes_atomic, write_json_atomic
 from rl2edge.interrupts import check_interrupted
+from rl2edge.tables import package_versions
 from runtime.interpreters import OnnxBackend
 from runtime.manifest import write_manifest
 from runtime.policy import Policy
@@ -81,16 +81,6 @@ class ExportOptions:
             raise ConfigError(
                 f"--max-return-drop must be a percentage in [0, 100], got {self.max_return_drop_pct}"
             )
-
-
-def _versions() -> dict[str, str]:
-    out = {}
-    for name in TOOLS:
-        try:
-            out[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            out[name] = "not installed"
-    return out
 
 
 def _ret(result: Any) -> dict[str, Any]:
@@ -218,7 +208,7 @@ def _export(
         }
         if onnx_path
         else None,
-        "tools": _versions(),
+        "tools": package_versions(TOOLS, missing="not installed"),
     }
     if source.noise is not None:
         common["folded"]["noise"] = {

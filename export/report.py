@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from export.verify import parity_summary
+from rl2edge.tables import markdown_table
 
 
 @dataclass
@@ -60,11 +61,7 @@ class ExportReport:
                     f"{r.latency['p50_us']:.1f}",
                 ]
             )
-        widths = [max(len(str(x[i])) for x in [headers, *lines]) for i in range(len(headers))]
-        fmt = lambda row: "| " + " | ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)) + " |"  # noqa: E731
-        return "\n".join(
-            [fmt(headers), "|" + "|".join("-" * (w + 2) for w in widths) + "|", *map(fmt, lines)]
-        )
+        return markdown_table(headers, lines, pad=True)
 
     def footer(self) -> str:
         first = self.out if len(self.modes) == 1 or self.chosen else self.out / self.modes[-1]

@@ -17,13 +17,13 @@ import os
 import platform
 import time
 from collections.abc import Callable, Sequence
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from rl2edge.fileio import write_bytes_atomic, write_json_atomic
+from rl2edge.tables import markdown_table, package_versions
 
 
 def measure(
@@ -86,12 +86,6 @@ def artifact_observations(spec: dict[str, Any], n: int = 256) -> np.ndarray:
     return x.reshape(n, *shape)
 
 
-def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
-    out = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
-    out += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
-    return "\n".join(out)
-
-
 def latency_table(rows: list[dict[str, Any]]) -> str:
     return markdown_table(
         ["policy", "form", "threads", "p50 us", "p99 us", "p99.9 us", "max us"],
@@ -112,12 +106,7 @@ def machine() -> dict[str, Any]:
                 break
     except OSError:
         pass
-    versions = {}
-    for name in ("rl2edge", "numpy", "ai-edge-litert", "tflite-runtime", "asyncua"):
-        try:
-            versions[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            pass
+    versions = package_versions(("rl2edge", "numpy", "ai-edge-litert", "tflite-runtime", "asyncua"))
     return {
         "cpu": cpu,
         "cores": os.cpu_count(),

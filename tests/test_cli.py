@@ -137,7 +137,8 @@ def test_tampered_artifact(cartpole_all, tmp_path: Path) -> None:
     ],
 )
 def test_bench_spellings_reach_what_they_say(spelling: str, target: str, argv: list[str]) -> None:
-    from rl2edge.cli import bench_plan, parse_args
+    from rl2edge.cli import parse_args
+    from rl2edge.commands.bench import bench_plan
 
     assert bench_plan(parse_args(spelling.split())) == (target, argv)
 

@@ -10,12 +10,12 @@ from __future__ import annotations
 import json
 import platform
 from dataclasses import dataclass
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 from rl2edge.errors import CheckpointError
 from rl2edge.fileio import sha256_file, write_json_atomic
+from rl2edge.tables import package_versions
 
 CHECKPOINT_FILE = "checkpoint.json"
 FORMAT = "rl2edge-checkpoint"
@@ -23,13 +23,10 @@ FORMAT_VERSION = 1
 
 
 def library_versions(*names: str) -> dict[str, str]:
-    out = {"python": platform.python_version()}
-    for name in ("rl2edge", "numpy", "gymnasium", *names):
-        try:
-            out[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            out[name] = "not installed"
-    return out
+    return {
+        "python": platform.python_version(),
+        **package_versions(("rl2edge", "numpy", "gymnasium", *names), missing="not installed"),
+    }
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,85 @@
+"""`rl2edge evaluate`: run an artifact through the runtime in its environment."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+from typing import Any
+
+from rl2edge.commands.common import table
+from rl2edge.errors import ConfigError
+
+_logger = logging.getLogger("rl2edge")
+
+
+def add_parser(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
+    v = sub.add_parser(
+        "evaluate",
+        help="run an artifact in its environment",
+        formatter_class=fmt,
+        description="Run an artifact through the runtime (the code that serves it on the device) for N episodes "
+        "with seeds S, S+1, ... and report the returns.",
+        epilog="example:\n  rl2edge evaluate artifacts/cp --env CartPole-v1 --episodes 20 --seed 0 --json",
+    )
+    v.add_argument("artifact", help="artifact directory (manifest.json + policy.tflite)")
+    v.add_argument("--env", required=True, help="Gymnasium id or package.module:EnvClass")
+    v.add_argument("--episodes", type=int, default=20, help="episodes (default: 20)")
+    v.add_argument("--seed", type=int, default=0, help="seed of the first episode (default: 0)")
+    v.add_argument(
+        "--explore",
+        action="store_true",
+        help="artifacts with folded noise: sample it (default: deterministic)",
+    )
+    v.add_argument("--noise-seed", type=int, help="artifacts with folded noise: override the manifest's seed")
+    v.add_argument(
+        "--backend", default="auto", help="auto, litert, tflite-runtime, tensorflow or onnxruntime"
+    )
+    v.add_argument(
+        "--json", action="store_true", help="print one JSON object (mean_return, std_return, returns, ...)"
+    )
+    v.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from runtime.policy import Policy
+    from train.core.envs import check_env_id
+    from train.core.evaluation import evaluate
+
+    check_env_id(args.env)
+    if args.episodes < 1:
+        raise ConfigError(f"--episodes {args.episodes}: evaluate at least 1 episode")
+    policy = Policy.load(
+        args.artifact, backend=args.backend, explore=args.explore, noise_seed=args.noise_seed
+    )
+    result = evaluate(policy.predict, args.env, args.episodes, args.seed)
+    out = {
+        "artifact": str(args.artifact),
+        "env_id": args.env,
+        "backend": policy.backend_name,
+        "quantization": policy.manifest.quantization["mode"],
+        "episodes": args.episodes,
+        "seed": args.seed,
+        "mean_return": result.mean,
+        "std_return": result.std,
+        "returns": result.returns,
+        "lengths": result.lengths,
+    }
+    if args.json:
+        print(json.dumps(out))
+    else:
+        print(
+            table(
+                ["artifact", "quantization", "backend", "episodes", "mean return"],
+                [
+                    [
+                        args.artifact,
+                        out["quantization"],
+                        out["backend"],
+                        args.episodes,
+                        f"{result.mean:.1f} +- {result.std:.1f}",
+                    ]
+                ],
+            )
+        )
+    return 0

@@ -1,0 +1,110 @@
+"""`rl2edge export`: a checkpoint or an SB3 model to verified TFLite artifacts."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from pathlib import Path
+from typing import Any
+
+from rl2edge.commands.common import QUANT_MODES
+from rl2edge.errors import ConfigError
+
+_logger = logging.getLogger("rl2edge")
+
+
+def add_parser(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
+    e = sub.add_parser(
+        "export",
+        help="export a checkpoint to a verified TFLite artifact",
+        formatter_class=fmt,
+        description="Rebuild the deterministic policy with observation normalization and the action transform "
+        "folded in, export ONNX (opset 17), convert to TFLite with onnx2tf, quantize with calibration data from "
+        "rollouts of the trained policy, verify every file against the source, and write the artifact "
+        "(manifest.json, policy.tflite, policy.onnx). Nothing is written when verification fails.\n"
+        "Stable-Baselines3 models (PPO, A2C, SAC, TD3, DQN; MlpPolicy) export the same way, with VecNormalize's "
+        "statistics folded in and the exported actions checked against SB3's own predict(). Loading an SB3 .zip "
+        "or VecNormalize .pkl runs pickle: only load files you trust.",
+        epilog="examples:\n  rl2edge export runs/cp --quantize int8 --out artifacts/cp\n"
+        "  rl2edge export runs/cp --quantize all --out artifacts/cp   # one artifact per mode in artifacts/cp/<mode>/\n"
+        "  rl2edge export ppo_pendulum.zip --env Pendulum-v1 --vecnormalize vecnormalize.pkl --quantize auto --out artifacts/pd\n"
+        "  rl2edge export runs/pd-td3 --quantize int8 --noise ou:theta=0.15,sigma=0.2 --out artifacts/pd-explore",
+    )
+    e.add_argument(
+        "run_dir", help="checkpoint directory written by `rl2edge train`, or a Stable-Baselines3 model.zip"
+    )
+    e.add_argument(
+        "--quantize",
+        default="int8",
+        choices=[*QUANT_MODES, "all", "auto"],
+        help="quantization mode (default: int8); all: one artifact per mode; auto: the fastest mode whose "
+        "closed-loop return stays within --max-return-drop of fp32's",
+    )
+    e.add_argument(
+        "--max-return-drop",
+        type=float,
+        default=1.0,
+        metavar="PCT",
+        help="--quantize auto: allowed drop of the mean return below fp32's, in %% of |fp32| (default: 1)",
+    )
+    e.add_argument(
+        "--env", help="Stable-Baselines3 models only: the Gymnasium env id the model was trained on"
+    )
+    e.add_argument("--vecnormalize", help="Stable-Baselines3 models only: the VecNormalize statistics (.pkl)")
+    e.add_argument("--out", help="artifact directory (default: artifacts/<run name>)")
+    e.add_argument(
+        "--calib-episodes",
+        type=int,
+        default=10,
+        help="episodes of the trained policy for calibration and parity data",
+    )
+    e.add_argument("--eval-episodes", type=int, default=10, help="episodes of closed-loop return per file")
+    e.add_argument("--seed", type=int, default=0, help="seed of the calibration and evaluation episodes")
+    e.add_argument(
+        "--noise",
+        help="fold exploration noise into the graph (Box actions): gaussian:sigma=0.1 | "
+        "ou:theta=0.15,sigma=0.2[,dt=0.01] | policy (SAC's or PPO's own distribution)",
+    )
+    e.add_argument(
+        "--noise-seed",
+        type=int,
+        default=0,
+        help="seed of the runtime's noise draws, recorded in the manifest",
+    )
+    e.add_argument("--force", action="store_true", help="replace a non-empty --out directory")
+    e.add_argument("--no-progress", action="store_true", help="no progress bar")
+    e.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from export.pipeline import ExportOptions, export_checkpoint, export_source
+
+    opts = ExportOptions(
+        quantize=args.quantize,
+        calib_episodes=args.calib_episodes,
+        eval_episodes=args.eval_episodes,
+        seed=args.seed,
+        force=args.force,
+        progress=None if not args.no_progress else False,
+        max_return_drop_pct=args.max_return_drop,
+        noise=args.noise,
+        noise_seed=args.noise_seed,
+    )
+    opts.check()
+    src = Path(args.run_dir)
+    out = Path(args.out) if args.out else Path("artifacts") / src.resolve().with_suffix("").name
+    if src.suffix == ".zip":
+        from export.sb3 import source_from_sb3
+
+        report = export_source(
+            source_from_sb3(src, args.env, Path(args.vecnormalize) if args.vecnormalize else None), out, opts
+        )
+    else:
+        if args.env or args.vecnormalize:
+            raise ConfigError(
+                "--env and --vecnormalize are for Stable-Baselines3 .zip models; a run directory knows its env"
+            )
+        report = export_checkpoint(src, out, opts)
+    print(report.table())
+    print(report.footer())
+    return 0

@@ -1,19 +1,28 @@
-"""The end of every training run, whatever the algorithm: keep the best periodic evaluation's policy
-(when asked), write the weights, then checkpoint.json, then summary.json."""
+"""What every training run shares, whatever the algorithm (train.core.ppo_driver and
+train.core.offpolicy_driver differ only in how they collect data and update): the envs and their specs,
+the observation normalizer, the metrics, the periodic evaluation that remembers the best policy, and the
+end: keep the best policy (when asked), write the weights, then checkpoint.json, then summary.json."""
 
 from __future__ import annotations
 
 import copy
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tqdm.auto import tqdm
+
 from rl2edge.fileio import write_json_atomic
+from train.core.actions import ActionTransform
 from train.core.checkpoint import library_versions, write_checkpoint
+from train.core.envs import make_vec_env
 from train.core.evaluation import EvalResult, evaluate
+from train.core.metrics import MetricsLogger
 from train.core.normalization import RunningNormalizer
+from train.core.spaces import action_spec, is_discrete, observation_spec
 
 _logger = logging.getLogger(__name__)
 
@@ -46,20 +55,29 @@ class BestKeeper:
 
 def finish_run(
     *,
-    algo: str,
+    cfg: Any,
     agent: Any,
     norm: RunningNormalizer,
     keeper: BestKeeper,
     act_fn: Callable[[Any, RunningNormalizer], Callable[[Any], Any]],
     env_id: str,
     seed: int,
-    eval_episodes: int,
     run_dir: Path,
     global_step: int,
     wall: float,
-    meta: dict[str, Any],
+    spaces: tuple[dict[str, Any], dict[str, Any]],
+    network: dict[str, Any],
 ) -> TrainResult:
-    """`act_fn(agent, norm)` gives the deterministic raw-observation -> env-action callable."""
+    """Evaluate, keep the best policy, write checkpoint.json (+ weights) and summary.json. `act_fn(agent,
+    norm)` gives the deterministic raw-observation -> env-action callable; `spaces` the observation and
+    action specs; `network` what export rebuilds the policy from."""
+    algo, eval_episodes = cfg.algo, cfg.eval_episodes
+    meta = {
+        "observation_space": spaces[0],
+        "action_space": spaces[1],
+        "network": network,
+        "hyperparameters": cfg.to_json(),
+    }
     eval_seed = seed + EVAL_SEED_OFFSET
     final_eval = last_eval = evaluate(act_fn(agent, norm), env_id, eval_episodes, eval_seed)
     kept = {"kept": "last", "step": global_step}
@@ -121,3 +139,72 @@ def deterministic_fn(
         return lambda raw_obs: to_env(agent.deterministic(norm.normalize(raw_obs[None]))[0])
 
     return make
+
+
+class TrainingRun:
+    """One run's shared parts. Made before the agent (the network spec needs the spaces); `begin` opens the
+    metrics and the progress bar once the agent exists; `finish` ends it."""
+
+    def __init__(self, env_id: str, cfg: Any, seed: int, run_dir: Path):
+        self.env_id, self.cfg, self.seed, self.run_dir = env_id, cfg, seed, run_dir
+        self.envs = make_vec_env(env_id, cfg.n_envs)
+        self.obs_spec = observation_spec(self.envs.single_observation_space)
+        self.act_spec = action_spec(self.envs.single_action_space)
+        self.discrete = is_discrete(self.act_spec)
+        self.obs_shape = tuple(self.obs_spec["shape"])
+        self.to_env = ActionTransform(self.act_spec).to_env
+        self.norm = RunningNormalizer(self.obs_shape, clip=cfg.norm_obs_clip, enabled=cfg.normalize_obs)
+        self.act_fn = deterministic_fn(self.to_env)
+        self.keeper = BestKeeper(cfg.keep_best)
+        self.recent_returns: list[float] = []
+        self.next_eval = cfg.eval_freq
+        self.metrics: MetricsLogger | None = None
+        self._start = 0.0
+
+    def begin(self, agent: Any, total_steps: int, progress: bool | None, **bar: Any) -> tqdm:
+        self.metrics = MetricsLogger(self.run_dir)
+        self._start = time.perf_counter()
+        return tqdm(
+            total=total_steps,
+            desc=f"{self.cfg.algo}/{agent.framework} {self.env_id}",
+            unit="step",
+            disable=None if progress is None else not progress,
+            leave=False,
+            **bar,
+        )
+
+    def evaluation_due(self, global_step: int) -> bool:
+        return bool(self.cfg.eval_freq) and global_step >= self.next_eval
+
+    def evaluate_into(self, row: dict[str, float], agent: Any, global_step: int) -> None:
+        """The periodic evaluation, on seeds the training envs never use; the best one is remembered."""
+        self.next_eval += self.cfg.eval_freq
+        result = evaluate(
+            self.act_fn(agent, self.norm), self.env_id, self.cfg.eval_episodes, self.seed + EVAL_SEED_OFFSET
+        )
+        row["eval_return_mean"], row["eval_return_std"] = result.mean, result.std
+        _logger.info("step %d: eval return %.1f +- %.1f", global_step, result.mean, result.std)
+        self.keeper.offer(result, global_step, agent, self.norm)
+
+    def close(self, bar: tqdm | None = None) -> None:
+        if bar is not None:
+            bar.close()
+        if self.metrics is not None:
+            self.metrics.close()
+        self.envs.close()
+
+    def finish(self, agent: Any, global_step: int, network: dict[str, Any]) -> TrainResult:
+        return finish_run(
+            cfg=self.cfg,
+            agent=agent,
+            norm=self.norm,
+            keeper=self.keeper,
+            act_fn=self.act_fn,
+            env_id=self.env_id,
+            seed=self.seed,
+            run_dir=self.run_dir,
+            global_step=global_step,
+            wall=time.perf_counter() - self._start,
+            spaces=(self.obs_spec, self.act_spec),
+            network=network,
+        )

@@ -13,25 +13,18 @@ from __future__ import annotations
 
 import logging
 import math
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
-from tqdm.auto import tqdm
 
 from rl2edge.errors import ConfigError
-from train.core.actions import ActionTransform
-from train.core.envs import make_vec_env
-from train.core.evaluation import evaluate
-from train.core.finish import EVAL_SEED_OFFSET, BestKeeper, TrainResult, deterministic_fn, finish_run
-from train.core.metrics import MetricsLogger
+from train.core.finish import TrainingRun, TrainResult
 from train.core.noise import GaussianNoise, OUNoise
-from train.core.normalization import RunningNormalizer
 from train.core.offpolicy_config import DQNConfig, OffPolicyConfig, SACConfig, TD3Config
 from train.core.replay import ReplayBatch, ReplayBuffer
-from train.core.spaces import action_dim, action_spec, is_discrete, obs_dim, observation_spec
+from train.core.spaces import action_dim, obs_dim
 
 _logger = logging.getLogger(__name__)
 
@@ -97,47 +90,33 @@ def train_offpolicy(
     # SEEDING: once, here. Env seeds at the first reset; the agent factory seeds its framework before any
     # initializer draws; this numpy generator drives warm-up actions, noise, epsilon and batch sampling.
     rng = np.random.default_rng(seed)
-    envs = make_vec_env(env_id, cfg.n_envs)
-    obs_spec = observation_spec(envs.single_observation_space)
-    act_spec = action_spec(envs.single_action_space)
-    discrete = is_discrete(act_spec)
+    run = TrainingRun(env_id, cfg, seed, run_dir)
+    envs, obs_spec, act_spec, norm, to_env = run.envs, run.obs_spec, run.act_spec, run.norm, run.to_env
+    discrete, obs_shape = run.discrete, run.obs_shape
     if len(obs_spec["shape"]) != 1:
+        run.close()
         raise ConfigError(
             f"{cfg.algo.upper()} takes flat observations; {env_id} has shape {obs_spec['shape']}"
         )
     n_envs, a_dim = cfg.n_envs, action_dim(act_spec)
-    obs_shape = tuple(obs_spec["shape"])
-    to_env = ActionTransform(act_spec).to_env
     network = network_spec(cfg, obs_spec, act_spec)
     agent = make_agent(network, cfg, seed, device)
-    norm = RunningNormalizer(obs_shape, clip=cfg.norm_obs_clip, enabled=cfg.normalize_obs)
     buffer = ReplayBuffer(min(cfg.buffer_size, cfg.n_timesteps + n_envs), obs_shape, discrete, a_dim)
-    metrics = MetricsLogger(run_dir)
     noise: GaussianNoise | OUNoise | None = None
     if isinstance(cfg, TD3Config) and cfg.noise_type == "normal":
         noise = GaussianNoise(cfg.noise_std, a_dim, n_envs, rng)
     elif isinstance(cfg, TD3Config) and cfg.noise_type == "ornstein-uhlenbeck":
         noise = OUNoise(0.15, cfg.noise_std, 1e-2, a_dim, n_envs, rng)  # SB3's theta and dt
-    act_fn = deterministic_fn(to_env)
-    keeper = BestKeeper(cfg.keep_best)
 
     n_iters = max(1, math.ceil(cfg.n_timesteps / n_envs))
     raw_obs, _ = envs.reset(seed=seed)
     norm.update(raw_obs)
     ep_returns = np.zeros(n_envs)
-    recent_returns: list[float] = []
+    recent_returns = run.recent_returns
     stats: np.ndarray | None = None
-    global_step, next_eval, next_log = 0, cfg.eval_freq, LOG_EVERY
+    global_step, next_log = 0, LOG_EVERY
     target_period = max(cfg.target_update_interval // n_envs, 1) if isinstance(cfg, DQNConfig) else 0
-    start = time.perf_counter()
-    bar = tqdm(
-        total=n_iters * n_envs,
-        desc=f"{cfg.algo}/{agent.framework} {env_id}",
-        unit="step",
-        disable=None if progress is None else not progress,
-        leave=False,
-        mininterval=0.5,
-    )
+    bar = run.begin(agent, n_iters * n_envs, progress, mininterval=0.5)
     try:
         for it in range(n_iters):
             # ACT: uniform random during warm-up, then the algorithm's exploration.
@@ -182,7 +161,7 @@ def train_offpolicy(
                 n = cfg.gradient_steps if cfg.gradient_steps > 0 else cfg.train_freq * n_envs
                 stats = agent.train(buffer.sample(n, cfg.batch_size, rng, norm.normalize))
 
-            evaluating = bool(cfg.eval_freq) and global_step >= next_eval
+            evaluating = run.evaluation_due(global_step)
             if global_step >= next_log or evaluating:
                 next_log = (global_step // LOG_EVERY + 1) * LOG_EVERY
                 row: dict[str, float] = {}
@@ -194,33 +173,8 @@ def train_offpolicy(
                     row["rollout_return_mean"] = float(np.mean(recent_returns[-20:]))
                     bar.set_postfix(ret=f"{row['rollout_return_mean']:.1f}", refresh=False)
                 if evaluating:
-                    next_eval += cfg.eval_freq
-                    result = evaluate(act_fn(agent, norm), env_id, cfg.eval_episodes, seed + EVAL_SEED_OFFSET)
-                    row["eval_return_mean"], row["eval_return_std"] = result.mean, result.std
-                    _logger.info("step %d: eval return %.1f +- %.1f", global_step, result.mean, result.std)
-                    keeper.offer(result, global_step, agent, norm)
-                metrics.log(global_step, row)
+                    run.evaluate_into(row, agent, global_step)
+                run.metrics.log(global_step, row)
     finally:
-        bar.close()
-        metrics.close()
-        envs.close()
-    wall = time.perf_counter() - start
-    return finish_run(
-        algo=cfg.algo,
-        agent=agent,
-        norm=norm,
-        keeper=keeper,
-        act_fn=act_fn,
-        env_id=env_id,
-        seed=seed,
-        eval_episodes=cfg.eval_episodes,
-        run_dir=run_dir,
-        global_step=global_step,
-        wall=wall,
-        meta={
-            "observation_space": obs_spec,
-            "action_space": act_spec,
-            "network": network,
-            "hyperparameters": cfg.to_json(),
-        },
-    )
+        run.close(bar)
+    return run.finish(agent, global_step, network)

@@ -8,23 +8,16 @@ from __future__ import annotations
 
 import logging
 import math
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
-from tqdm.auto import tqdm
 
-from train.core.actions import ActionTransform
 from train.core.config import PPOConfig
-from train.core.envs import make_vec_env
-from train.core.evaluation import evaluate
-from train.core.finish import EVAL_SEED_OFFSET, BestKeeper, TrainResult, deterministic_fn, finish_run
-from train.core.metrics import MetricsLogger
-from train.core.normalization import RunningNormalizer
+from train.core.finish import TrainingRun, TrainResult
 from train.core.rollout import Minibatch, RolloutBuffer, check_minibatch
-from train.core.spaces import action_dim, action_spec, is_discrete, obs_dim, observation_spec
+from train.core.spaces import action_dim, obs_dim
 
 _logger = logging.getLogger(__name__)
 
@@ -74,12 +67,9 @@ def train_ppo(
     # SEEDING: once, here. Env seeds are given at the first reset; the agent factory seeds its framework
     # before it initializes anything; numpy's generator drives the minibatch order.
     rng = np.random.default_rng(seed)
-    envs = make_vec_env(env_id, cfg.n_envs)
-    obs_spec = observation_spec(envs.single_observation_space)
-    act_spec = action_spec(envs.single_action_space)
-    discrete = is_discrete(act_spec)
-    obs_shape = tuple(obs_spec["shape"])
-    to_env = ActionTransform(act_spec).to_env
+    run = TrainingRun(env_id, cfg, seed, run_dir)
+    envs, obs_spec, act_spec, norm, to_env = run.envs, run.obs_spec, run.act_spec, run.norm, run.to_env
+    discrete, obs_shape = run.discrete, run.obs_shape
     network = {
         "type": "actor_critic_mlp",
         "obs_dim": obs_dim(obs_spec),
@@ -90,12 +80,7 @@ def train_ppo(
         "log_std_init": cfg.log_std_init,
     }
     agent = make_agent(network, cfg, seed, device)
-    norm = RunningNormalizer(obs_shape, clip=cfg.norm_obs_clip, enabled=cfg.normalize_obs)
     buffer = RolloutBuffer(cfg.n_steps, cfg.n_envs, obs_shape, discrete, action_dim(act_spec))
-    metrics = MetricsLogger(run_dir)
-
-    act_fn = deterministic_fn(to_env)
-    keeper = BestKeeper(cfg.keep_best)
 
     batch_steps = cfg.n_envs * cfg.n_steps
     n_updates = max(1, math.ceil(cfg.n_timesteps / batch_steps))
@@ -103,16 +88,9 @@ def train_ppo(
     raw_obs, _ = envs.reset(seed=seed)
     norm.update(raw_obs)
     ep_returns = np.zeros(cfg.n_envs)
-    recent_returns: list[float] = []
-    next_eval, global_step = cfg.eval_freq, 0
-    start = time.perf_counter()
-    bar = tqdm(
-        total=n_updates * batch_steps,
-        desc=f"ppo/{agent.framework} {env_id}",
-        unit="step",
-        disable=None if progress is None else not progress,
-        leave=False,
-    )
+    recent_returns = run.recent_returns
+    global_step = 0
+    bar = run.begin(agent, n_updates * batch_steps, progress)
     try:
         for update in range(n_updates):
             progress_remaining = 1.0 - update / n_updates
@@ -165,34 +143,9 @@ def train_ppo(
             if recent_returns:
                 row["rollout_return_mean"] = float(np.mean(recent_returns[-20:]))
                 bar.set_postfix(ret=f"{row['rollout_return_mean']:.1f}")
-            if cfg.eval_freq and global_step >= next_eval:
-                result = evaluate(act_fn(agent, norm), env_id, cfg.eval_episodes, seed + EVAL_SEED_OFFSET)
-                row["eval_return_mean"], row["eval_return_std"] = result.mean, result.std
-                _logger.info("step %d: eval return %.1f +- %.1f", global_step, result.mean, result.std)
-                keeper.offer(result, global_step, agent, norm)
-                next_eval += cfg.eval_freq
-            metrics.log(global_step, row)
+            if run.evaluation_due(global_step):
+                run.evaluate_into(row, agent, global_step)
+            run.metrics.log(global_step, row)
     finally:
-        bar.close()
-        metrics.close()
-        envs.close()
-    wall = time.perf_counter() - start
-    return finish_run(
-        algo="ppo",
-        agent=agent,
-        norm=norm,
-        keeper=keeper,
-        act_fn=act_fn,
-        env_id=env_id,
-        seed=seed,
-        eval_episodes=cfg.eval_episodes,
-        run_dir=run_dir,
-        global_step=global_step,
-        wall=wall,
-        meta={
-            "observation_space": obs_spec,
-            "action_space": act_spec,
-            "network": network,
-            "hyperparameters": cfg.to_json(),
-        },
-    )
+        run.close(bar)
+    return run.finish(agent, global_step, network)

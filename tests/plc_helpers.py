@@ -7,7 +7,6 @@ import contextlib
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,10 +15,10 @@ from typing import Any
 from asyncua import Client, ua
 
 from plc_bridge.sim import free_port
+from tests.helpers import EXE
 
 __all__ = ["free_port"]
 
-EXE = str(Path(sys.executable).with_name("rl2edge"))
 # The edge test run (`make test-edge`) serves from the edge venv and runs plc-sim, which needs gymnasium,
 # from the workstation's.
 PLC_SIM_EXE = os.environ.get("RL2EDGE_PLC_SIM_EXE", EXE)

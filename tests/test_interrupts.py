@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.plc_helpers import EXE
+from tests.helpers import EXE
 
 pytest.importorskip("tensorflow")  # the workstation's commands; the edge install has neither
 

@@ -5,7 +5,6 @@ exception."""
 
 from __future__ import annotations
 
-import copy
 import json
 import shutil
 from pathlib import Path
@@ -17,6 +16,7 @@ import pytest
 from rl2edge.errors import ManifestError, Rl2EdgeError
 from runtime import Policy
 from runtime.manifest_schema import MAX_MANIFEST_BYTES
+from tests.helpers import mutate
 
 
 @pytest.fixture
@@ -96,38 +96,12 @@ _ODD_VALUES: list[Any] = [
 ]
 
 
-def _paths(node: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-    out = [prefix] if prefix else []
-    if isinstance(node, dict):
-        for k, v in node.items():
-            out += _paths(v, (*prefix, k))
-    elif isinstance(node, list):
-        for i, v in enumerate(node[:8]):
-            out += _paths(v, (*prefix, i))
-    return out
-
-
-def _mutate(manifest: dict[str, Any], rng: np.random.Generator) -> dict[str, Any]:
-    m = copy.deepcopy(manifest)
-    for _ in range(int(rng.integers(1, 4))):
-        paths = _paths(m)
-        path = paths[int(rng.integers(len(paths)))]
-        parent = m
-        for key in path[:-1]:
-            parent = parent[key]
-        if rng.random() < 0.2 and isinstance(parent, dict):
-            parent.pop(path[-1], None)
-        else:
-            parent[path[-1]] = _ODD_VALUES[int(rng.integers(len(_ODD_VALUES)))]
-    return m
-
-
 def test_ten_thousand_mutated_manifests_load_or_fail_in_one_line(artifact: Path) -> None:
     valid = json.loads((artifact / "manifest.json").read_text())
     rng = np.random.default_rng(0)
     outcomes = {"loaded": 0, "refused": 0}
     for i in range(10_000):
-        mutated = _mutate(valid, rng)
+        mutated = mutate(valid, rng, _ODD_VALUES)
         (artifact / "manifest.json").write_text(json.dumps(mutated))  # NaN/Infinity as Python writes them
         try:
             policy = Policy.load(artifact)

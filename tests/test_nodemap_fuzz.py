@@ -6,7 +6,6 @@ observation bounds against a real policy)."""
 
 from __future__ import annotations
 
-import copy
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +18,7 @@ from plc_bridge.loop import ControlLoop, LoopConfig
 from plc_bridge.nodemap import load_node_map
 from rl2edge.errors import ConfigError
 from runtime import Policy
+from tests.helpers import mutate
 
 EXAMPLE = Path(__file__).parents[1] / "docs" / "examples" / "plant.yaml"
 
@@ -59,37 +59,6 @@ _ODD: list[Any] = [
 ]
 
 
-def _paths(node: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-    out = [prefix] if prefix else []
-    if isinstance(node, dict):
-        for k, v in node.items():
-            out += _paths(v, (*prefix, k))
-    elif isinstance(node, list):
-        for i, v in enumerate(node[:8]):
-            out += _paths(v, (*prefix, i))
-    return out
-
-
-def _mutate(data: dict[str, Any], rng: np.random.Generator) -> dict[str, Any]:
-    m = copy.deepcopy(data)
-    for _ in range(int(rng.integers(1, 4))):
-        paths = _paths(m)
-        if not paths:
-            break
-        path = paths[int(rng.integers(len(paths)))]
-        parent = m
-        for key in path[:-1]:
-            parent = parent[key]
-        r = rng.random()
-        if r < 0.15 and isinstance(parent, dict):
-            parent.pop(path[-1], None)
-        elif r < 0.2 and isinstance(parent, dict):
-            parent[_ODD[int(rng.integers(8, 12))]] = 1  # an unknown key
-        else:
-            parent[path[-1]] = copy.deepcopy(_ODD[int(rng.integers(len(_ODD)))])
-    return m
-
-
 def _serve_accepts(path: Path, policy: Policy) -> str:
     """'accepted' or 'refused' (one line); anything else fails the test."""
     try:
@@ -113,7 +82,7 @@ def test_ten_thousand_mutated_node_maps_load_or_fail_in_one_line(policy: Policy,
     path = tmp_path / "map.yaml"
     outcomes = {"accepted": 0, "refused": 0}
     for i in range(10_000):
-        mutated = _mutate(base, rng)
+        mutated = mutate(base, rng, _ODD, drop=0.15, unknown_keys=_ODD[8:12])
         path.write_text(yaml.safe_dump(mutated, allow_unicode=True))
         try:
             outcomes[_serve_accepts(path, policy)] += 1

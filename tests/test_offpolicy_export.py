@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.test_cli import assert_clean_failure, rl2edge
+from tests.helpers import assert_clean_failure, rl2edge
 
 pytest.importorskip("tensorflow")
 

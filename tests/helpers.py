@@ -1,0 +1,62 @@
+"""What several test modules use: the installed CLI as users call it, and random mutations of nested
+data for the loaders' fuzz tests. Test modules import from here, never from each other."""
+
+from __future__ import annotations
+
+import copy
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+EXE = str(Path(sys.executable).with_name("rl2edge"))
+
+
+def rl2edge(*args: str | Path, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([EXE, *map(str, args)], capture_output=True, text=True, cwd=cwd, timeout=600)
+
+
+def assert_clean_failure(proc: subprocess.CompletedProcess[str], *fragments: str) -> None:
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr
+    last = proc.stderr.strip().splitlines()[-1]
+    for f in fragments:
+        assert f in last, last
+
+
+def paths_of(node: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    """Every key path into nested dicts and lists (the first 8 items of a list)."""
+    out = [prefix] if prefix else []
+    if isinstance(node, dict):
+        for k, v in node.items():
+            out += paths_of(v, (*prefix, k))
+    elif isinstance(node, list):
+        for i, v in enumerate(node[:8]):
+            out += paths_of(v, (*prefix, i))
+    return out
+
+
+def mutate(
+    data: Any, rng: np.random.Generator, odd: list[Any], drop: float = 0.2, unknown_keys: list[Any] = ()
+) -> Any:
+    """A deep copy of `data` with 1 to 3 random changes: a value replaced by one of `odd`, a key dropped
+    (probability `drop`) or, with `unknown_keys`, a key added that the loader does not know."""
+    m = copy.deepcopy(data)
+    for _ in range(int(rng.integers(1, 4))):
+        paths = paths_of(m)
+        if not paths:
+            break
+        path = paths[int(rng.integers(len(paths)))]
+        parent = m
+        for key in path[:-1]:
+            parent = parent[key]
+        r = rng.random()
+        if r < drop and isinstance(parent, dict):
+            parent.pop(path[-1], None)
+        elif unknown_keys and r < drop + 0.05 and isinstance(parent, dict):
+            parent[unknown_keys[int(rng.integers(len(unknown_keys)))]] = 1
+        else:
+            parent[path[-1]] = copy.deepcopy(odd[int(rng.integers(len(odd)))])
+    return m

@@ -13,7 +13,7 @@ import os
 import re
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -84,6 +84,68 @@ def atomic_directory(final: str | os.PathLike[str]) -> Iterator[Path]:
     os.replace(tmp, final)
     if old is not None:
         shutil.rmtree(old, ignore_errors=True)
+
+
+MAX_JSON_NESTING = 32
+"""A manifest or checkpoint.json nests 5 levels deep. The C JSON parser recurses once per level, and a library in the
+process may have raised Python's recursion limit (onnx2tf does): a 200,000-deep array then overflows
+the C stack and kills the process with SIGSEGV instead of raising RecursionError. So depth is counted
+first, without recursion."""
+_JSON_TOKENS = re.compile(r'\\.|"|[\[\]{}]', re.S)
+
+
+def _nesting_depth(text: str) -> int:
+    depth = deepest = 0
+    in_string = False
+    for m in _JSON_TOKENS.finditer(text):
+        token = m.group()
+        if token == '"':
+            in_string = not in_string
+        elif in_string or token[0] == "\\":
+            continue
+        elif token in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        else:
+            depth -= 1
+    return deepest
+
+
+def read_json_document(
+    path: Path,
+    *,
+    what: str,
+    kind: tuple[str, str],
+    version: tuple[str, int],
+    required: Sequence[str],
+    error: type[Exception],
+    fix: str,
+    max_bytes: int = 4 << 20,
+) -> dict[str, Any]:
+    """checkpoint.json and manifest.json: a JSON object that names its kind and version (`kind` and
+    `version`: the field and the value expected) and holds `required`, read with its size and nesting
+    bounded before parsing; else one line of `error` that ends in `fix`."""
+    size = path.stat().st_size
+    if size > max_bytes:
+        raise error(f"{path} has {size} bytes, over the {max_bytes} a {what} may have; {fix}")
+    try:
+        text = path.read_text()
+        if _nesting_depth(text) > MAX_JSON_NESTING:
+            raise error(f"{path} nests deeper than {MAX_JSON_NESTING} levels: not a {what}; {fix}")
+        data = json.loads(text)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise error(f"{path} is not valid JSON ({exc}); {fix}") from None
+    (kind_key, kind_value), (version_key, version_value) = kind, version
+    if not isinstance(data, dict) or data.get(kind_key) != kind_value:
+        raise error(f"{path} is not an rl2edge {what} ({kind_key} field missing or wrong)")
+    if data.get(version_key) != version_value:
+        raise error(
+            f"{path} has {version_key} {data.get(version_key)!r}; this rl2edge reads version {version_value}: {fix}"
+        )
+    missing = [k for k in required if k not in data]
+    if missing:
+        raise error(f"{path} lacks {', '.join(missing)}; {fix}")
+    return data
 
 
 MAX_YAML_BYTES = 1 << 20

@@ -7,45 +7,18 @@ and a sha256 of every other file. `load_manifest` refuses an artifact that does 
 
 from __future__ import annotations
 
-import json
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from rl2edge.errors import ManifestError
-from rl2edge.fileio import sha256_file, write_json_atomic
+from rl2edge.fileio import read_json_document, sha256_file, write_json_atomic
 from runtime.manifest_schema import MAX_MANIFEST_BYTES, bare_name, check_manifest
 
 MANIFEST_FILE = "manifest.json"
 SCHEMA = "rl2edge-artifact"
 SCHEMA_VERSION = 1
 _REQUIRED = ("observation", "action", "model", "folded", "quantization", "source", "files")
-
-
-MAX_NESTING = 32
-"""A manifest nests 5 levels deep. The C JSON parser recurses once per level, and a library in the
-process may have raised Python's recursion limit (onnx2tf does): a 200,000-deep array then overflows
-the C stack and kills the process with SIGSEGV instead of raising RecursionError. So depth is counted
-first, without recursion."""
-_JSON_TOKENS = re.compile(r'\\.|"|[\[\]{}]', re.S)
-
-
-def _nesting_depth(text: str) -> int:
-    depth = deepest = 0
-    in_string = False
-    for m in _JSON_TOKENS.finditer(text):
-        token = m.group()
-        if token == '"':
-            in_string = not in_string
-        elif in_string or token[0] == "\\":
-            continue
-        elif token in "[{":
-            depth += 1
-            deepest = max(deepest, depth)
-        else:
-            depth -= 1
-    return deepest
 
 
 @dataclass(frozen=True)
@@ -101,30 +74,16 @@ def load_manifest(artifact_dir: str | Path) -> Manifest:
         if modes:
             hint = f" (it holds one artifact per mode: {', '.join(str(artifact_dir / m) for m in modes)})"
         raise ManifestError(f"{artifact_dir} holds no {MANIFEST_FILE}; it is not an rl2edge artifact{hint}")
-    size = path.stat().st_size
-    if size > MAX_MANIFEST_BYTES:
-        raise ManifestError(
-            f"{path} has {size} bytes, over the {MAX_MANIFEST_BYTES} a manifest may have; re-export the artifact"
-        )
-    try:
-        text = path.read_text()
-        if _nesting_depth(text) > MAX_NESTING:
-            raise ManifestError(
-                f"{path} nests deeper than {MAX_NESTING} levels: not a manifest; re-export the artifact"
-            )
-        data = json.loads(text)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ManifestError(f"{path} is not valid JSON ({exc}); re-export the artifact") from None
-    if not isinstance(data, dict) or data.get("schema") != SCHEMA:
-        raise ManifestError(f"{path} is not an rl2edge manifest (schema field missing or wrong)")
-    if data.get("schema_version") != SCHEMA_VERSION:
-        raise ManifestError(
-            f"{path} has schema_version {data.get('schema_version')!r}; this runtime reads version {SCHEMA_VERSION}. "
-            "Re-export the artifact with a matching rl2edge, or upgrade the runtime"
-        )
-    missing = [k for k in _REQUIRED if k not in data]
-    if missing:
-        raise ManifestError(f"{path} lacks {', '.join(missing)}; re-export the artifact")
+    data = read_json_document(
+        path,
+        what="manifest",
+        kind=("schema", SCHEMA),
+        version=("schema_version", SCHEMA_VERSION),
+        required=_REQUIRED,
+        error=ManifestError,
+        fix="re-export the artifact (or upgrade the runtime to one that reads it)",
+        max_bytes=MAX_MANIFEST_BYTES,
+    )
     try:
         check_manifest(data, artifact_dir)
     except ManifestError as exc:

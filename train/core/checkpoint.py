@@ -7,14 +7,13 @@ same checkpoint bit for bit; wall-clock figures go to `summary.json` beside it.
 
 from __future__ import annotations
 
-import json
 import platform
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from rl2edge.errors import CheckpointError
-from rl2edge.fileio import sha256_file, write_json_atomic
+from rl2edge.fileio import read_json_document, sha256_file, write_json_atomic
 from rl2edge.tables import package_versions
 
 CHECKPOINT_FILE = "checkpoint.json"
@@ -86,19 +85,15 @@ def load_checkpoint(run_dir: str | Path) -> Checkpoint:
     meta_path = run_dir / CHECKPOINT_FILE
     if not meta_path.is_file():
         raise CheckpointError(f"{run_dir} holds no {CHECKPOINT_FILE}; is it a finished `rl2edge train` run?")
-    try:
-        meta = json.loads(meta_path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise CheckpointError(f"{meta_path} is not valid JSON ({exc}); the checkpoint is corrupted") from None
-    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
-        raise CheckpointError(f"{meta_path} is not an rl2edge checkpoint (format field missing or wrong)")
-    if meta.get("format_version") != FORMAT_VERSION:
-        raise CheckpointError(
-            f"{meta_path} has format_version {meta.get('format_version')!r}; this rl2edge reads {FORMAT_VERSION}"
-        )
-    missing = [k for k in _REQUIRED if k not in meta]
-    if missing:
-        raise CheckpointError(f"{meta_path} lacks {', '.join(missing)}; the checkpoint is corrupted")
+    meta = read_json_document(
+        meta_path,
+        what="checkpoint",
+        kind=("format", FORMAT),
+        version=("format_version", FORMAT_VERSION),
+        required=_REQUIRED,
+        error=CheckpointError,
+        fix="the checkpoint is corrupted or from another rl2edge; train again",
+    )
     ckpt = Checkpoint(run_dir, meta)
     weights = ckpt.weights_path
     if not weights.is_file():

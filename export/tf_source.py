@@ -184,7 +184,7 @@ class TFSource(ExportSource):
 
 def tf_source(ckpt: Checkpoint, description: dict[str, Any]) -> TFSource:
     from export.graph_spec import head_for
-    from train.tf_backend.offpolicy_nets import dense_layers
+    from train.tf_backend.nets import dense_layers
     from train.tf_backend.setup import configure_tensorflow
 
     configure_tensorflow("cpu")
@@ -192,11 +192,11 @@ def tf_source(ckpt: Checkpoint, description: dict[str, Any]) -> TFSource:
     spec = meta["network"]
     kind = spec.get("type")
     if kind == "actor_critic_mlp":
-        from train.tf_backend.policy import TFActorCritic
+        from train.tf_backend.nets import TFActorCritic
 
         model: Any = TFActorCritic.from_network_spec(spec)
     else:
-        from train.tf_backend.offpolicy_nets import nets_from_spec
+        from train.tf_backend.nets import nets_from_spec
 
         try:
             model = nets_from_spec(spec)

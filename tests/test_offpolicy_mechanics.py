@@ -66,14 +66,14 @@ def test_polyak_moves_every_target_weight_by_exactly_tau(framework: str, tau: fl
     if framework == "torch":
         import torch
 
-        from train.torch_backend.offpolicy_nets import polyak_update
+        from train.torch_backend.nets import polyak_update
 
         s_t = [torch.nn.Parameter(torch.tensor(s)) for s in src]
         t_t = [torch.nn.Parameter(torch.tensor(t), requires_grad=False) for t in tgt]
         polyak_update(s_t, t_t, tau)
         got = [t.detach().numpy() for t in t_t]
     else:
-        from train.tf_backend.offpolicy_nets import polyak_update
+        from train.tf_backend.nets import polyak_update
 
         s_v, t_v = [tf.Variable(s) for s in src], [tf.Variable(t) for t in tgt]
         tf.function(lambda: polyak_update(s_v, t_v, tau), input_signature=[])()  # inside a graph

@@ -124,7 +124,7 @@ def test_eager_and_graph_updates_agree(discrete: bool, fused: bool) -> None:
 def test_torch_and_tf_give_the_same_loss_and_gradients(discrete: bool) -> None:
     import torch
 
-    from train.torch_backend.policy import ActorCritic
+    from train.torch_backend.nets import ActorCritic
     from train.torch_backend.ppo import ppo_loss
 
     agent, cfg = _agent(discrete, ent_coef=0.01, clip_range_vf=0.2)

@@ -13,7 +13,7 @@ from tests.conftest import tiny_train
 from train.core.checkpoint import load_checkpoint
 from train.core.config import PPOConfig
 from train.torch_backend import ppo as ppo_module
-from train.torch_backend.policy import ActorCritic
+from train.torch_backend.nets import ActorCritic
 from train.torch_backend.ppo import clipped_surrogate
 
 

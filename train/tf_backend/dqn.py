@@ -13,7 +13,7 @@ class TFDQN(TFOffPolicyBase):
 
     def __init__(self, network: dict[str, Any], cfg: DQNConfig, seed: int, device: str):
         super().__init__(seed, device)
-        from train.tf_backend.offpolicy_nets import DQNNets
+        from train.tf_backend.nets import DQNNets
 
         self.cfg = cfg
         self.nets = DQNNets(network, seed)
@@ -26,7 +26,7 @@ class TFDQN(TFOffPolicyBase):
         return self.tf.argmax(self.nets.q_net(obs), axis=-1)
 
     def update_target_graph(self):
-        from train.tf_backend.offpolicy_nets import polyak_update
+        from train.tf_backend.nets import polyak_update
 
         polyak_update(self.q_vars, self.target_vars, self.cfg.tau)
         return self.tf.constant(0)

@@ -57,7 +57,7 @@ class TFPPO:
         import keras
         import tensorflow as tf
 
-        from train.tf_backend.policy import TFActorCritic
+        from train.tf_backend.nets import TFActorCritic
 
         self.tf, self.cfg = tf, cfg
         keras.utils.set_random_seed(seed)  # once, before the layers' initializers draw

@@ -15,7 +15,7 @@ class TFTD3(TFOffPolicyBase):
 
     def __init__(self, network: dict[str, Any], cfg: TD3Config, seed: int, device: str):
         super().__init__(seed, device)
-        from train.tf_backend.offpolicy_nets import TD3Nets, variables
+        from train.tf_backend.nets import TD3Nets, variables
 
         tf = self.tf
         self.cfg = cfg
@@ -35,7 +35,7 @@ class TFTD3(TFOffPolicyBase):
 
     def actor_step(self, obs):
         """The delayed update: actor on Q1, then both target networks."""
-        from train.tf_backend.offpolicy_nets import polyak_update, q_values
+        from train.tf_backend.nets import polyak_update, q_values
 
         tf = self.tf
         with tf.GradientTape() as tape:
@@ -48,7 +48,7 @@ class TFTD3(TFOffPolicyBase):
         return loss
 
     def train_step_graph(self, obs, actions, rewards, next_obs, dones):
-        from train.tf_backend.offpolicy_nets import q_values
+        from train.tf_backend.nets import q_values
 
         tf, nets, cfg = self.tf, self.nets, self.cfg
         self.n_updates.assign_add(1)

@@ -12,8 +12,8 @@ import torch
 from torch import nn
 
 from train.core.offpolicy_config import DQNConfig
+from train.torch_backend.nets import QNetwork, polyak_update
 from train.torch_backend.offpolicy_base import TorchOffPolicyBase
-from train.torch_backend.offpolicy_nets import QNetwork, polyak_update
 
 
 class TorchDQN(TorchOffPolicyBase):

@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from train.core.replay import ReplayBatch
-from train.torch_backend.ppo import resolve_device
+from train.torch_backend.setup import setup_torch
 from train.torch_backend.weights import save_safetensors, state_copy
 
 
@@ -19,10 +19,7 @@ class TorchOffPolicyBase:
     stat_names: tuple[str, ...] = ()
 
     def __init__(self, seed: int, device: str):
-        dev = resolve_device(device)
-        if dev.type == "cpu":
-            torch.set_num_threads(1)  # small MLPs: one thread is fastest and bit-reproducible
-        torch.manual_seed(seed)  # before any initializer draws
+        dev = setup_torch(seed, device)
         self.dev, self.device = dev, str(dev)
         self.nets = nn.ModuleDict()  # every network, targets included: what is saved and restored
         self.optimizers: list[torch.optim.Optimizer] = []

@@ -10,21 +10,11 @@ import numpy as np
 import torch
 from torch import nn
 
-from rl2edge.errors import ConfigError
 from train.core.config import PPOConfig
 from train.core.rollout import Minibatch
-from train.torch_backend.policy import ActorCritic
+from train.torch_backend.nets import ActorCritic
+from train.torch_backend.setup import setup_torch
 from train.torch_backend.weights import save_safetensors, state_copy
-
-
-def resolve_device(device: str) -> torch.device:
-    if device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if device == "cuda" and not torch.cuda.is_available():
-        raise ConfigError(
-            "--device cuda was asked for but torch sees no CUDA device; use --device cpu or auto"
-        )
-    return torch.device(device)
 
 
 def clipped_surrogate(adv: torch.Tensor, ratio: torch.Tensor, clip: float) -> torch.Tensor:
@@ -59,10 +49,7 @@ class TorchPPO:
     framework = "torch"
 
     def __init__(self, network: dict[str, Any], cfg: PPOConfig, seed: int, device: str):
-        dev = resolve_device(device)
-        if dev.type == "cpu":
-            torch.set_num_threads(1)  # small MLPs: one thread is fastest and bit-reproducible
-        torch.manual_seed(seed)  # before the network's initialization draws
+        dev = setup_torch(seed, device)
         self.cfg, self.dev, self.device = cfg, dev, str(dev)
         self.policy = ActorCritic.from_network_spec(network).to(dev)
         # fused Adam: one kernel for all parameters; 15% more env steps/s on the small CPU nets we train.

@@ -13,8 +13,8 @@ import torch
 from torch import nn
 
 from train.core.offpolicy_config import SACConfig
+from train.torch_backend.nets import Critics, SACActor, polyak_update
 from train.torch_backend.offpolicy_base import TorchOffPolicyBase
-from train.torch_backend.offpolicy_nets import Critics, SACActor, polyak_update
 
 
 class TorchSAC(TorchOffPolicyBase):

@@ -12,8 +12,8 @@ import torch
 from torch import nn
 
 from train.core.offpolicy_config import TD3Config
+from train.torch_backend.nets import Critics, TD3Actor, polyak_update
 from train.torch_backend.offpolicy_base import TorchOffPolicyBase
-from train.torch_backend.offpolicy_nets import Critics, TD3Actor, polyak_update
 
 
 class TorchTD3(TorchOffPolicyBase):

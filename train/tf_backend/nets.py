@@ -1,10 +1,15 @@
-"""Keras 3 twins of train.torch_backend.offpolicy_nets: SAC's squashed Gaussian actor and twin critics,
-TD3/DDPG's tanh actor and critics, DQN's Q-network, each with its target networks, plus the polyak update
-as variable assignments that run inside compiled graphs.
+"""Every network of the TF backend in Keras 3, built with one MLP builder: the twins of
+train.torch_backend.nets.
 
-Initialization follows PyTorch's nn.Linear default (uniform in +-1/sqrt(fan_in) for weights and biases),
-as SB3 uses for these algorithms. Every initializer gets its own seed: Keras 3 initializers that share a
-seed draw the same values.
+PPO (`TFActorCritic`): separate actor and critic, orthogonal init, state-independent log std for Box
+actions; `copy_from_torch` maps weights across (Dense kernel [in, out] <-> Linear weight [out, in]).
+
+Off-policy: SAC's squashed Gaussian actor and twin critics, TD3/DDPG's tanh actor and critics, DQN's
+Q-network, each with its target networks, plus the polyak update as variable assignments that run inside
+compiled graphs. Their initialization follows PyTorch's nn.Linear default (uniform in +-1/sqrt(fan_in) for
+weights and biases), as SB3 uses for these algorithms.
+
+Every initializer gets its own seed: Keras 3 initializers that share a seed draw the same values.
 """
 
 from __future__ import annotations
@@ -14,19 +19,29 @@ from collections.abc import Iterator
 from typing import Any
 
 import keras
+import numpy as np
 import tensorflow as tf
 
 LOG_2PI = math.log(2 * math.pi)
 
 
-def _dense(width: int, fan_in: int, activation: str | None, seed: int, name: str) -> keras.layers.Dense:
-    bound = 1.0 / math.sqrt(fan_in)
+def _dense(
+    width: int,
+    fan_in: int,
+    activation: str | None,
+    seed: int,
+    name: str,
+    orthogonal_gain: float | None = None,
+) -> keras.layers.Dense:
+    if orthogonal_gain is not None:  # PPO's init
+        kernel: Any = keras.initializers.Orthogonal(orthogonal_gain, seed=seed)
+        bias: Any = "zeros"
+    else:  # PyTorch's nn.Linear default
+        bound = 1.0 / math.sqrt(fan_in)
+        kernel = keras.initializers.VarianceScaling(1.0 / 3.0, "fan_in", "uniform", seed=seed)
+        bias = keras.initializers.RandomUniform(-bound, bound, seed=seed + 1)
     return keras.layers.Dense(
-        width,
-        activation=activation,
-        name=name,
-        kernel_initializer=keras.initializers.VarianceScaling(1.0 / 3.0, "fan_in", "uniform", seed=seed),
-        bias_initializer=keras.initializers.RandomUniform(-bound, bound, seed=seed + 1),
+        width, activation=activation, name=name, kernel_initializer=kernel, bias_initializer=bias
     )
 
 
@@ -38,15 +53,111 @@ def mlp(
     seeds: Iterator[int],
     name: str,
     out_activation: str | None = None,
+    orthogonal_gain: float | None = None,
 ) -> keras.Sequential:
+    """Dense layers of `hidden` widths, then a head of `out_dim` (none if None); one seed from `seeds` per
+    layer. With `orthogonal_gain`, PPO's init (gain sqrt(2), the head's `orthogonal_gain`, zero biases)."""
     layers: list[Any] = [keras.Input((in_dim,))]
     last = in_dim
+    hidden_gain = None if orthogonal_gain is None else math.sqrt(2)
     for i, width in enumerate(hidden):
-        layers.append(_dense(width, last, activation, next(seeds), f"{name}_{i}"))
+        layers.append(_dense(width, last, activation, next(seeds), f"{name}_{i}", hidden_gain))
         last = width
     if out_dim is not None:
-        layers.append(_dense(out_dim, last, out_activation, next(seeds), f"{name}_out"))
+        layers.append(_dense(out_dim, last, out_activation, next(seeds), f"{name}_out", orthogonal_gain))
     return keras.Sequential(layers, name=name)
+
+
+def _ppo_seeds(seed: int, n_hidden: int) -> Iterator[int]:
+    """PPO's layer seeds as they always were: seed + i for hidden layer i, seed + 100 for the head."""
+    return iter([*(seed + i for i in range(n_hidden)), seed + 100])
+
+
+class TFActorCritic(keras.Model):
+    def __init__(
+        self,
+        obs_dim: int,
+        act_dim: int,
+        discrete: bool,
+        net_arch: list[int],
+        activation: str = "tanh",
+        log_std_init: float = 0.0,
+        seed: int = 0,
+    ):
+        super().__init__()
+        self.discrete, self.act_dim = discrete, act_dim
+        self.actor = mlp(
+            obs_dim,
+            net_arch,
+            activation,
+            act_dim,
+            _ppo_seeds(seed, len(net_arch)),
+            "actor",
+            orthogonal_gain=0.01,
+        )
+        self.critic = mlp(
+            obs_dim,
+            net_arch,
+            activation,
+            1,
+            _ppo_seeds(seed + 1000, len(net_arch)),
+            "critic",
+            orthogonal_gain=1.0,
+        )
+        self.log_std = (
+            None
+            if discrete
+            else self.add_weight(
+                shape=(act_dim,), initializer=keras.initializers.Constant(log_std_init), name="log_std"
+            )
+        )
+        self.built = True  # the sublayers are built from their Input shapes; nothing is deferred
+
+    @classmethod
+    def from_network_spec(cls, spec: dict[str, Any], seed: int = 0) -> TFActorCritic:
+        return cls(
+            spec["obs_dim"],
+            spec["act_dim"],
+            spec["discrete"],
+            list(spec["net_arch"]),
+            spec["activation"],
+            spec.get("log_std_init", 0.0),
+            seed,
+        )
+
+    def value(self, obs: tf.Tensor) -> tf.Tensor:
+        return self.critic(obs)[:, 0]
+
+    def log_prob_entropy(self, out: tf.Tensor, actions: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        """Log-probability of `actions` and the entropy, under the distribution the actor's output defines."""
+        if self.discrete:
+            logp_all = tf.nn.log_softmax(out)
+            logp = tf.gather(logp_all, tf.cast(actions, tf.int32), batch_dims=1)
+            entropy = -tf.reduce_sum(tf.exp(logp_all) * logp_all, axis=-1)
+            return logp, entropy
+        log_std = tf.broadcast_to(self.log_std, tf.shape(out))
+        z = (actions - out) / tf.exp(log_std)
+        logp = tf.reduce_sum(-0.5 * tf.square(z) - log_std - 0.5 * LOG_2PI, axis=-1)
+        entropy = tf.reduce_sum(0.5 + 0.5 * LOG_2PI + log_std, axis=-1)
+        return logp, entropy
+
+    # --- weights across frameworks: the names of torch's ActorCritic.state_dict()
+    def _pairs(self) -> list[tuple[str, Any]]:
+        pairs: list[tuple[str, Any]] = []
+        for prefix, seq in (("actor", self.actor), ("critic", self.critic)):
+            dense = [layer for layer in seq.layers if isinstance(layer, keras.layers.Dense)]
+            for i, layer in enumerate(dense):
+                pairs += [(f"{prefix}.{2 * i}.weight", layer.kernel), (f"{prefix}.{2 * i}.bias", layer.bias)]
+        if self.log_std is not None:
+            pairs.append(("log_std", self.log_std))
+        return pairs
+
+    def copy_from_torch(self, state: dict[str, Any]) -> None:
+        for name, var in self._pairs():
+            value = np.asarray(
+                state[name].detach().cpu().numpy() if hasattr(state[name], "detach") else state[name]
+            )
+            var.assign(value.T if name.endswith(".weight") else value)
 
 
 def dense_layers(model: keras.Sequential) -> list[keras.layers.Dense]:

@@ -1,0 +1,26 @@
+"""Device and seeding for every torch agent: where it runs, and the seed set before any initializer draws."""
+
+from __future__ import annotations
+
+import torch
+
+from rl2edge.errors import ConfigError
+
+
+def resolve_device(device: str) -> torch.device:
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(
+            "--device cuda was asked for but torch sees no CUDA device; use --device cpu or auto"
+        )
+    return torch.device(device)
+
+
+def setup_torch(seed: int, device: str) -> torch.device:
+    """The device; one CPU thread (small MLPs: fastest and bit-reproducible); the seed, before any draw."""
+    dev = resolve_device(device)
+    if dev.type == "cpu":
+        torch.set_num_threads(1)
+    torch.manual_seed(seed)
+    return dev

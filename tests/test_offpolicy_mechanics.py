@@ -49,12 +49,6 @@ def _batch(n: int, b: int = 8, discrete: bool = False, seed: int = 0) -> ReplayB
     )
 
 
-def _weights(agent, part: str) -> list[np.ndarray]:
-    if agent.framework == "torch":
-        return [p.detach().numpy().copy() for p in getattr(agent, part).parameters()]
-    return [v.numpy().copy() for v in getattr(agent, part)]
-
-
 # ------------------------------------------------------------------------------------------ polyak
 @pytest.mark.parametrize("framework", ["torch", "tf"])
 @pytest.mark.parametrize("tau", [0.005, 0.3, 1.0])
@@ -90,22 +84,20 @@ def test_polyak_moves_every_target_weight_by_exactly_tau(framework: str, tau: fl
 @pytest.mark.parametrize("framework", ["torch", "tf"])
 def test_sac_targets_move_by_tau_in_a_training_step(framework: str) -> None:
     agent = _agent(framework, "sac", tau=0.25)
-    part, tpart = ("critic", "critic_target") if framework == "torch" else ("critic_vars", "target_vars")
-    before_t = _weights(agent, tpart)
+    before_t = agent.variables("critic_target")
     agent.train(_batch(1))
-    after_s, after_t = _weights(agent, part), _weights(agent, tpart)
+    after_s, after_t = agent.variables("critic"), agent.variables("critic_target")
     for s, t0, t1 in zip(after_s, before_t, after_t, strict=True):
         np.testing.assert_allclose(t1, t0 + 0.25 * (s - t0), atol=1e-6)
 
 
 # ------------------------------------------------------------------------------------ policy delay
 def _actor_changes(agent, steps: int, call) -> list[int]:
-    part = "actor" if agent.framework == "torch" else "actor_vars"
     changed = []
     for i in range(1, steps + 1):
-        before = _weights(agent, part)
+        before = agent.variables("actor")
         call(_batch(1, seed=i))
-        if any(not np.array_equal(a, b) for a, b in zip(before, _weights(agent, part), strict=True)):
+        if any(not np.array_equal(a, b) for a, b in zip(before, agent.variables("actor"), strict=True)):
             changed.append(i)
     return changed
 
@@ -172,12 +164,8 @@ def test_sac_temperature_optimizer_moves_log_alpha_and_nothing_else(framework: s
 
 # --------------------------------------------------------------------------------- DQN target period
 def _target_is_online(agent) -> bool:
-    if agent.framework == "torch":
-        pairs = zip(agent.q_net.parameters(), agent.q_target.parameters(), strict=True)
-        return all(np.array_equal(p.detach().numpy(), q.detach().numpy()) for p, q in pairs)
-    return all(
-        np.array_equal(a.numpy(), b.numpy()) for a, b in zip(agent.q_vars, agent.target_vars, strict=True)
-    )
+    pairs = zip(agent.variables("q"), agent.variables("q_target"), strict=True)
+    return all(np.array_equal(a, b) for a, b in pairs)
 
 
 @pytest.mark.parametrize("framework", ["torch", "tf"])

@@ -106,7 +106,7 @@ def test_eager_and_graph_updates_agree(discrete: bool, fused: bool) -> None:
                 for mb in batches:
                     agent.train_step(mb, 0.2)
             states.append(
-                [v.numpy() for v in agent.model.trainable_variables]
+                [v.numpy() for v in agent.policy.trainable_variables]
                 + [v.numpy() for v in agent.optimizer.variables]
             )
         finally:
@@ -131,7 +131,7 @@ def test_torch_and_tf_give_the_same_loss_and_gradients(discrete: bool) -> None:
     torch.manual_seed(0)
     spec = {**NET, "act_dim": 2 if discrete else 1, "discrete": discrete, "log_std_init": -0.3}
     net = ActorCritic.from_network_spec(spec)
-    agent.model.copy_from_torch(net.state_dict())
+    agent.policy.copy_from_torch(net.state_dict())
     mb = _batch(128, discrete, np.random.default_rng(2))
 
     t = torch.as_tensor
@@ -146,7 +146,7 @@ def test_torch_and_tf_give_the_same_loss_and_gradients(discrete: bool) -> None:
         loss_f, _ = agent.loss_fn(
             mb.obs, mb.actions, mb.old_logprobs, mb.old_values, mb.advantages, mb.returns, tf.constant(0.2)
         )
-    pairs = agent.model._pairs()
+    pairs = agent.policy._pairs()
     grads_f = tape.gradient(loss_f, [v for _, v in pairs])
     assert abs(float(loss_f) - loss_t.item()) < 1e-5
     for (name, _), g in zip(pairs, grads_f, strict=True):

@@ -18,9 +18,12 @@ class TFDQN(TFOffPolicyBase):
         self.cfg = cfg
         self.nets = DQNNets(network, seed)
         self.q_vars = self.nets.q_net.trainable_variables
-        self.target_vars = self.nets.q_target.trainable_variables
+        self.q_target_vars = self.nets.q_target.trainable_variables
         self.opt = self.adam(self.q_vars, cfg.learning_rate(1.0))
         self.compile(int(network["obs_dim"]), int(network["act_dim"]), discrete=True)
+
+    def parts(self) -> dict[str, list[Any]]:
+        return {"q": self.q_vars, "q_target": self.q_target_vars}
 
     def deterministic_graph(self, obs):
         return self.tf.argmax(self.nets.q_net(obs), axis=-1)
@@ -28,7 +31,7 @@ class TFDQN(TFOffPolicyBase):
     def update_target_graph(self):
         from train.tf_backend.nets import polyak_update
 
-        polyak_update(self.q_vars, self.target_vars, self.cfg.tau)
+        polyak_update(self.q_vars, self.q_target_vars, self.cfg.tau)
         return self.tf.constant(0)
 
     def train_step_graph(self, obs, actions, rewards, next_obs, dones):

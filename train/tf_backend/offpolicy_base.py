@@ -16,7 +16,7 @@ import numpy as np
 
 from train.core.replay import ReplayBatch
 from train.tf_backend.setup import configure_tensorflow
-from train.tf_backend.weights import save_keras_weights, weights_copy
+from train.tf_backend.weights import save_keras_weights, state_copy
 
 
 class TFOffPolicyBase:
@@ -124,8 +124,16 @@ class TFOffPolicyBase:
             )
         }
 
+    def parts(self) -> dict[str, list[Any]]:
+        """The agent's networks by the names both backends use (actor, critic, critic_target, q, ...)."""
+        raise NotImplementedError
+
+    def variables(self, part: str) -> list[np.ndarray]:
+        """Copies of a part's weights, in the order of its layers: what tests compare across backends."""
+        return [v.numpy().copy() for v in self.parts()[part]]
+
     def get_state(self) -> list[np.ndarray]:
-        return weights_copy(self.nets)
+        return state_copy(self.nets)
 
     def set_state(self, state: list[np.ndarray]) -> None:
         self.nets.set_weights(state)

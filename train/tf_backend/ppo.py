@@ -18,7 +18,7 @@ import numpy as np
 from train.core.config import PPOConfig
 from train.core.rollout import Minibatch
 from train.tf_backend.setup import configure_tensorflow
-from train.tf_backend.weights import save_keras_weights, weights_copy
+from train.tf_backend.weights import save_keras_weights, state_copy
 
 
 def make_loss_fn(model: Any, cfg: PPOConfig) -> Any:
@@ -62,21 +62,21 @@ class TFPPO:
         self.tf, self.cfg = tf, cfg
         keras.utils.set_random_seed(seed)  # once, before the layers' initializers draw
         self.rng = tf.random.Generator.from_seed(seed)  # the one generator that sampling draws from
-        self.model = TFActorCritic.from_network_spec(network, seed)
+        self.policy = TFActorCritic.from_network_spec(network, seed)
         self.discrete, obs_dim, act_dim = network["discrete"], network["obs_dim"], network["act_dim"]
         self.optimizer = keras.optimizers.Adam(learning_rate=cfg.learning_rate(1.0), epsilon=1e-5)
-        self.optimizer.build(self.model.trainable_variables)
+        self.optimizer.build(self.policy.trainable_variables)
         self.updates = tf.Variable(
             0, dtype=tf.int64, trainable=False, name="updates"
         )  # a counter in the graph
-        self.loss_fn = make_loss_fn(self.model, cfg)
+        self.loss_fn = make_loss_fn(self.policy, cfg)
         obs_spec = tf.TensorSpec([None, obs_dim], tf.float32)
         act_spec = (
             tf.TensorSpec([None], tf.int64) if self.discrete else tf.TensorSpec([None, act_dim], tf.float32)
         )
         vec, scalar = tf.TensorSpec([None], tf.float32), tf.TensorSpec([], tf.float32)
         self._act = tf.function(self._act_graph, input_signature=[obs_spec], reduce_retracing=False)
-        self._value = tf.function(self.model.value, input_signature=[obs_spec])
+        self._value = tf.function(self.policy.value, input_signature=[obs_spec])
         self._deterministic = tf.function(self._deterministic_graph, input_signature=[obs_spec])
         self._train_step = tf.function(
             self._train_graph, input_signature=[obs_spec, act_spec, vec, vec, vec, vec, scalar]
@@ -104,22 +104,22 @@ class TFPPO:
     # ---------------------------------------------------------------------------------- graphs
     def _act_graph(self, obs):
         tf = self.tf
-        out = self.model.actor(obs)
+        out = self.policy.actor(obs)
         if self.discrete:
             seed = self.rng.make_seeds(1)[:, 0]
             action = tf.random.stateless_categorical(out, 1, seed=seed, dtype=tf.int64)[:, 0]
         else:
-            action = out + tf.exp(self.model.log_std) * self.rng.normal(tf.shape(out))
-        logp, _ = self.model.log_prob_entropy(out, action)
-        return action, logp, self.model.value(obs)
+            action = out + tf.exp(self.policy.log_std) * self.rng.normal(tf.shape(out))
+        logp, _ = self.policy.log_prob_entropy(out, action)
+        return action, logp, self.policy.value(obs)
 
     def _deterministic_graph(self, obs):
-        out = self.model.actor(obs)
+        out = self.policy.actor(obs)
         return self.tf.argmax(out, axis=-1) if self.discrete else out
 
     def _train_graph(self, obs, actions, old_logp, old_values, adv, returns, clip):
         tf = self.tf
-        variables = self.model.trainable_variables
+        variables = self.policy.trainable_variables
         with tf.GradientTape() as tape:
             loss, stats = self.loss_fn(obs, actions, old_logp, old_values, adv, returns, clip)
         grads = tape.gradient(loss, variables)
@@ -184,10 +184,10 @@ class TFPPO:
         }
 
     def get_state(self) -> list[np.ndarray]:
-        return weights_copy(self.model)
+        return state_copy(self.policy)
 
     def set_state(self, state: list[np.ndarray]) -> None:
-        self.model.set_weights(state)
+        self.policy.set_weights(state)
 
     def save_weights(self, run_dir: Path) -> str:
-        return save_keras_weights(self.model, run_dir)
+        return save_keras_weights(self.policy, run_dir)

@@ -22,7 +22,7 @@ class TFSAC(TFOffPolicyBase):
         self.nets = SACNets(network, seed, cfg.ent_coef_init())
         self.actor_vars = self.nets.actor_variables
         self.critic_vars = variables(self.nets.critics)
-        self.target_vars = variables(self.nets.critic_targets)
+        self.critic_target_vars = variables(self.nets.critic_targets)
         lr = cfg.learning_rate(1.0)
         self.actor_opt = self.adam(self.actor_vars, lr)
         self.critic_opt = self.adam(self.critic_vars, lr)
@@ -32,6 +32,13 @@ class TFSAC(TFOffPolicyBase):
         self.target_entropy = float(cfg.entropy_target(self.act_dim))
         self.n_updates = tf.Variable(0, dtype=tf.int64, trainable=False, name="n_updates")
         self.compile(int(network["obs_dim"]), self.act_dim, discrete=False)
+
+    def parts(self) -> dict[str, list[Any]]:
+        return {
+            "actor": self.actor_vars,
+            "critic": self.critic_vars,
+            "critic_target": self.critic_target_vars,
+        }
 
     def deterministic_graph(self, obs):
         return self.tf.tanh(self.nets.mean(obs))
@@ -77,11 +84,11 @@ class TFSAC(TFOffPolicyBase):
 
         self.n_updates.assign_add(1)
         if cfg.target_update_interval == 1:
-            polyak_update(self.critic_vars, self.target_vars, cfg.tau)
+            polyak_update(self.critic_vars, self.critic_target_vars, cfg.tau)
         else:
 
             def soft_update():
-                polyak_update(self.critic_vars, self.target_vars, cfg.tau)
+                polyak_update(self.critic_vars, self.critic_target_vars, cfg.tau)
                 return tf.constant(True)
 
             tf.cond(self.n_updates % cfg.target_update_interval == 0, soft_update, lambda: tf.constant(False))

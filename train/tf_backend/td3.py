@@ -30,6 +30,14 @@ class TFTD3(TFOffPolicyBase):
         self.n_updates = tf.Variable(0, dtype=tf.int64, trainable=False, name="n_updates")
         self.compile(int(network["obs_dim"]), int(network["act_dim"]), discrete=False)
 
+    def parts(self) -> dict[str, list[Any]]:
+        return {
+            "actor": self.actor_vars,
+            "actor_target": self.actor_target_vars,
+            "critic": self.critic_vars,
+            "critic_target": self.critic_target_vars,
+        }
+
     def deterministic_graph(self, obs):
         return self.nets.actor(obs)
 

@@ -13,7 +13,7 @@ import numpy as np
 WEIGHTS_FILE = "policy.weights.h5"
 
 
-def weights_copy(model: Any) -> list[np.ndarray]:
+def state_copy(model: Any) -> list[np.ndarray]:
     return [w.copy() for w in model.get_weights()]
 
 

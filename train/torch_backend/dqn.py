@@ -28,6 +28,9 @@ class TorchDQN(TorchOffPolicyBase):
         self.opt = self.adam(list(self.q_net.parameters()), cfg.learning_rate(1.0))
 
     @torch.no_grad()
+    def parts(self) -> dict[str, nn.Module]:
+        return {"q": self.q_net, "q_target": self.q_target}
+
     def deterministic(self, obs: np.ndarray) -> np.ndarray:
         return self.q_net(self._t(obs)).argmax(-1).cpu().numpy()
 

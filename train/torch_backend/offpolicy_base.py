@@ -40,6 +40,14 @@ class TorchOffPolicyBase:
     def update_target(self) -> None:
         """Only DQN has a target that the driver updates on a period."""
 
+    def parts(self) -> dict[str, nn.Module]:
+        """The agent's networks by the names both backends use (actor, critic, critic_target, q, ...)."""
+        raise NotImplementedError
+
+    def variables(self, part: str) -> list[np.ndarray]:
+        """Copies of a part's weights, in the order of its layers: what tests compare across backends."""
+        return [p.detach().cpu().numpy().copy() for p in self.parts()[part].parameters()]
+
     def get_state(self) -> dict[str, torch.Tensor]:
         return state_copy(self.nets)
 

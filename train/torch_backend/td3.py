@@ -40,6 +40,14 @@ class TorchTD3(TorchOffPolicyBase):
         self.n_updates = 0  # critic steps taken; the actor steps when it is a multiple of policy_delay
 
     @torch.no_grad()
+    def parts(self) -> dict[str, nn.Module]:
+        return {
+            "actor": self.actor,
+            "actor_target": self.actor_target,
+            "critic": self.critic,
+            "critic_target": self.critic_target,
+        }
+
     def deterministic(self, obs: np.ndarray) -> np.ndarray:
         return self.actor(self._t(obs)).cpu().numpy()
 

@@ -7,13 +7,11 @@ from typing import Any
 
 import numpy as np
 
+from export.tolerances import NOISE_N_SIGMA, NOISE_SLACK
 from rl2edge.errors import ExportError
 from train.core.noise import NoiseSpec
 
 SAMPLES = 2000
-# Slack beyond sampling error per quantization mode: the deterministic part of an int8 file differs from
-# the source's by its quantization error, which shifts the sampled actions' mean and spread a little.
-SLACK = {"fp32": (1e-3, 0.0), "fp16": (5e-3, 0.02), "dynamic": (0.03, 0.05), "int8": (0.03, 0.05)}
 
 
 def check_noise_off(source: Any, obs: np.ndarray, rtol: float) -> dict[str, Any]:
@@ -70,8 +68,8 @@ def verify_distribution(
     ref_rng = np.random.default_rng(seed + 1)  # independent of the draws the runtime made
     z = ref_rng.standard_normal((200_000, source.act_dim)).astype(np.float32)
     out: dict[str, Any] = {"samples": SAMPLES, "observation_index": i, "units": "[-1, 1]-scaled action"}
-    atol, rtol = SLACK.get(mode, SLACK["int8"])
-    n_sigma = 5.0
+    atol, rtol = NOISE_SLACK.get(mode, NOISE_SLACK["int8"])
+    n_sigma = NOISE_N_SIGMA
     if spec.kind == "ou":
         x = np.stack(states)
         prev = np.vstack([np.zeros((1, source.act_dim), np.float32), x[:-1]])

@@ -34,18 +34,18 @@ from export.noise_verify import check_noise_off, verify_distribution
 from export.report import ExportReport, FileRow
 from export.source import ExportSource, source_from_checkpoint
 from export.tflite_convert import FLOAT_OPS, MODES, convert
-from export.tolerances import DEFAULT, Tolerances
+from export.tolerances import DEFAULT, RETURN_DROP_WARNING, Tolerances
 from export.verify import compare_actions, latency_interleaved_us, latency_us, require_fp32_parity
 from rl2edge.errors import ConfigError, ExportError
 from rl2edge.fileio import atomic_directory, check_output_dir, write_bytes_atomic, write_json_atomic
 from rl2edge.interrupts import check_interrupted
 from rl2edge.tables import package_versions
-from runtime.interpreters import OnnxBackend
-from runtime.manifest import write_manifest
+from runtime.interpreters import OnnxBackend, open_backend
+from runtime.manifest import Manifest, load_manifest, write_manifest
 from runtime.policy import Policy
 from train.core.envs import check_env_id
 from train.core.evaluation import evaluate
-from train.core.noise import ou_step, parse_noise
+from train.core.noise import NoiseSpec, ou_step, parse_noise
 
 _logger = logging.getLogger(__name__)
 
@@ -69,14 +69,18 @@ class ExportOptions:
     noise_seed: int = 0
     """The seed the runtime's noise generator starts from (recorded in the manifest; overridable on the device)."""
     tolerances: Tolerances = field(default_factory=lambda: DEFAULT)
+    noise_spec: NoiseSpec | None = field(init=False, default=None, repr=False, compare=False)
+    """`noise`, parsed: options are checked and parsed once, when they are made."""
+
+    def __post_init__(self) -> None:
+        self.check()
+        object.__setattr__(self, "noise_spec", parse_noise(self.noise) if self.noise else None)
 
     def check(self) -> None:
         if self.quantize not in CHOICES:
             raise ConfigError(f"--quantize {self.quantize!r}: choose one of {', '.join(CHOICES)}")
         if self.calib_episodes < 1 or self.eval_episodes < 1:
             raise ConfigError("--calib-episodes and --eval-episodes must be at least 1")
-        if self.noise:
-            parse_noise(self.noise)  # a malformed spec fails before any work
         if not 0 <= self.max_return_drop_pct <= 100:
             raise ConfigError(
                 f"--max-return-drop must be a percentage in [0, 100], got {self.max_return_drop_pct}"
@@ -87,23 +91,26 @@ def _ret(result: Any) -> dict[str, Any]:
     return {"mean_return": result.mean, "std_return": result.std, "returns": result.returns}
 
 
+def default_out(source_path: Path) -> Path:
+    """artifacts/<run name>: the run directory's name, or the SB3 model file's without .zip (a run named
+    runs/cp.v2 keeps its .v2)."""
+    name = Path(source_path).resolve().name
+    return Path("artifacts") / (name[: -len(".zip")] if name.endswith(".zip") else name)
+
+
 def export_checkpoint(run_dir: Path, out: Path | None, opts: ExportOptions) -> ExportReport:
     """Export an rl2edge run directory."""
-    opts.check()
-    return export_source(
-        source_from_checkpoint(run_dir), out or Path("artifacts") / run_dir.resolve().name, opts
-    )
+    return export_source(source_from_checkpoint(run_dir), out or default_out(run_dir), opts)
 
 
 def export_source(source: ExportSource, out: Path, opts: ExportOptions) -> ExportReport:
-    opts.check()
     check_env_id(source.env_id)
-    if opts.noise:
+    if opts.noise_spec is not None:
         if source.observation_space.get("layout", "flat") != "flat":
             raise ExportError(
                 "--noise is implemented for flat observations; image policies export without it"
             )
-        source.fold_noise(parse_noise(opts.noise))
+        source.fold_noise(opts.noise_spec)
     check_output_dir(out, force=opts.force, what="export")
     start = time.perf_counter()
     built = list(MODES) if opts.quantize in ("all", "auto") else list(dict.fromkeys(["fp32", opts.quantize]))
@@ -142,6 +149,18 @@ def _shipped_dir(mode: str, opts: ExportOptions, work: Path, staging: Path) -> P
     return work / mode  # verification only, or an auto candidate
 
 
+@dataclass
+class _Collected:
+    """Stage 1: observations of the trained policy's own rollouts and what the source does on them."""
+
+    data: Any
+    """calibration and held-out observations (export.calibration.RolloutData)"""
+    source_actions: np.ndarray
+    margins: np.ndarray | None
+    source_return: dict[str, Any]
+    noise_off: dict[str, Any] | None
+
+
 def _export(
     source: ExportSource,
     built: list[str],
@@ -151,50 +170,92 @@ def _export(
     out: Path,
     bar: Any,
 ) -> ExportReport:
-    tol, env_id = opts.tolerances, source.env_id
-
+    """The stages, in order: collect; check the ONNX file (torch route); the SavedModel; for each mode make
+    the file, verify it through the runtime and write its manifest (once); choose (auto)."""
     _stage(bar, "export: rollouts of the trained policy")
-    data = collect_rollout_data(
-        source.act,
-        env_id,
-        opts.calib_episodes,
-        opts.seed,
-        tol.calibration_max_samples,
-        tol.heldout_max_samples,
-    )
-    source_actions, margins = source.reference_actions(data.heldout), source.margins(data.heldout)
-    source_return = _ret(evaluate(source.act, env_id, opts.eval_episodes, opts.seed))
-    noise_off = (
-        check_noise_off(source, data.heldout, tol.noise_off_rtol) if source.noise is not None else None
-    )
+    got = _collect(source, opts)
     bar.update()
-
     _stage(bar, "export: ONNX")
-    onnx_path: Path | None = work / "policy.onnx"
-    onnx_parity: dict[str, Any] | None = None
-    if source.write_onnx(onnx_path):
-        onnx_backend = OnnxBackend(onnx_path, num_threads=1)
-        onnx_obs = source.onnx_input(data.heldout)
-        onnx_actions = np.stack([_run_deterministic(onnx_backend, o[None], source)[0] for o in onnx_obs])
-        onnx_parity = compare_actions(source_actions, onnx_actions, source.discrete, margins, tol)
-        require_fp32_parity("policy.onnx", onnx_parity, tol)
-    else:
-        onnx_path = None
+    onnx_path, onnx_parity = _check_onnx(source, work, got, opts.tolerances)
     bar.update()
-
     _stage(bar, "export: SavedModel")
     saved_model = source.write_saved_model(work, onnx_path)
     bar.update()
 
     report = ExportReport(
         out,
-        env_id,
+        source.env_id,
         [m for m in built if opts.quantize in ("all", "auto", m)],
-        source_return,
+        got.source_return,
         onnx_parity,
         source_name=source.reference_name,
     )
-    common = {
+    common = _common_manifest(source, opts, onnx_path, got.noise_off)
+    manifests: dict[str, dict[str, Any]] = {}
+    fp32_row: FileRow | None = None
+    for mode in built:
+        _stage(bar, f"export: TFLite {mode}")
+        art = _shipped_dir(mode, opts, work, staging)
+        manifest = {**common, **_make_file(source, mode, saved_model, got, art, onnx_path)}
+        shown = (
+            out / art.relative_to(staging) / "policy.tflite"
+            if art.is_relative_to(staging)
+            else Path(f"({mode} candidate)")
+        )
+        row, verification = _verify_file(source, mode, art, manifest, got, opts, fp32_row, onnx_parity, shown)
+        fp32_row = fp32_row or row  # fp32 is always built first
+        manifest["verification"] = verification
+        write_manifest(art, manifest)
+        load_manifest(art)  # what the device will do first: the runtime's own schema and hash checks
+        manifests[mode] = manifest
+        if mode in report.modes:
+            report.rows.append(row)
+        bar.update()
+    if opts.quantize == "auto":
+        _choose(report, manifests, opts, work, staging, got.data.heldout)
+    return report
+
+
+def _collect(source: ExportSource, opts: ExportOptions) -> _Collected:
+    tol = opts.tolerances
+    data = collect_rollout_data(
+        source.act,
+        source.env_id,
+        opts.calib_episodes,
+        opts.seed,
+        tol.calibration_max_samples,
+        tol.heldout_max_samples,
+    )
+    return _Collected(
+        data,
+        source.reference_actions(data.heldout),
+        source.margins(data.heldout),
+        _ret(evaluate(source.act, source.env_id, opts.eval_episodes, opts.seed)),
+        check_noise_off(source, data.heldout, tol.noise_off_rtol) if source.noise is not None else None,
+    )
+
+
+def _check_onnx(
+    source: ExportSource, work: Path, got: _Collected, tol: Tolerances
+) -> tuple[Path | None, dict[str, Any] | None]:
+    """The torch route's ONNX file, checked against the source within the fp32 tolerance; (None, None) on
+    the TF route, which has no ONNX file."""
+    onnx_path = work / "policy.onnx"
+    if not source.write_onnx(onnx_path):
+        return None, None
+    backend = OnnxBackend(onnx_path, num_threads=1)
+    onnx_obs = source.onnx_input(got.data.heldout)
+    actions = np.stack([_run_deterministic(backend, o[None], source)[0] for o in onnx_obs])
+    parity = compare_actions(got.source_actions, actions, source.discrete, got.margins, tol)
+    require_fp32_parity("policy.onnx", parity, tol)
+    return onnx_path, parity
+
+
+def _common_manifest(
+    source: ExportSource, opts: ExportOptions, onnx_path: Path | None, noise_off: dict[str, Any] | None
+) -> dict[str, Any]:
+    """What every file's manifest says alike: the source, the spaces, what is folded, the ONNX file, tools."""
+    common: dict[str, Any] = {
         "source": source.description,
         "observation": {"layout": "flat", **source.observation_space},
         "action": source.action_space,
@@ -215,130 +276,134 @@ def _export(
             **manifest_section(source.noise, opts.noise_seed, source.act_dim),
             "off_equals_deterministic": noise_off,
         }
-    manifests: dict[str, dict[str, Any]] = {}
-    fp32_row: FileRow | None = None
-    for mode in built:
-        _stage(bar, f"export: TFLite {mode}")
-        art = _shipped_dir(mode, opts, work, staging)
-        art.mkdir(parents=True, exist_ok=True)
-        flat = source.observation_space.get("layout", "flat") == "flat"
-        if mode == "int8" and flat and not source.norm.enabled:
-            _logger.warning(
-                "int8 without folded observation normalization: raw observations of very different scales reach "
-                "the int8 network through one per-tensor scale; train with normalize_obs (the default) for int8"
-            )
-        write_bytes_atomic(
-            art / "policy.tflite",
-            convert(
-                saved_model, mode, data.calibration, float_io_ops=flat, extra=_noise_calibration(source, data)
-            ),
-        )
-        if onnx_path is not None:
-            shutil.copyfile(onnx_path, art / "policy.onnx")
-        calibration = dict(data.description) if mode == "int8" else None
-        manifest = {
-            **common,
-            "model": {"file": "policy.tflite", "format": "tflite"},
-            "quantization": {"mode": mode, "calibration": calibration},
-        }
-        if mode == "int8" and flat:
-            manifest["quantization"]["float_ops"] = {
-                "ops": FLOAT_OPS,
-                "why": "normalization and action head in float32; the network in int8",
-            }
-        manifest["model"]["input"] = {"layout": _graph_layout(source.observation_space, onnx=False)}
-        write_manifest(art, manifest)
+    return common
 
-        # Verify through the runtime, the code that will serve this file on the device. Parity and the
-        # closed-loop return with exploration off; folded noise is checked on its own below.
-        served = Policy.load(art, explore=False)
-        backend = served.backend
-        manifest["model"].update(
-            {
-                "input": {
-                    "name": backend.input_name,
-                    "shape": list(backend.input_shape),
-                    "dtype": str(backend.input_dtype),
-                    "quantization": _q(backend.input_quant),
-                    "layout": manifest["model"]["input"]["layout"],
-                },
-                "output": {
-                    "name": backend.output_name,
-                    "dtype": str(backend.output_dtype),
-                    "quantization": _q(backend.output_quant),
-                },
-            }
+
+def _make_file(
+    source: ExportSource, mode: str, saved_model: Any, got: _Collected, art: Path, onnx_path: Path | None
+) -> dict[str, Any]:
+    """Convert the SavedModel to `mode` into art/policy.tflite (with the ONNX file beside it); the
+    manifest's model and quantization sections."""
+    art.mkdir(parents=True, exist_ok=True)
+    flat = source.observation_space.get("layout", "flat") == "flat"
+    if mode == "int8" and flat and not source.norm.enabled:
+        _logger.warning(
+            "int8 without folded observation normalization: raw observations of very different scales reach "
+            "the int8 network through one per-tensor scale; train with normalize_obs (the default) for int8"
         )
-        actions = np.stack([np.asarray(served.predict(o)) for o in data.heldout]).reshape(
-            source_actions.shape
-        )
-        parity = compare_actions(source_actions, actions, source.discrete, margins, tol)
-        if mode == "fp32":
-            require_fp32_parity(f"policy.tflite ({mode})", parity, tol)
-        closed = _ret(evaluate(served.predict, env_id, opts.eval_episodes, opts.seed))
-        noise_check = None
-        if source.noise is not None:  # the same loaded file, now exploring (verify_distribution turns it on)
-            noise_check = verify_distribution(served, source, data.heldout, mode, opts.noise_seed)
-            noise_check["closed_loop_with_noise"] = _ret(
-                evaluate(served.predict, env_id, opts.eval_episodes, opts.seed)
-            )
-            if not noise_check["passed"]:
-                if mode == "fp32":
-                    raise ExportError(
-                        f"policy.tflite (fp32): the folded noise does not sample as configured: {noise_check}"
-                    )
-                _logger.warning("%s: the folded noise's sample statistics are off: %s", mode, noise_check)
-        latency = latency_us(served.predict, data.heldout)
-        shown = (
-            out / art.relative_to(staging) / "policy.tflite"
-            if art.is_relative_to(staging)
-            else Path(f"({mode} candidate)")
-        )
-        row = FileRow(mode, shown, (art / "policy.tflite").stat().st_size, parity, closed, latency)
-        fp32_row = fp32_row or row  # fp32 is always built first
-        drop = fp32_row.closed_loop["mean_return"] - closed["mean_return"]
-        if mode != "fp32" and drop > 0.05 * abs(fp32_row.closed_loop["mean_return"]):
-            _logger.warning(
-                "%s loses %.1f of fp32's closed-loop return %.1f (more than 5%%); --quantize auto keeps the fastest "
-                "mode within --max-return-drop",
-                mode,
-                drop,
-                fp32_row.closed_loop["mean_return"],
-            )
-        manifest["verification"] = {
-            "tolerances": tol.to_json(),
-            "reference": source.reference_name,
-            "heldout": data.description["heldout"],
-            "onnx_vs_source": onnx_parity,
-            "tflite_vs_source": parity,
-            "closed_loop": {
-                "env_id": env_id,
-                "episodes": opts.eval_episodes,
-                "seeds_from": opts.seed,
-                "this_file": closed,
-                "fp32": fp32_row.closed_loop,
-                "source": source_return,
-            },
-            "predict_latency_us": latency,
+    model = convert(
+        saved_model, mode, got.data.calibration, float_io_ops=flat, extra=_noise_calibration(source, got.data)
+    )
+    write_bytes_atomic(art / "policy.tflite", model)
+    if onnx_path is not None:
+        shutil.copyfile(onnx_path, art / "policy.onnx")
+    quantization: dict[str, Any] = {
+        "mode": mode,
+        "calibration": dict(got.data.description) if mode == "int8" else None,
+    }
+    if mode == "int8" and flat:
+        quantization["float_ops"] = {
+            "ops": FLOAT_OPS,
+            "why": "normalization and action head in float32; the network in int8",
         }
-        if noise_check is not None:
-            manifest["verification"]["noise"] = noise_check
-        write_manifest(art, manifest)
-        manifests[mode] = manifest
-        if mode in report.modes:
-            report.rows.append(row)
-        _logger.info(
-            "%s: %s, return %.1f (fp32 %.1f), predict p50 %.1f us",
-            mode,
-            parity,
-            closed["mean_return"],
-            fp32_row.closed_loop["mean_return"],
-            latency["p50_us"],
+    return {
+        "model": {
+            "file": "policy.tflite",
+            "format": "tflite",
+            "input": {"layout": _graph_layout(source.observation_space, onnx=False)},
+        },
+        "quantization": quantization,
+    }
+
+
+def _verify_file(
+    source: ExportSource,
+    mode: str,
+    art: Path,
+    manifest: dict[str, Any],
+    got: _Collected,
+    opts: ExportOptions,
+    fp32_row: FileRow | None,
+    onnx_parity: dict[str, Any] | None,
+    shown: Path,
+) -> tuple[FileRow, dict[str, Any]]:
+    """Run the file through the runtime, the code that will serve it on the device: parity and the
+    closed-loop return with exploration off, then the folded noise on its own. Completes the manifest's
+    model section with the interpreter's view of the tensors; returns the report row and the manifest's
+    verification section."""
+    tol, env_id = opts.tolerances, source.env_id
+    backend = open_backend(art / "policy.tflite")
+    served = Policy(Manifest(art, manifest), backend, explore=False)
+    manifest["model"]["input"].update(
+        name=backend.input_name,
+        shape=list(backend.input_shape),
+        dtype=str(backend.input_dtype),
+        quantization=_q(backend.input_quant),
+    )
+    manifest["model"]["output"] = {
+        "name": backend.output_name,
+        "dtype": str(backend.output_dtype),
+        "quantization": _q(backend.output_quant),
+    }
+    actions = np.stack([np.asarray(served.predict(o)) for o in got.data.heldout]).reshape(
+        got.source_actions.shape
+    )
+    parity = compare_actions(got.source_actions, actions, source.discrete, got.margins, tol)
+    if mode == "fp32":
+        require_fp32_parity(f"policy.tflite ({mode})", parity, tol)
+    closed = _ret(evaluate(served.predict, env_id, opts.eval_episodes, opts.seed))
+    noise_check = None
+    if source.noise is not None:  # the same loaded file, now exploring (verify_distribution turns it on)
+        noise_check = verify_distribution(served, source, got.data.heldout, mode, opts.noise_seed)
+        noise_check["closed_loop_with_noise"] = _ret(
+            evaluate(served.predict, env_id, opts.eval_episodes, opts.seed)
         )
-        bar.update()
-    if opts.quantize == "auto":
-        _choose(report, manifests, opts, work, staging, data.heldout)
-    return report
+        if not noise_check["passed"]:
+            if mode == "fp32":
+                raise ExportError(
+                    f"policy.tflite (fp32): the folded noise does not sample as configured: {noise_check}"
+                )
+            _logger.warning("%s: the folded noise's sample statistics are off: %s", mode, noise_check)
+    latency = latency_us(served.predict, got.data.heldout)
+    row = FileRow(mode, shown, (art / "policy.tflite").stat().st_size, parity, closed, latency)
+    fp32_closed = (fp32_row or row).closed_loop
+    drop = fp32_closed["mean_return"] - closed["mean_return"]
+    if mode != "fp32" and drop > RETURN_DROP_WARNING * abs(fp32_closed["mean_return"]):
+        _logger.warning(
+            "%s loses %.1f of fp32's closed-loop return %.1f (more than %.0f%%); --quantize auto keeps the "
+            "fastest mode within --max-return-drop",
+            mode,
+            drop,
+            fp32_closed["mean_return"],
+            100 * RETURN_DROP_WARNING,
+        )
+    _logger.info(
+        "%s: %s, return %.1f (fp32 %.1f), predict p50 %.1f us",
+        mode,
+        parity,
+        closed["mean_return"],
+        fp32_closed["mean_return"],
+        latency["p50_us"],
+    )
+    verification: dict[str, Any] = {
+        "tolerances": tol.to_json(),
+        "reference": source.reference_name,
+        "heldout": got.data.description["heldout"],
+        "onnx_vs_source": onnx_parity,
+        "tflite_vs_source": parity,
+        "closed_loop": {
+            "env_id": env_id,
+            "episodes": opts.eval_episodes,
+            "seeds_from": opts.seed,
+            "this_file": closed,
+            "fp32": fp32_closed,
+            "source": got.source_return,
+        },
+        "predict_latency_us": latency,
+    }
+    if noise_check is not None:
+        verification["noise"] = noise_check
+    return row, verification
 
 
 def _choose(

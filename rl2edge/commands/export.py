@@ -77,7 +77,7 @@ def add_parser(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from export.pipeline import ExportOptions, export_checkpoint, export_source
+    from export.pipeline import ExportOptions, default_out, export_checkpoint, export_source
 
     opts = ExportOptions(
         quantize=args.quantize,
@@ -90,9 +90,8 @@ def run(args: argparse.Namespace) -> int:
         noise=args.noise,
         noise_seed=args.noise_seed,
     )
-    opts.check()
     src = Path(args.run_dir)
-    out = Path(args.out) if args.out else Path("artifacts") / src.resolve().with_suffix("").name
+    out = Path(args.out) if args.out else default_out(src)
     if src.suffix == ".zip":
         from export.sb3 import source_from_sb3
 

@@ -27,10 +27,10 @@ class TorchDQN(TorchOffPolicyBase):
         self.nets.update(dict(q_net=self.q_net, q_target=self.q_target))
         self.opt = self.adam(list(self.q_net.parameters()), cfg.learning_rate(1.0))
 
-    @torch.no_grad()
     def parts(self) -> dict[str, nn.Module]:
         return {"q": self.q_net, "q_target": self.q_target}
 
+    @torch.no_grad()
     def deterministic(self, obs: np.ndarray) -> np.ndarray:
         return self.q_net(self._t(obs)).argmax(-1).cpu().numpy()
 

@@ -38,10 +38,10 @@ class TorchSAC(TorchOffPolicyBase):
         self.gamma, self.tau = cfg.gamma, cfg.tau
         self.n_updates = 0
 
-    @torch.no_grad()
     def parts(self) -> dict[str, nn.Module]:
         return {"actor": self.actor, "critic": self.critic, "critic_target": self.critic_target}
 
+    @torch.no_grad()
     def deterministic(self, obs: np.ndarray) -> np.ndarray:
         return torch.tanh(self.actor(self._t(obs))).cpu().numpy()
 

@@ -39,7 +39,6 @@ class TorchTD3(TorchOffPolicyBase):
         self.critic_opt = self.adam(list(self.critic.parameters()), lr)
         self.n_updates = 0  # critic steps taken; the actor steps when it is a multiple of policy_delay
 
-    @torch.no_grad()
     def parts(self) -> dict[str, nn.Module]:
         return {
             "actor": self.actor,
@@ -48,6 +47,7 @@ class TorchTD3(TorchOffPolicyBase):
             "critic_target": self.critic_target,
         }
 
+    @torch.no_grad()
     def deterministic(self, obs: np.ndarray) -> np.ndarray:
         return self.actor(self._t(obs)).cpu().numpy()
 

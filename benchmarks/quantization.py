@@ -22,7 +22,7 @@ from benchmarks.common import RESULTS, markdown_table, pyplot, save_figure, writ
 
 
 def _train_defaults(tmp: Path, steps: int) -> list[Path]:
-    from train.algos import build_config, train
+    from rl2edge.train.algos import build_config, train
 
     runs = []
     for fw in ("torch", "tf"):
@@ -51,7 +51,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--out", default=str(RESULTS))
     args = ap.parse_args(argv)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    from export.pipeline import ExportOptions, export_checkpoint
+    from rl2edge.export.pipeline import ExportOptions, export_checkpoint
 
     results: list[dict[str, Any]] = []
     rows = []

@@ -35,9 +35,9 @@ warnings.filterwarnings("ignore")
 who, env_id, steps, seed, out = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), Path(sys.argv[5])
 import torch
 torch.set_num_threads(1)
-from train.algos import build_config, train
-from train.core.config import load_preset
-from train.core.evaluation import evaluate
+from rl2edge.train.algos import build_config, train
+from rl2edge.train.core.config import load_preset
+from rl2edge.train.core.evaluation import evaluate
 if who == "sb3":
     import numpy as np
     from stable_baselines3 import PPO
@@ -57,11 +57,11 @@ else:
     r = train("torch" if who == "torch" else "tf", env_id, cfg, seed, out, device="cpu", progress=False)
     wall, done = r.wall_time_s, r.steps
     if who == "torch":
-        from export.source import source_from_checkpoint
+        from rl2edge.export.source import source_from_checkpoint
         act = source_from_checkpoint(out).act
     else:
-        from export.tf_source import tf_source
-        from train.core.checkpoint import load_checkpoint
+        from rl2edge.export.tf_source import tf_source
+        from rl2edge.train.core.checkpoint import load_checkpoint
         act = tf_source(load_checkpoint(out), {}).act
     result = evaluate(act, env_id, 20, 0)
 print(json.dumps({"who": who, "steps": done, "wall_s": wall, "steps_per_s": done / wall,

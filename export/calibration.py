@@ -8,8 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-
-from train.core.evaluation import evaluate
+from rl2edge.train.core.evaluation import evaluate
 
 CALIBRATION_SEED_OFFSET = 1_000
 HELDOUT_SEED_OFFSET = 2_000

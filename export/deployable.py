@@ -20,15 +20,15 @@ from typing import Any
 
 import numpy as np
 import torch
+from rl2edge.export.graph_spec import HEADS, head_for
+from rl2edge.train.core.actions import ActionTransform
+from rl2edge.train.core.checkpoint import Checkpoint
+from rl2edge.train.core.normalization import RunningNormalizer
+from rl2edge.train.torch_backend.nets import ActorCritic
 from safetensors.torch import load_file
 from torch import nn
 
-from export.graph_spec import HEADS, head_for
 from rl2edge.errors import CheckpointError, ExportError
-from train.core.actions import ActionTransform
-from train.core.checkpoint import Checkpoint
-from train.core.normalization import RunningNormalizer
-from train.torch_backend.nets import ActorCritic
 
 
 class DeployablePolicy(nn.Module):
@@ -126,7 +126,7 @@ def load_actor(ckpt: Checkpoint) -> nn.Module:
     if kind == "actor_critic_mlp":
         net: nn.Module = ActorCritic.from_network_spec(spec)
     else:
-        from train.torch_backend.nets import ACTOR_PREFIX, actor_from_spec
+        from rl2edge.train.torch_backend.nets import ACTOR_PREFIX, actor_from_spec
 
         if kind not in ACTOR_PREFIX:
             raise CheckpointError(f"unknown network type {kind!r} in {ckpt.path}")

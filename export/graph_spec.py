@@ -9,11 +9,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from rl2edge.train import algos
+from rl2edge.train.core.actions import ActionTransform
+from rl2edge.train.core.noise import NoiseSpec
+from rl2edge.train.core.normalization import RunningNormalizer
+
 from rl2edge.errors import ExportError
-from train import algos
-from train.core.actions import ActionTransform
-from train.core.noise import NoiseSpec
-from train.core.normalization import RunningNormalizer
 
 OPSET = 17
 INPUT_NAME, OUTPUT_NAME = "obs", "action"

@@ -7,8 +7,8 @@ import warnings
 from pathlib import Path
 
 import torch
+from rl2edge.export.graph_spec import INPUT_NAME, OPSET, OUTPUT_NAME
 
-from export.graph_spec import INPUT_NAME, OPSET, OUTPUT_NAME
 from rl2edge.errors import ExportError
 
 _logger = logging.getLogger(__name__)

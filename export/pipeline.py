@@ -17,10 +17,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from tqdm.auto import tqdm
-
-from export.calibration import collect_rollout_data
-from export.graph_spec import (
+from rl2edge.export.calibration import collect_rollout_data
+from rl2edge.export.graph_spec import (
     INPUT_NAME,
     NOISE_INPUT,
     OPSET,
@@ -30,22 +28,24 @@ from export.graph_spec import (
     io_names,
     manifest_section,
 )
-from export.noise_verify import check_noise_off, verify_distribution
-from export.report import ExportReport, FileRow
-from export.source import ExportSource, source_from_checkpoint
-from export.tflite_convert import FLOAT_OPS, MODES, convert
-from export.tolerances import DEFAULT, RETURN_DROP_WARNING, Tolerances
-from export.verify import compare_actions, latency_interleaved_us, latency_us, require_fp32_parity
+from rl2edge.export.noise_verify import check_noise_off, verify_distribution
+from rl2edge.export.report import ExportReport, FileRow
+from rl2edge.export.source import ExportSource, source_from_checkpoint
+from rl2edge.export.tflite_convert import FLOAT_OPS, MODES, convert
+from rl2edge.export.tolerances import DEFAULT, RETURN_DROP_WARNING, Tolerances
+from rl2edge.export.verify import compare_actions, latency_interleaved_us, latency_us, require_fp32_parity
+from rl2edge.runtime.interpreters import OnnxBackend, open_backend
+from rl2edge.runtime.manifest import Manifest, load_manifest, write_manifest
+from rl2edge.runtime.policy import Policy
+from rl2edge.train.core.envs import check_env_id
+from rl2edge.train.core.evaluation import evaluate
+from rl2edge.train.core.noise import NoiseSpec, ou_step, parse_noise
+from tqdm.auto import tqdm
+
 from rl2edge.errors import ConfigError, ExportError
 from rl2edge.fileio import atomic_directory, check_output_dir, write_bytes_atomic, write_json_atomic
 from rl2edge.interrupts import check_interrupted
 from rl2edge.tables import package_versions
-from runtime.interpreters import OnnxBackend, open_backend
-from runtime.manifest import Manifest, load_manifest, write_manifest
-from runtime.policy import Policy
-from train.core.envs import check_env_id
-from train.core.evaluation import evaluate
-from train.core.noise import NoiseSpec, ou_step, parse_noise
 
 _logger = logging.getLogger(__name__)
 

@@ -6,7 +6,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from export.verify import parity_summary
+from rl2edge.export.verify import parity_summary
+
 from rl2edge.tables import markdown_table
 
 

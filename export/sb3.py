@@ -15,15 +15,15 @@ from typing import Any
 
 import numpy as np
 import torch
+from rl2edge.export.deployable import DeployablePolicy
+from rl2edge.export.source import ExportSource, TorchSource
+from rl2edge.train.core.envs import check_env_id, make_env
+from rl2edge.train.core.normalization import RunningNormalizer
+from rl2edge.train.core.spaces import action_spec, observation_spec
 from torch import nn
 
-from export.deployable import DeployablePolicy
-from export.source import ExportSource, TorchSource
 from rl2edge.errors import ConfigError, ExportError
 from rl2edge.fileio import sha256_file
-from train.core.envs import check_env_id, make_env
-from train.core.normalization import RunningNormalizer
-from train.core.spaces import action_spec, observation_spec
 
 _logger = logging.getLogger(__name__)
 

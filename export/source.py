@@ -12,9 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
-from train.core.checkpoint import load_checkpoint
-from train.core.normalization import RunningNormalizer
+from rl2edge.train.core.checkpoint import load_checkpoint
+from rl2edge.train.core.normalization import RunningNormalizer
 
 
 @dataclass
@@ -33,7 +32,7 @@ class ExportSource:
     """train.core.noise.NoiseSpec folded into the graph, or None; set with `fold_noise`."""
 
     def fold_noise(self, spec: Any) -> None:
-        from export.graph_spec import check_noise_fits
+        from rl2edge.export.graph_spec import check_noise_fits
 
         check_noise_fits(spec, self.head, self.algo, self.discrete)
         self.noise = spec
@@ -126,7 +125,7 @@ class TorchSource(ExportSource):
         return int(a) if self.discrete else a
 
     def _noisy(self) -> Any:
-        from export.noise import NoisyPolicy
+        from rl2edge.export.noise import NoisyPolicy
 
         return NoisyPolicy(self.policy, self.noise).eval()
 
@@ -150,9 +149,9 @@ class TorchSource(ExportSource):
         return mean.numpy(), log_std.exp().numpy()
 
     def write_onnx(self, path: Path) -> bool:
-        from export.graph_spec import io_names
-        from export.noise import example_inputs
-        from export.onnx_export import export_onnx
+        from rl2edge.export.graph_spec import io_names
+        from rl2edge.export.noise import example_inputs
+        from rl2edge.export.onnx_export import export_onnx
 
         shape = self.policy.input_shape(self.obs_shape)
         if self.noise is None:
@@ -167,7 +166,7 @@ class TorchSource(ExportSource):
         return self.policy.from_env_layout(obs)
 
     def write_saved_model(self, work: Path, onnx_path: Path | None) -> Path:
-        from export.tflite_convert import onnx_to_saved_model
+        from rl2edge.export.tflite_convert import onnx_to_saved_model
 
         assert onnx_path is not None
         return onnx_to_saved_model(onnx_path, work / "saved_model")
@@ -187,10 +186,10 @@ def source_from_checkpoint(run_dir: Path) -> ExportSource:
         "total_timesteps": meta.get("total_timesteps"),
     }
     if ckpt.framework == "tf":
-        from export.tf_source import tf_source
+        from rl2edge.export.tf_source import tf_source
 
         return tf_source(ckpt, description)
-    from export.deployable import build_deployable
+    from rl2edge.export.deployable import build_deployable
 
     policy, norm = build_deployable(ckpt)
     return TorchSource(

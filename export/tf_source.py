@@ -9,12 +9,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from rl2edge.export.source import ExportSource
+from rl2edge.train.core.actions import ActionTransform
+from rl2edge.train.core.checkpoint import Checkpoint
+from rl2edge.train.core.normalization import RunningNormalizer
 
-from export.source import ExportSource
 from rl2edge.errors import CheckpointError
-from train.core.actions import ActionTransform
-from train.core.checkpoint import Checkpoint
-from train.core.normalization import RunningNormalizer
 
 
 def _frozen_actor(dense: list[Any]) -> Any:
@@ -50,9 +50,8 @@ class GraphParts:
 
 def _deployable_module(parts: GraphParts, noise: Any = None) -> Any:
     import tensorflow as tf
-
-    from export.graph_spec import NOISE_INPUT, STATE_INPUT, STATE_OUTPUT
-    from train.core.noise import ou_constants
+    from rl2edge.export.graph_spec import NOISE_INPUT, STATE_INPUT, STATE_OUTPUT
+    from rl2edge.train.core.noise import ou_constants
 
     mean, inv_std = (c.reshape(-1) for c in parts.norm.constants())
     clip = float(parts.norm.clip) if parts.norm.enabled else None
@@ -158,7 +157,7 @@ class TFSource(ExportSource):
     def noisy_actions(
         self, obs: np.ndarray, noise: np.ndarray, state: np.ndarray | None
     ) -> tuple[np.ndarray, Any]:
-        from export.graph_spec import STATE_OUTPUT
+        from rl2edge.export.graph_spec import STATE_OUTPUT
 
         args = [np.asarray(a, np.float32) for a in (obs, noise, state) if a is not None]
         out = self.module.noisy(*args)
@@ -183,20 +182,20 @@ class TFSource(ExportSource):
 
 
 def tf_source(ckpt: Checkpoint, description: dict[str, Any]) -> TFSource:
-    from export.graph_spec import head_for
-    from train.tf_backend.nets import dense_layers
-    from train.tf_backend.setup import configure_tensorflow
+    from rl2edge.export.graph_spec import head_for
+    from rl2edge.train.tf_backend.nets import dense_layers
+    from rl2edge.train.tf_backend.setup import configure_tensorflow
 
     configure_tensorflow("cpu")
     meta = ckpt.meta
     spec = meta["network"]
     kind = spec.get("type")
     if kind == "actor_critic_mlp":
-        from train.tf_backend.nets import TFActorCritic
+        from rl2edge.train.tf_backend.nets import TFActorCritic
 
         model: Any = TFActorCritic.from_network_spec(spec)
     else:
-        from train.tf_backend.nets import nets_from_spec
+        from rl2edge.train.tf_backend.nets import nets_from_spec
 
         try:
             model = nets_from_spec(spec)

@@ -7,8 +7,8 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+from rl2edge.export.tolerances import Tolerances
 
-from export.tolerances import Tolerances
 from rl2edge.errors import ShapeError, ToleranceError
 
 

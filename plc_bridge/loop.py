@@ -31,12 +31,19 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
+from rl2edge.plc_bridge.client import (
+    BridgeConfig,
+    PlantIo,
+    PlcClient,
+    Reading,
+    connect_error_hint,
+    plant_io_of,
+)
+from rl2edge.plc_bridge.latency import LatencyHistogram
+from rl2edge.plc_bridge.status import CycleStatus
+from rl2edge.runtime.policy import Policy
 
-from plc_bridge.client import BridgeConfig, PlantIo, PlcClient, Reading, connect_error_hint, plant_io_of
-from plc_bridge.latency import LatencyHistogram
-from plc_bridge.status import CycleStatus
 from rl2edge.errors import BackendError, ConfigError, ObservationError
-from runtime.policy import Policy
 
 _logger = logging.getLogger(__name__)
 

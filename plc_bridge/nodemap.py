@@ -13,8 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from plc_bridge.layout import node_id
-from plc_bridge.noderefs import parse_ref
+from rl2edge.plc_bridge.layout import node_id
+from rl2edge.plc_bridge.noderefs import parse_ref
+
 from rl2edge.errors import ConfigError
 from rl2edge.fileio import load_yaml
 

@@ -26,9 +26,9 @@ from typing import Any
 import numpy as np
 from asyncua import Server, ua
 from asyncua.common.callback import CallbackType
+from rl2edge.plc_bridge.layout import PlcNodes, build_plc_nodes
+from rl2edge.plc_bridge.security import SecurityConfig, apply_server_security
 
-from plc_bridge.layout import PlcNodes, build_plc_nodes
-from plc_bridge.security import SecurityConfig, apply_server_security
 from rl2edge.errors import ConfigError
 from rl2edge.fileio import write_json_atomic
 
@@ -50,7 +50,7 @@ class SimConfig:
     def check(self) -> None:
         if self.mode not in ("lockstep", "realtime"):
             raise ConfigError(f"--mode {self.mode!r}: choose lockstep or realtime")
-        from plc_bridge.client import check_endpoint
+        from rl2edge.plc_bridge.client import check_endpoint
 
         check_endpoint(self.endpoint)
         if not 1 <= self.period_ms <= 60_000:  # 0 would spin at 100% CPU; also refuses NaN and inf
@@ -69,7 +69,7 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 class PlcSim:
     def __init__(self, cfg: SimConfig):
-        from train.core.envs import make_env  # gymnasium only; no deep-learning framework
+        from rl2edge.train.core.envs import make_env  # gymnasium only; no deep-learning framework
 
         cfg.check()
         self.cfg = cfg
@@ -90,7 +90,7 @@ class PlcSim:
         sec = self.cfg.security
         user_manager = None
         if sec.username is not None:
-            from plc_bridge.security import PasswordUserManager
+            from rl2edge.plc_bridge.security import PasswordUserManager
 
             user_manager = PasswordUserManager(sec.username, sec.password or "")
         server = Server(user_manager=user_manager)

@@ -41,7 +41,21 @@ def _handler(signum: int, frame: FrameType | None) -> None:
         )
         return
     _pending = signum
-    raise Interrupted(signum)
+    if not _in_finalizer(frame):
+        raise Interrupted(signum)
+
+
+def _in_finalizer(frame: FrameType | None) -> bool:
+    """Whether the signal arrived inside a __del__ (TensorFlow's functions have them): an exception raised
+    there is printed as "Exception ignored in ..." with a traceback and dropped, so it is not raised there;
+    check_interrupted() raises it at the next stage instead."""
+    for _ in range(32):
+        if frame is None:
+            return False
+        if frame.f_code.co_name == "__del__":
+            return True
+        frame = frame.f_back
+    return False
 
 
 def check_interrupted() -> None:

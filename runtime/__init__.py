@@ -4,7 +4,7 @@ Imports numpy and one interpreter (ai-edge-litert, tflite-runtime, tensorflow.li
 never torch, and tensorflow only as the last-resort interpreter, when nothing lighter is installed.
 """
 
-from runtime.manifest import Manifest, load_manifest
-from runtime.policy import Policy
+from rl2edge.runtime.manifest import Manifest, load_manifest
+from rl2edge.runtime.policy import Policy
 
 __all__ = ["Manifest", "Policy", "load_manifest"]

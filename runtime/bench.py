@@ -62,7 +62,7 @@ def artifact_forms(
     art: Path, obs: np.ndarray, threads: int, prefix: str = ""
 ) -> dict[str, Callable[[], Any]]:
     """Bare invoke and full predict of one artifact's TFLite file."""
-    from runtime import Policy
+    from rl2edge.runtime import Policy
 
     policy = Policy.load(art, num_threads=threads)
     mode = policy.manifest.quantization["mode"]
@@ -119,7 +119,7 @@ def machine() -> dict[str, Any]:
 def bench_artifact(
     art: Path, calls: int = 3000, threads: Sequence[int] | None = None
 ) -> list[dict[str, Any]]:
-    from runtime import load_manifest
+    from rl2edge.runtime import load_manifest
 
     obs = artifact_observations(load_manifest(art).observation)
     rows: list[dict[str, Any]] = []

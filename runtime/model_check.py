@@ -11,7 +11,7 @@ every subgraph's vectors) without trusting any of them: a truncated or overwritt
 with a clear message, before a child is started. It is not a full verifier (operator tables are not
 walked); the child is the backstop.
 
-    python -m runtime.model_check MODEL [--backend auto] [--threads 1]   # the child's entry point
+    python -m rl2edge.runtime.model_check MODEL [--backend auto] [--threads 1]   # the child's entry point
 """
 
 from __future__ import annotations
@@ -142,7 +142,7 @@ def probe_in_child(path: Path, backend: str, num_threads: int, digest: str) -> f
     if key in _probed:
         return 0.0
     t0 = time.perf_counter()
-    cmd = [sys.executable, "-m", "runtime.model_check", str(path), "--backend", backend]
+    cmd = [sys.executable, "-m", "rl2edge.runtime.model_check", str(path), "--backend", backend]
     cmd += ["--threads", str(num_threads)]
     try:
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=PROBE_TIMEOUT_S, check=False)
@@ -170,8 +170,7 @@ def probe_in_child(path: Path, backend: str, num_threads: int, digest: str) -> f
 def _run_once(path: Path, backend: str, num_threads: int) -> None:
     """The child: open the model as the service would and invoke it on zeros of its input types."""
     import numpy as np
-
-    from runtime.interpreters import open_backend
+    from rl2edge.runtime.interpreters import open_backend
 
     b = open_backend(path, backend, num_threads)
     x = np.zeros(b.input_shape, b.input_dtype)
@@ -194,7 +193,9 @@ def _extra_shape(b: object, name: str) -> tuple[int, ...]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m runtime.model_check", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(
+        prog="python -m rl2edge.runtime.model_check", description=__doc__.splitlines()[0]
+    )
     ap.add_argument("model", type=Path)
     ap.add_argument("--backend", default="auto")
     ap.add_argument("--threads", type=int, default=1)

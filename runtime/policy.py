@@ -8,11 +8,11 @@ import logging
 from pathlib import Path
 
 import numpy as np
+from rl2edge.runtime.interpreters import OnnxBackend, TFLiteBackend, open_backend
+from rl2edge.runtime.manifest import Manifest, load_manifest
+from rl2edge.runtime.model_check import check_tflite_structure, probe_in_child
 
 from rl2edge.errors import BackendError, ManifestError, ObservationError
-from runtime.interpreters import OnnxBackend, TFLiteBackend, open_backend
-from runtime.manifest import Manifest, load_manifest
-from runtime.model_check import check_tflite_structure, probe_in_child
 
 _logger = logging.getLogger(__name__)
 

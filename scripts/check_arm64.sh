@@ -273,7 +273,7 @@ offline_install() {
   fi
   dt=$(( $(date +%s) - t0 ))
   mb=$(du -sm "$HOST_IN/venv-offline" | cut -f1)
-  in_root "$IN/venv-offline/bin/python" -c 'import runtime, plc_bridge.loop' \
+  in_root "$IN/venv-offline/bin/python" -c 'import rl2edge.runtime, rl2edge.plc_bridge.loop' \
     || fail "offline venv: runtime/plc_bridge do not import"
   in_root "$IN/venv-offline/bin/python" -m pip list --format=freeze >"$WORK/freeze-venv-offline.txt"
   local vs_lock
@@ -303,8 +303,8 @@ check_imports() {
   step "4. imports in the root ($name)"
   if in_root "$IN/$name/bin/python" - >"$WORK/imports-$name.json" <<'EOF'
 import importlib.util, json, platform, sys
-import runtime, plc_bridge.loop, plc_bridge.client  # noqa: F401  what serve imports
-from runtime.interpreters import TFLITE_ENGINES
+import rl2edge.runtime, rl2edge.plc_bridge.loop, rl2edge.plc_bridge.client  # noqa: F401  what serve imports
+from rl2edge.runtime.interpreters import TFLITE_ENGINES
 heavy = ("torch", "tensorflow", "gymnasium", "onnxruntime")
 loaded = [m for m in heavy if m in sys.modules]
 installed = [m for m in heavy if importlib.util.find_spec(m) is not None]
@@ -333,9 +333,9 @@ import json, sys
 from pathlib import Path
 import numpy as np
 sys.path.insert(0, ".")
-from export.source import source_from_checkpoint
-from runtime import Policy, load_manifest
-from runtime.bench import artifact_observations
+from rl2edge.export.source import source_from_checkpoint
+from rl2edge.runtime import Policy, load_manifest
+from rl2edge.runtime.bench import artifact_observations
 
 art, n = Path(sys.argv[1]), int(sys.argv[2])
 index = []
@@ -371,7 +371,7 @@ predict_in_root() {
 import json, sys, time
 from pathlib import Path
 import numpy as np
-from runtime import Policy
+from rl2edge.runtime import Policy
 
 from rl2edge.errors import BackendError
 

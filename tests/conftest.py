@@ -17,7 +17,7 @@ PREBUILT = os.environ.get("RL2EDGE_TEST_ARTIFACTS")
 
 
 def tiny_train(env_id: str, out: Path, steps: int, seed: int = 0, **overrides: object) -> Path:
-    from train.algos import build_config, train
+    from rl2edge.train.algos import build_config, train
 
     cfg = build_config(
         env_id, overrides={"n_timesteps": steps, "eval_freq": 0, "eval_episodes": 2, **overrides}
@@ -45,7 +45,7 @@ def pendulum_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _export(run: Path, out: Path, quantize: str):
-    from export.pipeline import ExportOptions, export_checkpoint
+    from rl2edge.export.pipeline import ExportOptions, export_checkpoint
 
     return export_checkpoint(
         run, out, ExportOptions(quantize=quantize, calib_episodes=3, eval_episodes=2, progress=False)

@@ -97,10 +97,10 @@ def test_tampered_artifact(cartpole_all, tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("spelling", "target", "argv"),
     [  # the spellings of the README, docs/jetson.md and `rl2edge bench --help`
-        ("bench latency artifacts/cp", "runtime.bench", ["artifacts/cp"]),
+        ("bench latency artifacts/cp", "rl2edge.runtime.bench", ["artifacts/cp"]),
         (
             "bench latency artifacts/cp --calls 1000 --out /tmp",
-            "runtime.bench",
+            "rl2edge.runtime.bench",
             ["artifacts/cp", "--calls", "1000", "--out", "/tmp"],
         ),
         ("bench latency --suite", "benchmarks/latency.py", ["--suite"]),

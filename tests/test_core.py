@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from rl2edge.train.algos import build_config
+from rl2edge.train.core.actions import ActionTransform
+from rl2edge.train.core.envs import check_env_id, make_env
+from rl2edge.train.core.normalization import RunningNormalizer
+from rl2edge.train.core.rollout import Minibatch, RolloutBuffer, check_minibatch, compute_gae
+from rl2edge.train.core.schedules import Schedule
 
 from rl2edge.errors import ConfigError
-from train.algos import build_config
-from train.core.actions import ActionTransform
-from train.core.envs import check_env_id, make_env
-from train.core.normalization import RunningNormalizer
-from train.core.rollout import Minibatch, RolloutBuffer, check_minibatch, compute_gae
-from train.core.schedules import Schedule
 
 
 def test_running_normalizer_matches_numpy_over_batches() -> None:

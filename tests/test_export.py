@@ -8,14 +8,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from rl2edge.export.deployable import build_deployable
+from rl2edge.export.pipeline import ExportOptions, export_checkpoint
+from rl2edge.export.tolerances import Tolerances
+from rl2edge.runtime import Policy, load_manifest
+from rl2edge.train.core.checkpoint import load_checkpoint
+from rl2edge.train.core.evaluation import random_observations
 
-from export.deployable import build_deployable
-from export.pipeline import ExportOptions, export_checkpoint
-from export.tolerances import Tolerances
 from rl2edge.errors import ConfigError, ToleranceError
-from runtime import Policy, load_manifest
-from train.core.checkpoint import load_checkpoint
-from train.core.evaluation import random_observations
 
 
 def test_all_modes_make_one_verified_artifact_each(cartpole_all) -> None:
@@ -97,7 +97,7 @@ def test_existing_artifact_is_not_overwritten_without_force(cartpole_all, cartpo
 def test_onnx_file_runs_through_the_runtime_too(cartpole_run, cartpole_all) -> None:
     """Two engines: the same action wherever the source's top-two logits are not a near tie (the export's
     own rule, `Tolerances.discrete_margin`), on any CPU."""
-    from export.source import source_from_checkpoint
+    from rl2edge.export.source import source_from_checkpoint
 
     _, root = cartpole_all
     tfl, onx = Policy.load(root / "fp32"), Policy.load(root / "fp32", backend="onnxruntime")
@@ -113,8 +113,9 @@ def test_image_observations_export_nchw_torch_nhwc_tflite(tmp_path: Path) -> Non
     """A Nature-CNN on 84x84x4 frames as the env gives them (HWC): the torch graph and its ONNX file take
     NCHW, onnx2tf makes the TFLite input NHWC, the manifest says so, and the runtime takes the env's frame.
     Its int8 file is integer end to end: the runtime quantizes the frame with the model's own parameters."""
+    from rl2edge.export.pipeline import export_source
+
     from benchmarks.synthetic import FrameEnv, synthetic_source
-    from export.pipeline import export_source
 
     source = synthetic_source("cnn")
     export_source(

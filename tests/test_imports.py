@@ -8,37 +8,47 @@ import sys
 
 import pytest
 
+SUBPACKAGES = ("train", "export", "runtime", "plc_bridge")
+
+
+def _package(module: str) -> str:
+    """rl2edge.train.core.config -> train; numpy.linalg -> numpy; rl2edge.cli -> rl2edge."""
+    parts = module.split(".")
+    return parts[1] if parts[0] == "rl2edge" and len(parts) > 1 and parts[1] in SUBPACKAGES else parts[0]
+
 
 def loaded_after(statement: str) -> set[str]:
-    code = f"import sys, json\n{statement}\nprint(json.dumps(sorted(m.split('.')[0] for m in sys.modules)))"
+    code = f"import sys, json\n{statement}\nprint(json.dumps(sorted(sys.modules)))"
     out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout
-    return set(json.loads(out.strip().splitlines()[-1]))
+    return {_package(m) for m in json.loads(out.strip().splitlines()[-1])}
 
 
 @pytest.mark.parametrize(
     ("statement", "forbidden"),
     [
         (
-            "import runtime; from runtime import Policy",
+            "import rl2edge.runtime; from rl2edge.runtime import Policy",
             {"torch", "tensorflow", "export", "train", "gymnasium"},
         ),
         (
-            "import plc_bridge.loop, plc_bridge.client, plc_bridge.security",
+            "import rl2edge.plc_bridge.loop, rl2edge.plc_bridge.client, rl2edge.plc_bridge.security",
             {"torch", "tensorflow", "export", "train"},
         ),
-        ("import plc_bridge.sim; plc_bridge.sim.PlcSim", {"torch", "tensorflow", "export"}),
+        ("from rl2edge.plc_bridge.sim import PlcSim", {"torch", "tensorflow", "export"}),
         (
-            "import train.core.config, train.core.rollout, train.core.evaluation, train.core.metrics",
+            "import rl2edge.train.core.config, rl2edge.train.core.rollout, rl2edge.train.core.evaluation, "
+            "rl2edge.train.core.metrics",
             {"torch", "tensorflow", "export", "runtime"},
         ),
-        ("import train.torch_backend.ppo", {"tensorflow", "export", "runtime"}),
+        ("import rl2edge.train.torch_backend.ppo", {"tensorflow", "export", "runtime"}),
         ("import rl2edge.cli", {"torch", "tensorflow", "train", "export", "runtime", "numpy"}),
         (  # the algorithm table and every config class: the CLI's choices, no framework
-            "import train.algos as a; [r.config_class() for r in a.ALGOS.values()]",
+            "import rl2edge.train.algos as a; [r.config_class() for r in a.ALGOS.values()]",
             {"torch", "tensorflow", "export", "runtime"},
         ),
         (  # the TF export route: the graph's names, heads and checks are framework-free
-            "import export.pipeline, export.tf_source, export.graph_spec, export.noise_verify",
+            "import rl2edge.export.pipeline, rl2edge.export.tf_source, rl2edge.export.graph_spec, "
+            "rl2edge.export.noise_verify",
             {"torch"},
         ),
     ],
@@ -50,7 +60,7 @@ def test_import_loads_only_what_it_may(statement: str, forbidden: set[str]) -> N
 def test_runtime_policy_runs_without_torch_or_tensorflow(cartpole_all) -> None:
     _, root = cartpole_all
     loaded = loaded_after(
-        f"from runtime import Policy\np = Policy.load({str(root / 'int8')!r})\np.predict([0.0, 0.0, 0.0, 0.0])"
+        f"from rl2edge.runtime import Policy\np = Policy.load({str(root / 'int8')!r})\np.predict([0.0, 0.0, 0.0, 0.0])"
     )
     assert not loaded & {"torch", "tensorflow"}
     assert "ai_edge_litert" in loaded
@@ -64,7 +74,8 @@ def _modules() -> list[str]:
     for pkg in ("rl2edge", "runtime", "plc_bridge", "train", "export"):
         for f in sorted((root / pkg).rglob("*.py")):
             parts = f.relative_to(root).with_suffix("").parts
-            names.append(".".join(parts[:-1] if parts[-1] == "__init__" else parts))
+            parts = parts[:-1] if parts[-1] == "__init__" else parts
+            names.append(".".join(parts if pkg == "rl2edge" else ("rl2edge", *parts)))
     return names
 
 
@@ -79,3 +90,22 @@ def test_no_import_cycle_whatever_the_order(seed: int) -> None:
     code = "import importlib\nfor n in " + repr(names) + ":\n    importlib.import_module(n)\n"
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+def test_one_import_style_everywhere() -> None:
+    """The four packages are installed as rl2edge.train, rl2edge.export, rl2edge.runtime and
+    rl2edge.plc_bridge (no collision with a user's own `train`); from a source checkout the bare names
+    would import a second copy of each module, so no file may use them."""
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    bare = re.compile(r"^\s*(from|import) (train|export|runtime|plc_bridge)\b", re.M)
+    offenders = [
+        f"{f.relative_to(root)}:{text[: m.start()].count(chr(10)) + 1}"
+        for d in ("rl2edge", *SUBPACKAGES, "tests", "benchmarks", "scripts")
+        for f in sorted((root / d).rglob("*.py"))
+        for text in [f.read_text()]
+        for m in bare.finditer(text)
+    ]
+    assert offenders == []

@@ -21,7 +21,7 @@ TINY = {"learning_starts": 100, "batch_size": 32, "net_arch": [32, 32], "eval_fr
 def tiny_offpolicy(
     algo: str, framework: str, env_id: str, out: Path, steps: int = 300, seed: int = 0
 ) -> Path:
-    from train.algos import build_config, train
+    from rl2edge.train.algos import build_config, train
 
     overrides = {"n_timesteps": steps, **TINY}
     if algo == "dqn":
@@ -33,7 +33,7 @@ def tiny_offpolicy(
 
 
 def _export(run: Path, out: Path, quantize: str = "fp32", noise: str | None = None):
-    from export.pipeline import ExportOptions, export_checkpoint
+    from rl2edge.export.pipeline import ExportOptions, export_checkpoint
 
     opts = ExportOptions(
         quantize=quantize, calib_episodes=2, eval_episodes=1, progress=False, noise=noise, noise_seed=7
@@ -80,9 +80,9 @@ def test_each_algorithm_exports_int8_with_its_head(
         # A 300-step Q-net: half its observations are within a few int8 steps of a tie, where each CPU's
         # int8 kernels (VNNI or not) may pick either action. Judge the decisive half, by the source's
         # top-two margin: 0.97 and 0.99 measured (AMD EPYC, AVX-512); a file that lost its head would be at chance, 0.5.
-        from export.source import source_from_checkpoint
-        from runtime.policy import Policy
-        from train.core.evaluation import random_observations
+        from rl2edge.export.source import source_from_checkpoint
+        from rl2edge.runtime.policy import Policy
+        from rl2edge.train.core.evaluation import random_observations
 
         obs = random_observations(env_id, 1000, seed=5)
         source = source_from_checkpoint(run)
@@ -110,9 +110,9 @@ def test_same_seed_same_checkpoint(tmp_path: Path) -> None:
 def test_gaussian_noise_folded_verified_and_served_from_a_seeded_generator(
     td3_torch: Path, tmp_path: Path
 ) -> None:
-    from export.source import source_from_checkpoint
-    from runtime.policy import Policy
-    from train.core.evaluation import random_observations
+    from rl2edge.export.source import source_from_checkpoint
+    from rl2edge.runtime.policy import Policy
+    from rl2edge.train.core.evaluation import random_observations
 
     art = tmp_path / "art"
     _export(td3_torch, art, "fp32", noise="gaussian:sigma=0.2")
@@ -142,8 +142,8 @@ def test_gaussian_noise_folded_verified_and_served_from_a_seeded_generator(
 
 
 def test_ou_state_is_an_input_and_output_the_runtime_feeds_back(sac_tf: Path, tmp_path: Path) -> None:
-    from runtime.policy import Policy
-    from train.core.noise import ou_step
+    from rl2edge.runtime.policy import Policy
+    from rl2edge.train.core.noise import ou_step
 
     art = tmp_path / "art"
     _export(sac_tf, art, "int8", noise="ou:theta=0.15,sigma=0.5,dt=0.01")
@@ -203,9 +203,10 @@ def test_train_refuses_an_algorithm_that_does_not_fit_the_action_space(tmp_path:
 def test_serve_feeds_folded_noise_over_opcua_and_no_explore_is_deterministic(
     td3_torch: Path, tmp_path: Path
 ) -> None:
-    from runtime.policy import Policy
+    from rl2edge.runtime.policy import Policy
+    from rl2edge.train.core.evaluation import evaluate
+
     from tests.plc_helpers import free_port, running, stop, wait_for_server
-    from train.core.evaluation import evaluate
 
     art = tmp_path / "art"
     _export(td3_torch, art, "fp32", noise="ou:theta=0.15,sigma=0.3")

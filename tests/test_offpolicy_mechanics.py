@@ -10,9 +10,8 @@ from typing import ClassVar
 
 import numpy as np
 import pytest
-
-from train.algos import build_config, get
-from train.core.replay import ReplayBatch, ReplayBuffer
+from rl2edge.train.algos import build_config, get
+from rl2edge.train.core.replay import ReplayBatch, ReplayBuffer
 
 tf = pytest.importorskip("tensorflow")
 
@@ -59,15 +58,14 @@ def test_polyak_moves_every_target_weight_by_exactly_tau(framework: str, tau: fl
     expected = [t + np.float32(tau) * (s - t) for s, t in zip(src, tgt, strict=True)]
     if framework == "torch":
         import torch
-
-        from train.torch_backend.nets import polyak_update
+        from rl2edge.train.torch_backend.nets import polyak_update
 
         s_t = [torch.nn.Parameter(torch.tensor(s)) for s in src]
         t_t = [torch.nn.Parameter(torch.tensor(t), requires_grad=False) for t in tgt]
         polyak_update(s_t, t_t, tau)
         got = [t.detach().numpy() for t in t_t]
     else:
-        from train.tf_backend.nets import polyak_update
+        from rl2edge.train.tf_backend.nets import polyak_update
 
         s_v, t_v = [tf.Variable(s) for s in src], [tf.Variable(t) for t in tgt]
         tf.function(lambda: polyak_update(s_v, t_v, tau), input_signature=[])()  # inside a graph
@@ -170,12 +168,12 @@ def _target_is_online(agent) -> bool:
 
 @pytest.mark.parametrize("framework", ["torch", "tf"])
 def test_dqn_target_synced_on_its_period(framework: str, tmp_path: Path) -> None:
-    from train.core.offpolicy_driver import train_offpolicy
+    from rl2edge.train.core.offpolicy_driver import train_offpolicy
 
     if framework == "torch":
-        from train.torch_backend.dqn import TorchDQN as cls
+        from rl2edge.train.torch_backend.dqn import TorchDQN as cls
     else:
-        from train.tf_backend.dqn import TFDQN as cls
+        from rl2edge.train.tf_backend.dqn import TFDQN as cls
 
     class Recording(cls):  # the real agent, noting the target's state around each sync the driver asks for
         syncs: ClassVar[list[tuple[bool, bool]]] = []

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 from asyncua import ua
+from rl2edge.plc_bridge import typed_values as tv
+from rl2edge.plc_bridge.noderefs import parse_ref
 
-from plc_bridge import typed_values as tv
-from plc_bridge.noderefs import parse_ref
 from rl2edge.errors import ConfigError
 
 V = ua.VariantType

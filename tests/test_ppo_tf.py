@@ -14,9 +14,10 @@ import pytest
 
 tf = pytest.importorskip("tensorflow")
 
+from rl2edge.train.algos import build_config, train  # noqa: E402
+from rl2edge.train.core.rollout import Minibatch  # noqa: E402
+
 from tests.conftest import tiny_train  # noqa: E402
-from train.algos import build_config, train  # noqa: E402
-from train.core.rollout import Minibatch  # noqa: E402
 
 NET = {
     "type": "actor_critic_mlp",
@@ -38,7 +39,7 @@ def tf_train(env_id: str, out: Path, steps: int, seed: int = 0, **overrides: obj
 
 
 def _agent(discrete: bool, seed: int = 0, **cfg_overrides: object):
-    from train.tf_backend.ppo import TFPPO
+    from rl2edge.train.tf_backend.ppo import TFPPO
 
     cfg = build_config("CartPole-v1", overrides=cfg_overrides)
     return TFPPO({**NET, "act_dim": 2 if discrete else 1, "discrete": discrete}, cfg, seed, "cpu"), cfg
@@ -123,9 +124,8 @@ def test_eager_and_graph_updates_agree(discrete: bool, fused: bool) -> None:
 @pytest.mark.parametrize("discrete", [True, False])
 def test_torch_and_tf_give_the_same_loss_and_gradients(discrete: bool) -> None:
     import torch
-
-    from train.torch_backend.nets import ActorCritic
-    from train.torch_backend.ppo import ppo_loss
+    from rl2edge.train.torch_backend.nets import ActorCritic
+    from rl2edge.train.torch_backend.ppo import ppo_loss
 
     agent, cfg = _agent(discrete, ent_coef=0.01, clip_range_vf=0.2)
     torch.manual_seed(0)
@@ -179,8 +179,8 @@ def test_same_seed_same_tf_run(tmp_path: Path) -> None:
 
 
 def test_tf_checkpoint_exports_through_the_savedmodel_route(tmp_path: Path) -> None:
-    from export.pipeline import ExportOptions, export_checkpoint
-    from runtime import Policy, load_manifest
+    from rl2edge.export.pipeline import ExportOptions, export_checkpoint
+    from rl2edge.runtime import Policy, load_manifest
 
     result, _ = tf_train("Pendulum-v1", tmp_path / "run", 1024, n_envs=2, n_steps=256, batch_size=128)
     meta = json.loads((result.run_dir / "checkpoint.json").read_text())

@@ -8,13 +8,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from rl2edge.train.core.checkpoint import load_checkpoint
+from rl2edge.train.core.config import PPOConfig
+from rl2edge.train.torch_backend import ppo as ppo_module
+from rl2edge.train.torch_backend.nets import ActorCritic
+from rl2edge.train.torch_backend.ppo import clipped_surrogate
 
 from tests.conftest import tiny_train
-from train.core.checkpoint import load_checkpoint
-from train.core.config import PPOConfig
-from train.torch_backend import ppo as ppo_module
-from train.torch_backend.nets import ActorCritic
-from train.torch_backend.ppo import clipped_surrogate
 
 
 def test_same_seed_gives_identical_checkpoint(tmp_path: Path) -> None:

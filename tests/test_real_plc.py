@@ -20,15 +20,15 @@ from typing import Any
 
 import pytest
 import yaml
+from rl2edge.plc_bridge.client import BridgeConfig, PlantIo, PlcClient
+from rl2edge.plc_bridge.nodemap import load_node_map
+from rl2edge.plc_bridge.security import make_certificate
+from rl2edge.runtime import Policy
+from rl2edge.train.core.evaluation import evaluate
 
-from plc_bridge.client import BridgeConfig, PlantIo, PlcClient
-from plc_bridge.nodemap import load_node_map
-from plc_bridge.security import make_certificate
 from rl2edge.errors import ConfigError
-from runtime import Policy
 from tests.plc_helpers import free_port, running, start, stop
 from tests.standin_plc import StandinPlc
-from train.core.evaluation import evaluate
 
 CARTPOLE = PlantIo(4, 1, True, (0.0,), (1.0,))
 

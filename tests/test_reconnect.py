@@ -7,10 +7,11 @@ import asyncio
 import contextlib
 from pathlib import Path
 
-from plc_bridge.client import BridgeConfig
-from plc_bridge.loop import ControlLoop, LoopConfig
-from plc_bridge.sim import PlcSim, SimConfig
-from runtime import Policy
+from rl2edge.plc_bridge.client import BridgeConfig
+from rl2edge.plc_bridge.loop import ControlLoop, LoopConfig
+from rl2edge.plc_bridge.sim import PlcSim, SimConfig
+from rl2edge.runtime import Policy
+
 from tests.plc_helpers import free_port
 
 
@@ -145,7 +146,7 @@ async def _hang_scenario(artifact: Path) -> tuple[dict, list[tuple[int, int, int
 def test_a_hung_plc_is_a_deadline_miss_when_the_deadline_passes(cartpole_all, caplog) -> None:
     """Before: nothing was counted until the 1 s request timeout, and then only as a lost connection."""
     _, root = cartpole_all
-    with caplog.at_level("WARNING", logger="plc_bridge.loop"):
+    with caplog.at_level("WARNING", logger="rl2edge.plc_bridge.loop"):
         summary, seen, _ = asyncio.run(_hang_scenario(root / "fp32"))
     (short_while, short_losses, short_total), (long_while, long_losses, long_total) = seen
     assert short_while == 1 and short_losses == 0 and short_total == 1  # counted once, at the deadline

@@ -11,9 +11,9 @@ from tests.conftest import tiny_train
 
 @pytest.mark.slow
 def test_cartpole_ppo_and_its_int8_artifact_reach_475(tmp_path: Path) -> None:
-    from export.pipeline import ExportOptions, export_checkpoint
-    from runtime import Policy
-    from train.core.evaluation import evaluate
+    from rl2edge.export.pipeline import ExportOptions, export_checkpoint
+    from rl2edge.runtime import Policy
+    from rl2edge.train.core.evaluation import evaluate
 
     # the CLI's configuration: periodic evaluation on, so keep_best checkpoints the best policy
     run = tiny_train(
@@ -26,10 +26,10 @@ def test_cartpole_ppo_and_its_int8_artifact_reach_475(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_tf_cartpole_ppo_and_its_int8_artifact_reach_475(tmp_path: Path) -> None:
-    from export.pipeline import ExportOptions, export_checkpoint
-    from runtime import Policy
-    from train.algos import build_config, train
-    from train.core.evaluation import evaluate
+    from rl2edge.export.pipeline import ExportOptions, export_checkpoint
+    from rl2edge.runtime import Policy
+    from rl2edge.train.algos import build_config, train
+    from rl2edge.train.core.evaluation import evaluate
 
     run = tmp_path / "run"
     run.mkdir()
@@ -63,10 +63,10 @@ def test_offpolicy_preset_reaches_the_zoo_and_ships_a_file_that_keeps_it(
     """The preset at the Zoo's step count, seed 0 (benchmarks/returns.py runs 3 seeds of each). SAC and TD3
     ship int8 within 5 % of the floor; DQN's int8 loses its argmax (README, Benchmarks), so `--quantize auto`
     must ship a mode that keeps the return."""
-    from export.pipeline import ExportOptions, export_checkpoint
-    from runtime import Policy
-    from train.algos import build_config, train
-    from train.core.evaluation import evaluate
+    from rl2edge.export.pipeline import ExportOptions, export_checkpoint
+    from rl2edge.runtime import Policy
+    from rl2edge.train.algos import build_config, train
+    from rl2edge.train.core.evaluation import evaluate
 
     run = tmp_path / "run"
     run.mkdir()

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from rl2edge.runtime import Policy
 
 from rl2edge.errors import ManifestError, ObservationError
-from runtime import Policy
 
 
 @pytest.fixture
@@ -84,8 +84,8 @@ def test_tflite_runtime_serves_what_litert_serves(
     Box: 1e-4 of the action range for float files (float32 rounding through 3 layers, x100 margin); 2% for
     int8 (one requantization step of a hidden layer, carried through the float head)."""
     pytest.importorskip("tflite_runtime", reason="the [edge-tflite] interpreter is not installed")
-    from runtime import load_manifest
-    from runtime.bench import artifact_observations
+    from rl2edge.runtime import load_manifest
+    from rl2edge.runtime.bench import artifact_observations
 
     arts = {"discrete": cartpole_all[1] / mode}
     if mode != "fp16":

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 from asyncua.ua.uaerrors import BadCertificateUntrusted, BadIdentityTokenRejected, BadUserAccessDenied
+from rl2edge.plc_bridge.client import BridgeConfig, PlantIo, PlcClient
+from rl2edge.plc_bridge.security import SecurityConfig, make_certificate
+from rl2edge.plc_bridge.sim import PlcSim, SimConfig
 
-from plc_bridge.client import BridgeConfig, PlantIo, PlcClient
-from plc_bridge.security import SecurityConfig, make_certificate
-from plc_bridge.sim import PlcSim, SimConfig
 from rl2edge.errors import ConfigError
 from tests.plc_helpers import free_port, running, stop
 
@@ -127,7 +127,7 @@ def test_a_password_never_crosses_unencrypted_unless_asked_for_by_name(
             ConfigError, match=r"sends the password in clear text.*--allow-plaintext-password"
         ):
             SecurityConfig(username="operator", password=PASSWORD).check(role)
-    with caplog.at_level("WARNING", logger="plc_bridge.security"):
+    with caplog.at_level("WARNING", logger="rl2edge.plc_bridge.security"):
         SecurityConfig(username="operator", password=PASSWORD, allow_plaintext_password=True).check("client")
     assert "crosses the network unencrypted" in caplog.text and PASSWORD not in caplog.text
 

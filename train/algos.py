@@ -56,18 +56,18 @@ def _either(words: Any) -> str:
     return w[0] if len(w) == 1 else f"{', '.join(w[:-1])} or {w[-1]}"
 
 
-_PPO_DRIVER = "train.core.ppo_driver:train_ppo"
-_OFF_DRIVER = "train.core.offpolicy_driver:train_offpolicy"
-_OFF_CONFIG = "train.core.offpolicy_config"
+_PPO_DRIVER = "rl2edge.train.core.ppo_driver:train_ppo"
+_OFF_DRIVER = "rl2edge.train.core.offpolicy_driver:train_offpolicy"
+_OFF_CONFIG = "rl2edge.train.core.offpolicy_config"
 
 ALGOS: dict[str, Algo] = {
     a.name: a
     for a in (
         Algo(
             "ppo",
-            "train.core.config:PPOConfig",
+            "rl2edge.train.core.config:PPOConfig",
             _PPO_DRIVER,
-            {"torch": "train.torch_backend.ppo:TorchPPO", "tf": "train.tf_backend.ppo:TFPPO"},
+            {"torch": "rl2edge.train.torch_backend.ppo:TorchPPO", "tf": "rl2edge.train.tf_backend.ppo:TFPPO"},
             ("discrete", "box"),
             "clip_unscale",
         ),
@@ -75,7 +75,7 @@ ALGOS: dict[str, Algo] = {
             "sac",
             f"{_OFF_CONFIG}:SACConfig",
             _OFF_DRIVER,
-            {"torch": "train.torch_backend.sac:TorchSAC", "tf": "train.tf_backend.sac:TFSAC"},
+            {"torch": "rl2edge.train.torch_backend.sac:TorchSAC", "tf": "rl2edge.train.tf_backend.sac:TFSAC"},
             ("box",),
             "tanh_unscale",
         ),
@@ -99,7 +99,7 @@ ALGOS: dict[str, Algo] = {
             "dqn",
             f"{_OFF_CONFIG}:DQNConfig",
             _OFF_DRIVER,
-            {"torch": "train.torch_backend.dqn:TorchDQN", "tf": "train.tf_backend.dqn:TFDQN"},
+            {"torch": "rl2edge.train.torch_backend.dqn:TorchDQN", "tf": "rl2edge.train.tf_backend.dqn:TFDQN"},
             ("discrete",),
             "argmax",
         ),
@@ -123,13 +123,13 @@ def build_config(
     algo: str = "ppo",
 ) -> Any:
     """The algorithm's defaults (SB3's), then its preset for env_id, then the config file, then the CLI."""
-    from train.core.config import configure
+    from rl2edge.train.core.config import configure
 
     return configure(get(algo).config_class()(), env_id, config_file, overrides)
 
 
 def _discrete(env_id: str) -> bool:
-    from train.core.envs import make_env
+    from rl2edge.train.core.envs import make_env
 
     env = make_env(env_id)
     try:

@@ -36,10 +36,10 @@ def add_parser(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
 
 
 def bench_plan(args: argparse.Namespace) -> tuple[str, list[str]]:
-    """What `rl2edge bench` runs: ("runtime.bench", argv) for one artifact's latency, which is in the
+    """What `rl2edge bench` runs: ("rl2edge.runtime.bench", argv) for one artifact's latency, which is in the
     installed package and runs on the device from the wheel; else (script of benchmarks/, argv)."""
     if args.what == "latency" and args.artifact and not args.suite:
-        return "runtime.bench", [args.artifact, *args.rest]
+        return "rl2edge.runtime.bench", [args.artifact, *args.rest]
     if args.what == "latency" and not args.suite:
         raise ConfigError("rl2edge bench latency needs an ARTIFACT or --suite")
     rest = ["--artifact", args.artifact, *args.rest] if args.artifact else list(args.rest)
@@ -50,8 +50,8 @@ def run(args: argparse.Namespace) -> int:
     import runpy
 
     target, argv = bench_plan(args)
-    if target == "runtime.bench":
-        from runtime.bench import main as bench_latency
+    if target == "rl2edge.runtime.bench":
+        from rl2edge.runtime.bench import main as bench_latency
 
         print(bench_latency(argv)[1])
         return 0

@@ -28,7 +28,7 @@ def add_parser(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from plc_bridge.security import make_certificate
+    from rl2edge.plc_bridge.security import make_certificate
 
     out = Path(args.out)
     cert, key = make_certificate(out, args.name, args.uri or f"urn:rl2edge:{args.name}", args.host, args.days)

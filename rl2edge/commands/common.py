@@ -45,7 +45,7 @@ def add_security_options(sp: argparse.ArgumentParser, role: str) -> None:
 
 
 def security_config(args: argparse.Namespace, role: str) -> Any:
-    from plc_bridge.security import SecurityConfig, read_password, redact_in_logs
+    from rl2edge.plc_bridge.security import SecurityConfig, read_password, redact_in_logs
 
     trusted = (
         [args.server_cert]

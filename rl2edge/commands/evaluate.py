@@ -42,9 +42,9 @@ def add_parser(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from runtime.policy import Policy
-    from train.core.envs import check_env_id
-    from train.core.evaluation import evaluate
+    from rl2edge.runtime.policy import Policy
+    from rl2edge.train.core.envs import check_env_id
+    from rl2edge.train.core.evaluation import evaluate
 
     check_env_id(args.env)
     if args.episodes < 1:

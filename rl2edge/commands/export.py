@@ -77,7 +77,7 @@ def add_parser(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from export.pipeline import ExportOptions, default_out, export_checkpoint, export_source
+    from rl2edge.export.pipeline import ExportOptions, default_out, export_checkpoint, export_source
 
     opts = ExportOptions(
         quantize=args.quantize,
@@ -93,7 +93,7 @@ def run(args: argparse.Namespace) -> int:
     src = Path(args.run_dir)
     out = Path(args.out) if args.out else default_out(src)
     if src.suffix == ".zip":
-        from export.sb3 import source_from_sb3
+        from rl2edge.export.sb3 import source_from_sb3
 
         report = export_source(
             source_from_sb3(src, args.env, Path(args.vecnormalize) if args.vecnormalize else None), out, opts

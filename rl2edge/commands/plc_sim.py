@@ -46,7 +46,7 @@ def add_parser(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from plc_bridge.sim import PlcSim, SimConfig
+    from rl2edge.plc_bridge.sim import PlcSim, SimConfig
 
     check_output_file(args.record, "--record")
     cfg = SimConfig(

@@ -62,11 +62,11 @@ def add_parser(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from plc_bridge.client import BridgeConfig
-    from plc_bridge.loop import ControlLoop, LoopConfig
-    from plc_bridge.nodemap import load_node_map
     from rl2edge.fileio import write_json_atomic
-    from runtime.policy import Policy
+    from rl2edge.plc_bridge.client import BridgeConfig
+    from rl2edge.plc_bridge.loop import ControlLoop, LoopConfig
+    from rl2edge.plc_bridge.nodemap import load_node_map
+    from rl2edge.runtime.policy import Policy
 
     check_output_file(args.summary, "--summary")
     policy = Policy.load(

@@ -14,7 +14,7 @@ _logger = logging.getLogger("rl2edge")
 
 
 def add_parser(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
-    from train.algos import ALGOS, FRAMEWORKS  # the table only: no framework is imported
+    from rl2edge.train.algos import ALGOS, FRAMEWORKS  # the table only: no framework is imported
 
     t = sub.add_parser(
         "train",
@@ -48,8 +48,8 @@ def add_parser(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from rl2edge.fileio import atomic_directory, check_output_dir
-    from train.algos import build_config, train
-    from train.core.envs import check_env_id
+    from rl2edge.train.algos import build_config, train
+    from rl2edge.train.core.envs import check_env_id
 
     check_env_id(args.env)
     overrides = {"n_timesteps": args.steps} if args.steps is not None else {}

@@ -11,10 +11,10 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from rl2edge.train.core.schedules import Schedule
 
 from rl2edge.errors import ConfigError
 from rl2edge.fileio import load_yaml
-from train.core.schedules import Schedule
 
 
 @dataclass
@@ -122,7 +122,7 @@ def _apply(cfg: Any, values: dict[str, Any], source: str) -> None:
 
 
 def load_preset(algo: str, env_id: str) -> dict[str, Any]:
-    text = resources.files("train.presets").joinpath(f"{algo}.yml").read_text()
+    text = resources.files("rl2edge.train.presets").joinpath(f"{algo}.yml").read_text()
     presets = yaml.safe_load(text) or {}
     return dict(presets.get(env_id, {}))
 

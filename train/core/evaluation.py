@@ -7,8 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
-
-from train.core.envs import make_env
+from rl2edge.train.core.envs import make_env
 
 ActFn = Callable[[np.ndarray], "np.ndarray | int | float"]
 

@@ -6,8 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from rl2edge.train.core.schedules import Schedule
+
 from rl2edge.errors import ConfigError
-from train.core.schedules import Schedule
 
 
 @dataclass
@@ -53,7 +54,9 @@ class OffPolicyConfig:
     """Zoo compatibility; only MlpPolicy is implemented."""
 
     def to_json(self) -> dict[str, Any]:
-        from train.core.config import config_to_json  # config imports this module lazily, and vice versa
+        from rl2edge.train.core.config import (
+            config_to_json,  # config imports this module lazily, and vice versa
+        )
 
         return config_to_json(self)
 

@@ -18,13 +18,13 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
+from rl2edge.train.core.finish import TrainingRun, TrainResult
+from rl2edge.train.core.noise import GaussianNoise, OUNoise
+from rl2edge.train.core.offpolicy_config import DQNConfig, OffPolicyConfig, SACConfig, TD3Config
+from rl2edge.train.core.replay import ReplayBatch, ReplayBuffer
+from rl2edge.train.core.spaces import action_dim, obs_dim
 
 from rl2edge.errors import ConfigError
-from train.core.finish import TrainingRun, TrainResult
-from train.core.noise import GaussianNoise, OUNoise
-from train.core.offpolicy_config import DQNConfig, OffPolicyConfig, SACConfig, TD3Config
-from train.core.replay import ReplayBatch, ReplayBuffer
-from train.core.spaces import action_dim, obs_dim
 
 _logger = logging.getLogger(__name__)
 

@@ -13,11 +13,10 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
-
-from train.core.config import PPOConfig
-from train.core.finish import TrainingRun, TrainResult
-from train.core.rollout import Minibatch, RolloutBuffer, check_minibatch
-from train.core.spaces import action_dim, obs_dim
+from rl2edge.train.core.config import PPOConfig
+from rl2edge.train.core.finish import TrainingRun, TrainResult
+from rl2edge.train.core.rollout import Minibatch, RolloutBuffer, check_minibatch
+from rl2edge.train.core.spaces import action_dim, obs_dim
 
 _logger = logging.getLogger(__name__)
 

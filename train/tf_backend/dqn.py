@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from train.core.offpolicy_config import DQNConfig
-from train.tf_backend.offpolicy_base import TFOffPolicyBase
+from rl2edge.train.core.offpolicy_config import DQNConfig
+from rl2edge.train.tf_backend.offpolicy_base import TFOffPolicyBase
 
 
 class TFDQN(TFOffPolicyBase):
@@ -13,7 +13,7 @@ class TFDQN(TFOffPolicyBase):
 
     def __init__(self, network: dict[str, Any], cfg: DQNConfig, seed: int, device: str):
         super().__init__(seed, device)
-        from train.tf_backend.nets import DQNNets
+        from rl2edge.train.tf_backend.nets import DQNNets
 
         self.cfg = cfg
         self.nets = DQNNets(network, seed)
@@ -29,7 +29,7 @@ class TFDQN(TFOffPolicyBase):
         return self.tf.argmax(self.nets.q_net(obs), axis=-1)
 
     def update_target_graph(self):
-        from train.tf_backend.nets import polyak_update
+        from rl2edge.train.tf_backend.nets import polyak_update
 
         polyak_update(self.q_vars, self.q_target_vars, self.cfg.tau)
         return self.tf.constant(0)

@@ -14,11 +14,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
-from train.core.config import PPOConfig
-from train.core.rollout import Minibatch
-from train.tf_backend.setup import configure_tensorflow
-from train.tf_backend.weights import save_keras_weights, state_copy
+from rl2edge.train.core.config import PPOConfig
+from rl2edge.train.core.rollout import Minibatch
+from rl2edge.train.tf_backend.setup import configure_tensorflow
+from rl2edge.train.tf_backend.weights import save_keras_weights, state_copy
 
 
 def make_loss_fn(model: Any, cfg: PPOConfig) -> Any:
@@ -56,8 +55,7 @@ class TFPPO:
         self.device = configure_tensorflow(device)
         import keras
         import tensorflow as tf
-
-        from train.tf_backend.nets import TFActorCritic
+        from rl2edge.train.tf_backend.nets import TFActorCritic
 
         self.tf, self.cfg = tf, cfg
         keras.utils.set_random_seed(seed)  # once, before the layers' initializers draw

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from train.core.offpolicy_config import SACConfig
-from train.tf_backend.offpolicy_base import TFOffPolicyBase
+from rl2edge.train.core.offpolicy_config import SACConfig
+from rl2edge.train.tf_backend.offpolicy_base import TFOffPolicyBase
 
 
 class TFSAC(TFOffPolicyBase):
@@ -15,7 +15,7 @@ class TFSAC(TFOffPolicyBase):
 
     def __init__(self, network: dict[str, Any], cfg: SACConfig, seed: int, device: str):
         super().__init__(seed, device)
-        from train.tf_backend.nets import SACNets, variables
+        from rl2edge.train.tf_backend.nets import SACNets, variables
 
         tf = self.tf
         self.cfg, self.act_dim = cfg, int(network["act_dim"])
@@ -56,7 +56,7 @@ class TFSAC(TFOffPolicyBase):
         return loss
 
     def train_step_graph(self, obs, actions, rewards, next_obs, dones):
-        from train.tf_backend.nets import polyak_update, q_values
+        from rl2edge.train.tf_backend.nets import polyak_update, q_values
 
         tf, nets, cfg = self.tf, self.nets, self.cfg
         eps = self.rng.normal(tf.shape(actions))

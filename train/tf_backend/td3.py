@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from train.core.offpolicy_config import TD3Config
-from train.tf_backend.offpolicy_base import TFOffPolicyBase
+from rl2edge.train.core.offpolicy_config import TD3Config
+from rl2edge.train.tf_backend.offpolicy_base import TFOffPolicyBase
 
 
 class TFTD3(TFOffPolicyBase):
@@ -15,7 +15,7 @@ class TFTD3(TFOffPolicyBase):
 
     def __init__(self, network: dict[str, Any], cfg: TD3Config, seed: int, device: str):
         super().__init__(seed, device)
-        from train.tf_backend.nets import TD3Nets, variables
+        from rl2edge.train.tf_backend.nets import TD3Nets, variables
 
         tf = self.tf
         self.cfg = cfg
@@ -43,7 +43,7 @@ class TFTD3(TFOffPolicyBase):
 
     def actor_step(self, obs):
         """The delayed update: actor on Q1, then both target networks."""
-        from train.tf_backend.nets import polyak_update, q_values
+        from rl2edge.train.tf_backend.nets import polyak_update, q_values
 
         tf = self.tf
         with tf.GradientTape() as tape:
@@ -56,7 +56,7 @@ class TFTD3(TFOffPolicyBase):
         return loss
 
     def train_step_graph(self, obs, actions, rewards, next_obs, dones):
-        from train.tf_backend.nets import q_values
+        from rl2edge.train.tf_backend.nets import q_values
 
         tf, nets, cfg = self.tf, self.nets, self.cfg
         self.n_updates.assign_add(1)

@@ -161,6 +161,8 @@ def probe_in_child(path: Path, backend: str, num_threads: int, digest: str) -> f
     if done.returncode != 0:
         lines = [ln for ln in (done.stderr or "").strip().splitlines() if ln.strip()]
         why = lines[-1] if lines else f"exit status {done.returncode}"
+        if why.startswith("BackendError: "):  # the interpreter's own refusal: the same error as in-process
+            raise BackendError(why[len("BackendError: ") :])
         raise ManifestError(f"{path.name} failed when loaded and run once in a test process: {why}")
     _probed.add(key)
     _logger.info("%s loaded and ran once in a test process (%.2f s)", path.name, took)

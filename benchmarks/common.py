@@ -10,9 +10,8 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from rl2edge.runtime.bench import machine as runtime_machine
-
 from rl2edge.fileio import write_bytes_atomic, write_json_atomic
+from rl2edge.runtime.bench import machine as runtime_machine
 from rl2edge.tables import markdown_table, package_versions
 
 __all__ = ["RESULTS", "machine", "markdown_table", "pyplot", "save_figure", "write_results"]

@@ -25,20 +25,19 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from rl2edge.runtime.bench import artifact_forms, bench_artifact, latency_table, measure
-
 from benchmarks.common import RESULTS, pyplot, save_figure, write_results
+from rl2edge.runtime.bench import artifact_forms, bench_artifact, latency_table, measure
 
 MODES = ("fp32", "fp16", "dynamic", "int8")
 
 
 def _suite_rows(kind: str, tmp: Path, calls: int, thread_counts: list[int]) -> list[dict[str, Any]]:
     import torch
+
+    from benchmarks.synthetic import synthetic_source
     from rl2edge.export.pipeline import ExportOptions, export_source
     from rl2edge.runtime.interpreters import OnnxBackend
     from rl2edge.train.core.evaluation import random_observations
-
-    from benchmarks.synthetic import synthetic_source
 
     source = synthetic_source(kind)
     out = tmp / kind

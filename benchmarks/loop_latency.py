@@ -29,6 +29,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks.common import RESULTS, markdown_table, pyplot, save_figure, write_results
 from rl2edge.plc_bridge.client import BridgeConfig, PlcClient, plant_io_of
 from rl2edge.plc_bridge.latency import LatencyHistogram
 from rl2edge.plc_bridge.loop import ControlLoop, LoopConfig
@@ -36,8 +37,6 @@ from rl2edge.plc_bridge.nodemap import NodeMap
 from rl2edge.plc_bridge.security import SecurityConfig, make_certificate
 from rl2edge.plc_bridge.sim import free_port
 from rl2edge.runtime import Policy
-
-from benchmarks.common import RESULTS, markdown_table, pyplot, save_figure, write_results
 from tests.standin_plc import StandinPlc
 
 # ../shared/REFERENCE.md: asyncua 2.1, one batched Read + one batched Write, two processes on loopback.

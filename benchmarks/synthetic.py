@@ -9,11 +9,12 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import torch
+from torch import nn
+
 from rl2edge.export.deployable import DeployablePolicy
 from rl2edge.export.source import TorchSource
 from rl2edge.train.core.normalization import RunningNormalizer
 from rl2edge.train.core.spaces import action_spec, observation_spec
-from torch import nn
 
 
 class VectorEnv8(gym.Env):

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+
 from rl2edge.train.core.evaluation import evaluate
 
 CALIBRATION_SEED_OFFSET = 1_000

@@ -1,7 +1,7 @@
 """The deployable graph, in torch: raw observation -> clip/normalize with the frozen statistics ->
 policy network -> deterministic action head -> action in env units.
 
-Built from the checkpoint alone; the same formulas as train.core.normalization and train.core.actions,
+Built from the checkpoint alone; the same formulas as train.core.normalization and rl2edge.specs,
 with their float32 constants baked in as buffers. The head is named after what the source algorithm
 does to its network output at predict time:
 
@@ -20,15 +20,15 @@ from typing import Any
 
 import numpy as np
 import torch
-from rl2edge.export.graph_spec import HEADS, head_for
-from rl2edge.train.core.actions import ActionTransform
-from rl2edge.train.core.checkpoint import Checkpoint
-from rl2edge.train.core.normalization import RunningNormalizer
-from rl2edge.train.torch_backend.nets import ActorCritic
 from safetensors.torch import load_file
 from torch import nn
 
 from rl2edge.errors import CheckpointError, ExportError
+from rl2edge.export.graph_spec import HEADS, head_for
+from rl2edge.specs import ActionTransform, is_discrete
+from rl2edge.train.core.checkpoint import Checkpoint
+from rl2edge.train.core.normalization import RunningNormalizer
+from rl2edge.train.torch_backend.nets import ActorCritic
 
 
 class DeployablePolicy(nn.Module):
@@ -154,6 +154,6 @@ def build_deployable(ckpt: Checkpoint) -> tuple[DeployablePolicy, RunningNormali
     actor = load_actor(ckpt).eval()
     shape = tuple(meta["observation_space"]["shape"])
     norm = RunningNormalizer.from_dict(shape, meta["normalization"])
-    head = head_for(ckpt.algo, meta["action_space"]["type"] == "discrete")
+    head = head_for(ckpt.algo, is_discrete(meta["action_space"]))
     policy = DeployablePolicy(actor, norm, meta["action_space"], head).eval()
     return policy, norm

@@ -9,12 +9,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from rl2edge.train import algos
-from rl2edge.train.core.actions import ActionTransform
-from rl2edge.train.core.noise import NoiseSpec
-from rl2edge.train.core.normalization import RunningNormalizer
-
 from rl2edge.errors import ExportError
+from rl2edge.specs import ActionTransform, NoiseSpec, is_discrete
+from rl2edge.train import algos
+from rl2edge.train.core.normalization import RunningNormalizer
 
 OPSET = 17
 INPUT_NAME, OUTPUT_NAME = "obs", "action"
@@ -34,7 +32,7 @@ def folded_description(norm: RunningNormalizer, action_spec: dict[str, Any], hea
     """What the manifest says is inside the graph."""
     mean, inv_std = norm.constants()
     transform: dict[str, Any] = {"kind": head, "formula": FORMULAS[head]}
-    if action_spec["type"] == "discrete":
+    if is_discrete(action_spec):
         transform["start"] = int(action_spec.get("start", 0))
     else:
         t = ActionTransform(action_spec)

@@ -23,9 +23,10 @@ from typing import Any
 
 import numpy as np
 import torch
-from rl2edge.export.deployable import DeployablePolicy
-from rl2edge.train.core.noise import NoiseSpec, ou_constants
 from torch import nn
+
+from rl2edge.export.deployable import DeployablePolicy
+from rl2edge.specs import NoiseSpec, ou_constants
 
 
 class NoisyPolicy(nn.Module):

@@ -6,10 +6,10 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from rl2edge.export.tolerances import NOISE_N_SIGMA, NOISE_SLACK
-from rl2edge.train.core.noise import NoiseSpec
 
 from rl2edge.errors import ExportError
+from rl2edge.export.tolerances import NOISE_N_SIGMA, NOISE_SLACK
+from rl2edge.specs import NoiseSpec
 
 SAMPLES = 2000
 
@@ -47,7 +47,7 @@ def verify_distribution(
     [-1, 1]-scaled units, with the configured distribution's (a Monte Carlo reference, which also covers
     the clip at the bounds). OU: its innovations x' - (1 - theta dt) x must have mean 0 and std sigma
     sqrt(dt). Leaves `served` exploring, its noise restarted from `seed`."""
-    from rl2edge.train.core.actions import ActionTransform
+    from rl2edge.specs import ActionTransform
 
     spec: NoiseSpec = source.noise
     t = ActionTransform(source.action_space)

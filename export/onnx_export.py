@@ -7,9 +7,9 @@ import warnings
 from pathlib import Path
 
 import torch
-from rl2edge.export.graph_spec import INPUT_NAME, OPSET, OUTPUT_NAME
 
 from rl2edge.errors import ExportError
+from rl2edge.export.graph_spec import INPUT_NAME, OPSET, OUTPUT_NAME
 
 _logger = logging.getLogger(__name__)
 

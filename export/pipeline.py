@@ -17,6 +17,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from tqdm.auto import tqdm
+
+from rl2edge.errors import ConfigError, ExportError
 from rl2edge.export.calibration import collect_rollout_data
 from rl2edge.export.graph_spec import (
     INPUT_NAME,
@@ -34,18 +37,15 @@ from rl2edge.export.source import ExportSource, source_from_checkpoint
 from rl2edge.export.tflite_convert import FLOAT_OPS, MODES, convert
 from rl2edge.export.tolerances import DEFAULT, RETURN_DROP_WARNING, Tolerances
 from rl2edge.export.verify import compare_actions, latency_interleaved_us, latency_us, require_fp32_parity
+from rl2edge.fileio import atomic_directory, check_output_dir, write_bytes_atomic, write_json_atomic
+from rl2edge.interrupts import check_interrupted
 from rl2edge.runtime.interpreters import OnnxBackend, open_backend
 from rl2edge.runtime.manifest import Manifest, load_manifest, write_manifest
 from rl2edge.runtime.policy import Policy
+from rl2edge.specs import NoiseSpec, ou_step, parse_noise
+from rl2edge.tables import package_versions
 from rl2edge.train.core.envs import check_env_id
 from rl2edge.train.core.evaluation import evaluate
-from rl2edge.train.core.noise import NoiseSpec, ou_step, parse_noise
-from tqdm.auto import tqdm
-
-from rl2edge.errors import ConfigError, ExportError
-from rl2edge.fileio import atomic_directory, check_output_dir, write_bytes_atomic, write_json_atomic
-from rl2edge.interrupts import check_interrupted
-from rl2edge.tables import package_versions
 
 _logger = logging.getLogger(__name__)
 

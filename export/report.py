@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import Any
 
 from rl2edge.export.verify import parity_summary
-
 from rl2edge.tables import markdown_table
 
 

@@ -15,15 +15,16 @@ from typing import Any
 
 import numpy as np
 import torch
-from rl2edge.export.deployable import DeployablePolicy
-from rl2edge.export.source import ExportSource, TorchSource
-from rl2edge.train.core.envs import check_env_id, make_env
-from rl2edge.train.core.normalization import RunningNormalizer
-from rl2edge.train.core.spaces import action_spec, observation_spec
 from torch import nn
 
 from rl2edge.errors import ConfigError, ExportError
+from rl2edge.export.deployable import DeployablePolicy
+from rl2edge.export.source import ExportSource, TorchSource
 from rl2edge.fileio import sha256_file
+from rl2edge.specs import is_discrete
+from rl2edge.train.core.envs import check_env_id, make_env
+from rl2edge.train.core.normalization import RunningNormalizer
+from rl2edge.train.core.spaces import action_spec, observation_spec
 
 _logger = logging.getLogger(__name__)
 
@@ -148,7 +149,7 @@ def source_from_sb3(path: Path, env_id: str | None, vecnormalize: Path | None) -
         )
     obs_shape = tuple(obs_spec["shape"])
     norm, vn = _normalizer(vecnormalize, obs_shape)
-    discrete = act_spec["type"] == "discrete"
+    discrete = is_discrete(act_spec)
     head = _head(model, algo, discrete)
     policy = DeployablePolicy(Sb3Actor(model, algo), norm, act_spec, head).eval()
 

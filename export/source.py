@@ -12,6 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from rl2edge.specs import is_discrete
 from rl2edge.train.core.checkpoint import load_checkpoint
 from rl2edge.train.core.normalization import RunningNormalizer
 
@@ -53,7 +55,7 @@ class ExportSource:
 
     @property
     def discrete(self) -> bool:
-        return self.action_space["type"] == "discrete"
+        return is_discrete(self.action_space)
 
     @property
     def obs_shape(self) -> tuple[int, ...]:

@@ -9,12 +9,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from rl2edge.export.source import ExportSource
-from rl2edge.train.core.actions import ActionTransform
-from rl2edge.train.core.checkpoint import Checkpoint
-from rl2edge.train.core.normalization import RunningNormalizer
 
 from rl2edge.errors import CheckpointError
+from rl2edge.export.source import ExportSource
+from rl2edge.specs import ActionTransform, is_discrete
+from rl2edge.train.core.checkpoint import Checkpoint
+from rl2edge.train.core.normalization import RunningNormalizer
 
 
 def _frozen_actor(dense: list[Any]) -> Any:
@@ -50,8 +50,9 @@ class GraphParts:
 
 def _deployable_module(parts: GraphParts, noise: Any = None) -> Any:
     import tensorflow as tf
+
     from rl2edge.export.graph_spec import NOISE_INPUT, STATE_INPUT, STATE_OUTPUT
-    from rl2edge.train.core.noise import ou_constants
+    from rl2edge.specs import ou_constants
 
     mean, inv_std = (c.reshape(-1) for c in parts.norm.constants())
     clip = float(parts.norm.clip) if parts.norm.enabled else None
@@ -208,7 +209,7 @@ def tf_source(ckpt: Checkpoint, description: dict[str, Any]) -> TFSource:
     dense = dense_layers(model.actor) if kind == "actor_critic_mlp" else model.deploy_dense()
     shape = tuple(meta["observation_space"]["shape"])
     norm = RunningNormalizer.from_dict(shape, meta["normalization"])
-    head = head_for(ckpt.algo, meta["action_space"]["type"] == "discrete")
+    head = head_for(ckpt.algo, is_discrete(meta["action_space"]))
     parts = GraphParts(dense, norm, meta["action_space"], int(np.prod(shape)), head)
     if kind == "sac_mlp":
         parts.log_std_dense = dense_layers(model.log_std)[0]

@@ -7,9 +7,9 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-from rl2edge.export.tolerances import Tolerances
 
 from rl2edge.errors import ShapeError, ToleranceError
+from rl2edge.export.tolerances import Tolerances
 
 
 def compare_actions(

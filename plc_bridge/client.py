@@ -22,13 +22,13 @@ from typing import Any
 
 from asyncua import Client, ua
 from asyncua.common.ua_utils import data_type_to_variant_type
+
+from rl2edge.errors import ConfigError
 from rl2edge.plc_bridge import typed_values as tv
 from rl2edge.plc_bridge.nodemap import NodeMap, default_node_map
 from rl2edge.plc_bridge.noderefs import NodeRef, parse_ref
 from rl2edge.plc_bridge.security import SecurityConfig, apply_client_security, pinned_certificate_mismatch
 from rl2edge.plc_bridge.status import CycleStatus
-
-from rl2edge.errors import ConfigError
 
 _logger = logging.getLogger(__name__)
 

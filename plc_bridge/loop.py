@@ -31,6 +31,8 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
+
+from rl2edge.errors import BackendError, ConfigError, ObservationError
 from rl2edge.plc_bridge.client import (
     BridgeConfig,
     PlantIo,
@@ -42,8 +44,6 @@ from rl2edge.plc_bridge.client import (
 from rl2edge.plc_bridge.latency import LatencyHistogram
 from rl2edge.plc_bridge.status import CycleStatus
 from rl2edge.runtime.policy import Policy
-
-from rl2edge.errors import BackendError, ConfigError, ObservationError
 
 _logger = logging.getLogger(__name__)
 

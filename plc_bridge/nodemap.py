@@ -13,11 +13,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rl2edge.plc_bridge.layout import node_id
-from rl2edge.plc_bridge.noderefs import parse_ref
-
 from rl2edge.errors import ConfigError
 from rl2edge.fileio import load_yaml
+from rl2edge.plc_bridge.layout import node_id
+from rl2edge.plc_bridge.noderefs import parse_ref
 
 
 @dataclass(frozen=True)

@@ -26,11 +26,11 @@ from typing import Any
 import numpy as np
 from asyncua import Server, ua
 from asyncua.common.callback import CallbackType
-from rl2edge.plc_bridge.layout import PlcNodes, build_plc_nodes
-from rl2edge.plc_bridge.security import SecurityConfig, apply_server_security
 
 from rl2edge.errors import ConfigError
 from rl2edge.fileio import write_json_atomic
+from rl2edge.plc_bridge.layout import PlcNodes, build_plc_nodes
+from rl2edge.plc_bridge.security import SecurityConfig, apply_server_security
 
 _logger = logging.getLogger(__name__)
 

@@ -11,10 +11,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rl2edge.runtime.manifest_schema import MAX_MANIFEST_BYTES, bare_name, check_manifest
-
 from rl2edge.errors import ManifestError
 from rl2edge.fileio import read_json_document, sha256_file, write_json_atomic
+from rl2edge.runtime.manifest_schema import MAX_MANIFEST_BYTES, bare_name, check_manifest
 
 MANIFEST_FILE = "manifest.json"
 SCHEMA = "rl2edge-artifact"

@@ -172,6 +172,7 @@ def probe_in_child(path: Path, backend: str, num_threads: int, digest: str) -> f
 def _run_once(path: Path, backend: str, num_threads: int) -> None:
     """The child: open the model as the service would and invoke it on zeros of its input types."""
     import numpy as np
+
     from rl2edge.runtime.interpreters import open_backend
 
     b = open_backend(path, backend, num_threads)

@@ -8,11 +8,12 @@ import logging
 from pathlib import Path
 
 import numpy as np
+
+from rl2edge.errors import BackendError, ManifestError, ObservationError
 from rl2edge.runtime.interpreters import OnnxBackend, TFLiteBackend, open_backend
 from rl2edge.runtime.manifest import Manifest, load_manifest
 from rl2edge.runtime.model_check import check_tflite_structure, probe_in_child
-
-from rl2edge.errors import BackendError, ManifestError, ObservationError
+from rl2edge.specs import is_discrete
 
 _logger = logging.getLogger(__name__)
 
@@ -38,7 +39,7 @@ class Policy:
                 f"model input {self._model_shape} does not hold the manifest's observation {self.obs_shape}"
             )
         act = manifest.action
-        self.discrete = act["type"] == "discrete"
+        self.discrete = is_discrete(act)
         if self.discrete:
             self._lo, self._hi = int(act.get("start", 0)), int(act.get("start", 0)) + int(act["n"]) - 1
         else:

@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from asyncua import Client, ua
-from rl2edge.plc_bridge.sim import free_port
 
+from rl2edge.plc_bridge.sim import free_port
 from tests.helpers import EXE
 
 __all__ = ["free_port"]

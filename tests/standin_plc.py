@@ -116,6 +116,7 @@ class StandinPlc:
         self.discrete = False
         if env_id is not None:
             import numpy as np
+
             from rl2edge.train.core.envs import make_env
 
             self.env = make_env(env_id)

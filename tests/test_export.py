@@ -8,14 +8,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+
+from rl2edge.errors import ConfigError, ToleranceError
 from rl2edge.export.deployable import build_deployable
 from rl2edge.export.pipeline import ExportOptions, export_checkpoint
 from rl2edge.export.tolerances import Tolerances
 from rl2edge.runtime import Policy, load_manifest
 from rl2edge.train.core.checkpoint import load_checkpoint
 from rl2edge.train.core.evaluation import random_observations
-
-from rl2edge.errors import ConfigError, ToleranceError
 
 
 def test_all_modes_make_one_verified_artifact_each(cartpole_all) -> None:
@@ -113,9 +113,8 @@ def test_image_observations_export_nchw_torch_nhwc_tflite(tmp_path: Path) -> Non
     """A Nature-CNN on 84x84x4 frames as the env gives them (HWC): the torch graph and its ONNX file take
     NCHW, onnx2tf makes the TFLite input NHWC, the manifest says so, and the runtime takes the env's frame.
     Its int8 file is integer end to end: the runtime quantizes the frame with the model's own parameters."""
-    from rl2edge.export.pipeline import export_source
-
     from benchmarks.synthetic import FrameEnv, synthetic_source
+    from rl2edge.export.pipeline import export_source
 
     source = synthetic_source("cnn")
     export_source(

@@ -12,10 +12,10 @@ from typing import Any
 
 import numpy as np
 import pytest
-from rl2edge.runtime import Policy
-from rl2edge.runtime.manifest_schema import MAX_MANIFEST_BYTES
 
 from rl2edge.errors import ManifestError, Rl2EdgeError
+from rl2edge.runtime import Policy
+from rl2edge.runtime.manifest_schema import MAX_MANIFEST_BYTES
 from tests.helpers import mutate
 
 

@@ -14,10 +14,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from rl2edge.runtime import Policy, model_check
-from rl2edge.runtime.model_check import check_tflite_structure, probe_in_child
 
 from rl2edge.errors import ManifestError
+from rl2edge.runtime import Policy, model_check
+from rl2edge.runtime.model_check import check_tflite_structure, probe_in_child
 from tests.helpers import assert_clean_failure, rl2edge
 
 

@@ -12,12 +12,12 @@ from typing import Any
 import numpy as np
 import pytest
 import yaml
+
+from rl2edge.errors import ConfigError
 from rl2edge.plc_bridge.client import BridgeConfig
 from rl2edge.plc_bridge.loop import ControlLoop, LoopConfig
 from rl2edge.plc_bridge.nodemap import load_node_map
 from rl2edge.runtime import Policy
-
-from rl2edge.errors import ConfigError
 from tests.helpers import mutate
 
 EXAMPLE = Path(__file__).parents[1] / "docs" / "examples" / "plant.yaml"

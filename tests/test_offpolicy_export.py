@@ -143,7 +143,7 @@ def test_gaussian_noise_folded_verified_and_served_from_a_seeded_generator(
 
 def test_ou_state_is_an_input_and_output_the_runtime_feeds_back(sac_tf: Path, tmp_path: Path) -> None:
     from rl2edge.runtime.policy import Policy
-    from rl2edge.train.core.noise import ou_step
+    from rl2edge.specs import ou_step
 
     art = tmp_path / "art"
     _export(sac_tf, art, "int8", noise="ou:theta=0.15,sigma=0.5,dt=0.01")
@@ -205,7 +205,6 @@ def test_serve_feeds_folded_noise_over_opcua_and_no_explore_is_deterministic(
 ) -> None:
     from rl2edge.runtime.policy import Policy
     from rl2edge.train.core.evaluation import evaluate
-
     from tests.plc_helpers import free_port, running, stop, wait_for_server
 
     art = tmp_path / "art"

@@ -10,6 +10,7 @@ from typing import ClassVar
 
 import numpy as np
 import pytest
+
 from rl2edge.train.algos import build_config, get
 from rl2edge.train.core.replay import ReplayBatch, ReplayBuffer
 
@@ -58,6 +59,7 @@ def test_polyak_moves_every_target_weight_by_exactly_tau(framework: str, tau: fl
     expected = [t + np.float32(tau) * (s - t) for s, t in zip(src, tgt, strict=True)]
     if framework == "torch":
         import torch
+
         from rl2edge.train.torch_backend.nets import polyak_update
 
         s_t = [torch.nn.Parameter(torch.tensor(s)) for s in src]

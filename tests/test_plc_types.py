@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 from asyncua import ua
-from rl2edge.plc_bridge import typed_values as tv
-from rl2edge.plc_bridge.noderefs import parse_ref
 
 from rl2edge.errors import ConfigError
+from rl2edge.plc_bridge import typed_values as tv
+from rl2edge.plc_bridge.noderefs import parse_ref
 
 V = ua.VariantType
 

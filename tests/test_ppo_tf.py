@@ -16,7 +16,6 @@ tf = pytest.importorskip("tensorflow")
 
 from rl2edge.train.algos import build_config, train  # noqa: E402
 from rl2edge.train.core.rollout import Minibatch  # noqa: E402
-
 from tests.conftest import tiny_train  # noqa: E402
 
 NET = {
@@ -124,6 +123,7 @@ def test_eager_and_graph_updates_agree(discrete: bool, fused: bool) -> None:
 @pytest.mark.parametrize("discrete", [True, False])
 def test_torch_and_tf_give_the_same_loss_and_gradients(discrete: bool) -> None:
     import torch
+
     from rl2edge.train.torch_backend.nets import ActorCritic
     from rl2edge.train.torch_backend.ppo import ppo_loss
 

@@ -8,12 +8,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+
 from rl2edge.train.core.checkpoint import load_checkpoint
 from rl2edge.train.core.config import PPOConfig
 from rl2edge.train.torch_backend import ppo as ppo_module
 from rl2edge.train.torch_backend.nets import ActorCritic
 from rl2edge.train.torch_backend.ppo import clipped_surrogate
-
 from tests.conftest import tiny_train
 
 

@@ -20,13 +20,13 @@ from typing import Any
 
 import pytest
 import yaml
+
+from rl2edge.errors import ConfigError
 from rl2edge.plc_bridge.client import BridgeConfig, PlantIo, PlcClient
 from rl2edge.plc_bridge.nodemap import load_node_map
 from rl2edge.plc_bridge.security import make_certificate
 from rl2edge.runtime import Policy
 from rl2edge.train.core.evaluation import evaluate
-
-from rl2edge.errors import ConfigError
 from tests.plc_helpers import free_port, running, start, stop
 from tests.standin_plc import StandinPlc
 

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from rl2edge.runtime import Policy
 
 from rl2edge.errors import ManifestError, ObservationError
+from rl2edge.runtime import Policy
 
 
 @pytest.fixture

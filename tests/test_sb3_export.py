@@ -7,12 +7,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
+from rl2edge.errors import ConfigError
 from rl2edge.export.pipeline import ExportOptions, export_source
 from rl2edge.export.sb3 import source_from_sb3
 from rl2edge.runtime import Policy, load_manifest
 from rl2edge.train.core.evaluation import random_observations
-
-from rl2edge.errors import ConfigError
 
 pytest.importorskip("stable_baselines3")
 

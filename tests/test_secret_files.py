@@ -8,9 +8,9 @@ import re
 from pathlib import Path
 
 import pytest
-from rl2edge.plc_bridge.security import SecurityConfig, check_secret_file, make_certificate, read_password
 
 from rl2edge.errors import ConfigError
+from rl2edge.plc_bridge.security import SecurityConfig, check_secret_file, make_certificate, read_password
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "geteuid"), reason="POSIX owners and modes only")
 

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 from asyncua.ua.uaerrors import BadCertificateUntrusted, BadIdentityTokenRejected, BadUserAccessDenied
+
+from rl2edge.errors import ConfigError
 from rl2edge.plc_bridge.client import BridgeConfig, PlantIo, PlcClient
 from rl2edge.plc_bridge.security import SecurityConfig, make_certificate
 from rl2edge.plc_bridge.sim import PlcSim, SimConfig
-
-from rl2edge.errors import ConfigError
 from tests.plc_helpers import free_port, running, stop
 
 PASSWORD = "s3cret-Pa55word!"

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 from asyncua import Client, ua
+
 from rl2edge.plc_bridge.sim import PlcSim, SimConfig
 from rl2edge.runtime import Policy
 from rl2edge.train.core.evaluation import evaluate
-
 from tests.plc_helpers import free_port, read, running, stop, wait_for_server, wait_until, write
 
 
@@ -256,12 +256,11 @@ def test_serve_survives_the_plc_restarting(cartpole_all, tmp_path: Path) -> None
 
 
 def test_guard_and_safe_action_without_network(cartpole_all) -> None:
+    from rl2edge.errors import ConfigError
     from rl2edge.plc_bridge.client import BridgeConfig
     from rl2edge.plc_bridge.loop import ControlLoop, LoopConfig
     from rl2edge.plc_bridge.nodemap import default_node_map
     from rl2edge.plc_bridge.status import CycleStatus
-
-    from rl2edge.errors import ConfigError
 
     _, root = cartpole_all
     policy = Policy.load(root / "fp32")
@@ -298,9 +297,8 @@ def test_guard_and_safe_action_without_network(cartpole_all) -> None:
 def test_node_maps_load_and_refuse_mistakes(tmp_path: Path) -> None:
     from dataclasses import replace
 
-    from rl2edge.plc_bridge.nodemap import default_node_map, load_node_map
-
     from rl2edge.errors import ConfigError
+    from rl2edge.plc_bridge.nodemap import default_node_map, load_node_map
 
     example = load_node_map(Path(__file__).parents[1] / "docs" / "examples" / "plant.yaml")
     assert replace(example, safe_action=None) == default_node_map() and example.safe_action == (0.0,)

@@ -13,9 +13,9 @@ import gymnasium as gym
 import pytest
 from asyncua import Client, ua
 from asyncua.crypto import security_policies
+
 from rl2edge.plc_bridge.security import make_certificate
 from rl2edge.plc_bridge.sim import free_port
-
 from tests.standin_plc import StandinError, StandinPlc
 
 pytestmark = pytest.mark.timeout(120)

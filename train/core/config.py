@@ -11,10 +11,10 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from rl2edge.train.core.schedules import Schedule
 
 from rl2edge.errors import ConfigError
 from rl2edge.fileio import load_yaml
+from rl2edge.train.core.schedules import Schedule
 
 
 @dataclass

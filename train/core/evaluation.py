@@ -7,6 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
+
 from rl2edge.train.core.envs import make_env
 
 ActFn = Callable[[np.ndarray], "np.ndarray | int | float"]

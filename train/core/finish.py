@@ -13,16 +13,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rl2edge.train.core.actions import ActionTransform
+from tqdm.auto import tqdm
+
+from rl2edge.fileio import write_json_atomic
+from rl2edge.specs import ActionTransform, is_discrete
 from rl2edge.train.core.checkpoint import library_versions, write_checkpoint
 from rl2edge.train.core.envs import make_vec_env
 from rl2edge.train.core.evaluation import EvalResult, evaluate
 from rl2edge.train.core.metrics import MetricsLogger
 from rl2edge.train.core.normalization import RunningNormalizer
-from rl2edge.train.core.spaces import action_spec, is_discrete, observation_spec
-from tqdm.auto import tqdm
-
-from rl2edge.fileio import write_json_atomic
+from rl2edge.train.core.spaces import action_spec, observation_spec
 
 _logger = logging.getLogger(__name__)
 

@@ -6,9 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from rl2edge.train.core.schedules import Schedule
-
 from rl2edge.errors import ConfigError
+from rl2edge.train.core.schedules import Schedule
 
 
 @dataclass

@@ -18,13 +18,13 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
+
+from rl2edge.errors import ConfigError
 from rl2edge.train.core.finish import TrainingRun, TrainResult
 from rl2edge.train.core.noise import GaussianNoise, OUNoise
 from rl2edge.train.core.offpolicy_config import DQNConfig, OffPolicyConfig, SACConfig, TD3Config
 from rl2edge.train.core.replay import ReplayBatch, ReplayBuffer
-from rl2edge.train.core.spaces import action_dim, obs_dim
-
-from rl2edge.errors import ConfigError
+from rl2edge.train.core.spaces import obs_dim, output_width
 
 _logger = logging.getLogger(__name__)
 
@@ -66,7 +66,7 @@ def network_spec(cfg: OffPolicyConfig, obs_spec: dict[str, Any], act_spec: dict[
     """The checkpoint's description of the networks, from which export rebuilds the actor."""
     common = {
         "obs_dim": obs_dim(obs_spec),
-        "act_dim": action_dim(act_spec),
+        "act_dim": output_width(act_spec),
         "net_arch": [int(w) for w in cfg.net_arch],
         "activation": cfg.activation,
     }
@@ -98,7 +98,7 @@ def train_offpolicy(
         raise ConfigError(
             f"{cfg.algo.upper()} takes flat observations; {env_id} has shape {obs_spec['shape']}"
         )
-    n_envs, a_dim = cfg.n_envs, action_dim(act_spec)
+    n_envs, a_dim = cfg.n_envs, output_width(act_spec)
     network = network_spec(cfg, obs_spec, act_spec)
     agent = make_agent(network, cfg, seed, device)
     buffer = ReplayBuffer(min(cfg.buffer_size, cfg.n_timesteps + n_envs), obs_shape, discrete, a_dim)

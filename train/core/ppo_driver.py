@@ -13,10 +13,11 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
+
 from rl2edge.train.core.config import PPOConfig
 from rl2edge.train.core.finish import TrainingRun, TrainResult
 from rl2edge.train.core.rollout import Minibatch, RolloutBuffer, check_minibatch
-from rl2edge.train.core.spaces import action_dim, obs_dim
+from rl2edge.train.core.spaces import obs_dim, output_width
 
 _logger = logging.getLogger(__name__)
 
@@ -72,14 +73,14 @@ def train_ppo(
     network = {
         "type": "actor_critic_mlp",
         "obs_dim": obs_dim(obs_spec),
-        "act_dim": action_dim(act_spec),
+        "act_dim": output_width(act_spec),
         "discrete": discrete,
         "net_arch": list(cfg.net_arch),
         "activation": cfg.activation,
         "log_std_init": cfg.log_std_init,
     }
     agent = make_agent(network, cfg, seed, device)
-    buffer = RolloutBuffer(cfg.n_steps, cfg.n_envs, obs_shape, discrete, action_dim(act_spec))
+    buffer = RolloutBuffer(cfg.n_steps, cfg.n_envs, obs_shape, discrete, output_width(act_spec))
 
     batch_steps = cfg.n_envs * cfg.n_steps
     n_updates = max(1, math.ceil(cfg.n_timesteps / batch_steps))
@@ -125,7 +126,7 @@ def train_ppo(
                 for _ in range(cfg.n_epochs)
             ]
             if update == 0:
-                check_minibatch(epochs[0][0], obs_shape, discrete, action_dim(act_spec))
+                check_minibatch(epochs[0][0], obs_shape, discrete, output_width(act_spec))
             if cfg.target_kl is None:
                 stats_arr = agent.train_minibatches([mb for epoch in epochs for mb in epoch], clip)
             else:

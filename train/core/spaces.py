@@ -1,4 +1,5 @@
-"""JSON descriptions of Gymnasium spaces: what the checkpoint and the artifact say about I/O."""
+"""Gymnasium spaces -> rl2edge.specs' ObservationSpec and ActionSpec, as the JSON that the checkpoint and
+the artifact write (the one place that imports gymnasium for it)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import gymnasium as gym
 import numpy as np
 
 from rl2edge.errors import ConfigError
+from rl2edge.specs import ActionSpec, ObservationSpec
 
 
 def _bounds(arr: np.ndarray) -> list[Any]:
@@ -21,14 +23,13 @@ def observation_spec(space: gym.Space) -> dict[str, Any]:
             f"observation space {space} is not supported: rl2edge policies take Box observations "
             "(flatten Dict/Tuple observations with gymnasium.wrappers.FlattenObservation)"
         )
-    return {
-        "type": "box",
-        "shape": list(space.shape),
-        "dtype": str(space.dtype),
-        "low": _bounds(space.low),
-        "high": _bounds(space.high),
-        "layout": image_layout(tuple(space.shape)),
-    }
+    return ObservationSpec(
+        tuple(space.shape),
+        str(space.dtype),
+        tuple(_bounds(space.low)),
+        tuple(_bounds(space.high)),
+        image_layout(tuple(space.shape)),
+    ).to_json()
 
 
 def image_layout(shape: tuple[int, ...]) -> str:
@@ -44,29 +45,26 @@ def image_layout(shape: tuple[int, ...]) -> str:
 
 def action_spec(space: gym.Space) -> dict[str, Any]:
     if isinstance(space, gym.spaces.Discrete):
-        return {"type": "discrete", "n": int(space.n), "start": int(space.start)}
+        return ActionSpec("discrete", n=int(space.n), start=int(space.start)).to_json()
     if isinstance(space, gym.spaces.Box):
         if not (np.all(np.isfinite(space.low)) and np.all(np.isfinite(space.high))):
             raise ConfigError(f"action space {space} has infinite bounds; rl2edge needs bounded Box actions")
         if len(space.shape) != 1:
             raise ConfigError(f"action space {space} must be one-dimensional")
-        return {
-            "type": "box",
-            "shape": list(space.shape),
-            "dtype": str(space.dtype),
-            "low": _bounds(space.low),
-            "high": _bounds(space.high),
-        }
+        return ActionSpec(
+            "box",
+            shape=tuple(space.shape),
+            dtype=str(space.dtype),
+            low=tuple(_bounds(space.low)),
+            high=tuple(_bounds(space.high)),
+        ).to_json()
     raise ConfigError(f"action space {space} is not supported: use Discrete or a bounded 1-D Box")
 
 
 def obs_dim(spec: dict[str, Any]) -> int:
-    return int(np.prod(spec["shape"]))
+    return ObservationSpec.from_json(spec).size
 
 
-def is_discrete(spec: dict[str, Any]) -> bool:
-    return spec["type"] == "discrete"
-
-
-def action_dim(spec: dict[str, Any]) -> int:
-    return int(spec["n"]) if is_discrete(spec) else int(spec["shape"][0])
+def output_width(spec: dict[str, Any]) -> int:
+    """The network's output width for this action (n for Discrete): the checkpoint's `network.act_dim`."""
+    return ActionSpec.from_json(spec).output_width

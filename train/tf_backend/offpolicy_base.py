@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
 from rl2edge.train.core.replay import ReplayBatch
 from rl2edge.train.tf_backend.setup import configure_tensorflow
 from rl2edge.train.tf_backend.weights import save_keras_weights, state_copy

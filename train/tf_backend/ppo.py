@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
 from rl2edge.train.core.config import PPOConfig
 from rl2edge.train.core.rollout import Minibatch
 from rl2edge.train.tf_backend.setup import configure_tensorflow
@@ -55,6 +56,7 @@ class TFPPO:
         self.device = configure_tensorflow(device)
         import keras
         import tensorflow as tf
+
         from rl2edge.train.tf_backend.nets import TFActorCritic
 
         self.tf, self.cfg = tf, cfg

@@ -9,10 +9,11 @@ from typing import Any
 
 import numpy as np
 import torch
+from torch import nn
+
 from rl2edge.train.core.offpolicy_config import DQNConfig
 from rl2edge.train.torch_backend.nets import QNetwork, polyak_update
 from rl2edge.train.torch_backend.offpolicy_base import TorchOffPolicyBase
-from torch import nn
 
 
 class TorchDQN(TorchOffPolicyBase):

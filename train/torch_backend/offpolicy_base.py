@@ -7,10 +7,11 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from torch import nn
+
 from rl2edge.train.core.replay import ReplayBatch
 from rl2edge.train.torch_backend.setup import setup_torch
 from rl2edge.train.torch_backend.weights import save_safetensors, state_copy
-from torch import nn
 
 
 class TorchOffPolicyBase:

@@ -8,12 +8,13 @@ from typing import Any
 
 import numpy as np
 import torch
+from torch import nn
+
 from rl2edge.train.core.config import PPOConfig
 from rl2edge.train.core.rollout import Minibatch
 from rl2edge.train.torch_backend.nets import ActorCritic
 from rl2edge.train.torch_backend.setup import setup_torch
 from rl2edge.train.torch_backend.weights import save_safetensors, state_copy
-from torch import nn
 
 
 def clipped_surrogate(adv: torch.Tensor, ratio: torch.Tensor, clip: float) -> torch.Tensor:

@@ -10,10 +10,11 @@ from typing import Any
 
 import numpy as np
 import torch
+from torch import nn
+
 from rl2edge.train.core.offpolicy_config import SACConfig
 from rl2edge.train.torch_backend.nets import Critics, SACActor, polyak_update
 from rl2edge.train.torch_backend.offpolicy_base import TorchOffPolicyBase
-from torch import nn
 
 
 class TorchSAC(TorchOffPolicyBase):

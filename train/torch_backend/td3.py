@@ -9,10 +9,11 @@ from typing import Any
 
 import numpy as np
 import torch
+from torch import nn
+
 from rl2edge.train.core.offpolicy_config import TD3Config
 from rl2edge.train.torch_backend.nets import Critics, TD3Actor, polyak_update
 from rl2edge.train.torch_backend.offpolicy_base import TorchOffPolicyBase
-from torch import nn
 
 
 class TorchTD3(TorchOffPolicyBase):

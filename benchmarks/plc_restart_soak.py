@@ -22,19 +22,16 @@ import json
 import os
 import re
 import signal
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.common import RESULTS, markdown_table, pyplot, save_figure, write_results
-from benchmarks.plc_soak import rss_mb
+from benchmarks.plc_soak import rss_mb, start_serve
 from tests.standin_plc import StandinPlc
 
 WINDOW_LINE = re.compile(
@@ -76,32 +73,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--restart-every-min", type=float, default=5.0)
     ap.add_argument("--out", default=str(RESULTS))
     args = ap.parse_args(argv)
-    exe = str(Path(sys.executable).with_name("rl2edge"))
     samples: list[dict[str, Any]] = []
     restarts: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         plc = _start_plc(args.env, None, work / "plc0")
         port = int(plc.endpoint.rsplit(":", 1)[1])
-        node_map = work / "map.yaml"
-        node_map.write_text(yaml.safe_dump(plc.node_map(nsu=True)))
-        summary_path, log = work / "serve.json", work / "serve.log"
-        cmd = [
-            exe,
-            "serve",
-            args.artifact,
-            "--endpoint",
-            plc.endpoint,
-            "--map",
-            str(node_map),
-            "--period-ms",
-            str(args.period_ms),
-            "--summary",
-            str(summary_path),
-            "--stats-interval",
-            "60",
-        ]
-        proc = subprocess.Popen(cmd, stdout=log.open("wb"), stderr=subprocess.STDOUT)
+        proc, summary_path, log = start_serve(args.artifact, plc, work, args.period_ms)
         t0 = time.monotonic()
         try:
             if _until(lambda: plc.steps > 0, 60) is None:

@@ -47,6 +47,20 @@ def rss_mb(pid: int) -> float:
     return float("nan")
 
 
+def start_serve(
+    artifact: str, plc: StandinPlc, work: Path, period_ms: float
+) -> tuple[subprocess.Popen[bytes], Path, Path]:
+    """`rl2edge serve` (the installed CLI, its own process) against the stand-in through an nsu= node map,
+    a stats line a minute; (process, summary path, log path)."""
+    node_map = work / "map.yaml"
+    node_map.write_text(yaml.safe_dump(plc.node_map(nsu=True)))
+    summary_path, log = work / "serve.json", work / "serve.log"
+    exe = str(Path(sys.executable).with_name("rl2edge"))
+    cmd = [exe, "serve", artifact, "--endpoint", plc.endpoint, "--map", str(node_map)]
+    cmd += ["--period-ms", str(period_ms), "--summary", str(summary_path), "--stats-interval", "60"]
+    return subprocess.Popen(cmd, stdout=log.open("wb"), stderr=subprocess.STDOUT), summary_path, log
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--artifact", required=True, help="artifact to serve (a CartPole-v1 policy by default)")
@@ -55,7 +69,6 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--period-ms", type=float, default=20.0)
     ap.add_argument("--out", default=str(RESULTS))
     args = ap.parse_args(argv)
-    exe = str(Path(sys.executable).with_name("rl2edge"))
     samples: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
@@ -65,25 +78,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             initial={"Heartbeat": HEARTBEAT_START, "ObsSeq": SEQUENCE_START},
             workdir=work / "plc",
         ) as plc:
-            node_map = work / "map.yaml"
-            node_map.write_text(yaml.safe_dump(plc.node_map(nsu=True)))
-            summary_path, log = work / "serve.json", work / "serve.log"
-            cmd = [
-                exe,
-                "serve",
-                args.artifact,
-                "--endpoint",
-                plc.endpoint,
-                "--map",
-                str(node_map),
-                "--period-ms",
-                str(args.period_ms),
-                "--summary",
-                str(summary_path),
-                "--stats-interval",
-                "60",
-            ]
-            proc = subprocess.Popen(cmd, stdout=log.open("wb"), stderr=subprocess.STDOUT)
+            proc, summary_path, log = start_serve(args.artifact, plc, work, args.period_ms)
             t0 = time.monotonic()
             try:
                 end = t0 + args.minutes * 60

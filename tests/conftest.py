@@ -52,29 +52,29 @@ def _export(run: Path, out: Path, quantize: str):
     )
 
 
-@pytest.fixture(scope="session")
-def cartpole_all(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):
-    """CartPole exported in every mode: (report, artifacts root); the report is None when prebuilt."""
+def _artifacts(request: pytest.FixtureRequest, run_fixture: str, name: str, quantize: str):
+    """(report, artifacts) of `run_fixture` exported in `quantize`; prebuilt ones on the edge run (the
+    report is then None)."""
     if PREBUILT:
-        return None, Path(PREBUILT) / "cartpole-all"
-    out = tmp_path_factory.mktemp("cp_art") / "all"
-    return _export(request.getfixturevalue("cartpole_run"), out, "all"), out
-
-
-@pytest.fixture(scope="session")
-def pendulum_fp32(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):
-    if PREBUILT:
-        return None, Path(PREBUILT) / "pendulum-fp32"
-    out = tmp_path_factory.mktemp("pd_art") / "fp32"
-    return _export(request.getfixturevalue("pendulum_run"), out, "fp32"), out
+        return None, Path(PREBUILT) / name
+    out = request.getfixturevalue("tmp_path_factory").mktemp(name) / quantize
+    return _export(request.getfixturevalue(run_fixture), out, quantize), out
 
 
 @pytest.fixture(scope="session")
-def pendulum_int8(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):
-    if PREBUILT:
-        return None, Path(PREBUILT) / "pendulum-int8"
-    out = tmp_path_factory.mktemp("pd_art") / "int8"
-    return _export(request.getfixturevalue("pendulum_run"), out, "int8"), out
+def cartpole_all(request: pytest.FixtureRequest):
+    """CartPole exported in every mode: (report, artifacts root)."""
+    return _artifacts(request, "cartpole_run", "cartpole-all", "all")
+
+
+@pytest.fixture(scope="session")
+def pendulum_fp32(request: pytest.FixtureRequest):
+    return _artifacts(request, "pendulum_run", "pendulum-fp32", "fp32")
+
+
+@pytest.fixture(scope="session")
+def pendulum_int8(request: pytest.FixtureRequest):
+    return _artifacts(request, "pendulum_run", "pendulum-int8", "int8")
 
 
 def build_artifacts(out: Path) -> None:

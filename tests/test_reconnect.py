@@ -60,7 +60,10 @@ class CablePuller:
             self._server.close()
 
 
-async def _scenario(artifact: Path) -> tuple[dict, list[int]]:
+@contextlib.asynccontextmanager
+async def _plc_behind_a_proxy(artifact: Path, request_timeout_s: float, cfg: LoopConfig):
+    """plc-sim (realtime, 20 ms) behind a CablePuller, and a ControlLoop serving it through the proxy;
+    yields (sim, proxy, loop, the loop's task) and stops everything; the loop's summary is the task's."""
     plc_port, proxy_port = free_port(), free_port()
     sim = PlcSim(
         SimConfig("CartPole-v1", endpoint=f"opc.tcp://127.0.0.1:{plc_port}", mode="realtime", period_ms=20)
@@ -70,28 +73,36 @@ async def _scenario(artifact: Path) -> tuple[dict, list[int]]:
     await _until(lambda: sim.server is not None)
     proxy = CablePuller(proxy_port, plc_port)
     await proxy.start()
-    bridge = BridgeConfig(f"opc.tcp://127.0.0.1:{proxy_port}", request_timeout_s=0.5)
-    loop = ControlLoop(Policy.load(artifact), bridge, LoopConfig(period_ms=10, backoff_initial_s=0.05))
+    bridge = BridgeConfig(f"opc.tcp://127.0.0.1:{proxy_port}", request_timeout_s=request_timeout_s)
+    loop = ControlLoop(Policy.load(artifact), bridge, cfg)
     loop_task = asyncio.create_task(loop.run(stop_loop))
+    try:
+        yield sim, proxy, loop, loop_task
+    finally:
+        stop_loop.set()
+        await loop_task
+        await proxy.stop()
+        stop_sim.set()
+        await sim_task
+
+
+async def _scenario(artifact: Path) -> tuple[dict, list[int]]:
     sessions = []
+    cfg = LoopConfig(period_ms=10, backoff_initial_s=0.05)
+    async with _plc_behind_a_proxy(artifact, 0.5, cfg) as (sim, proxy, loop, loop_task):
 
-    async def cycles_reach(n: int) -> None:
-        await _until(lambda: loop.counters.cycles >= n)
+        async def cycles_reach(n: int) -> None:
+            await _until(lambda: loop.counters.cycles >= n)
 
-    for k in range(3):
+        for k in range(3):
+            await asyncio.wait_for(cycles_reach(loop.counters.cycles + 20), 30)
+            sessions.append(len(sim.server.iserver._external_sessions))
+            proxy.pull()
+            await asyncio.wait_for(_until(lambda k=k: loop.counters.reconnects > k), 30)
         await asyncio.wait_for(cycles_reach(loop.counters.cycles + 20), 30)
+        await asyncio.sleep(0.3)  # let the server finish closing sessions of cut connections
         sessions.append(len(sim.server.iserver._external_sessions))
-        proxy.pull()
-        await asyncio.wait_for(_until(lambda k=k: loop.counters.reconnects > k), 30)
-    await asyncio.wait_for(cycles_reach(loop.counters.cycles + 20), 30)
-    await asyncio.sleep(0.3)  # let the server finish closing sessions of cut connections
-    sessions.append(len(sim.server.iserver._external_sessions))
-    stop_loop.set()
-    summary = await loop_task
-    await proxy.stop()
-    stop_sim.set()
-    await sim_task
-    return summary, sessions
+    return loop_task.result(), sessions
 
 
 async def _until(predicate) -> None:
@@ -109,37 +120,21 @@ def test_pulled_cable_reconnects_without_leaking_sessions(cartpole_all) -> None:
 async def _hang_scenario(artifact: Path) -> tuple[dict, list[tuple[int, int, int]], int]:
     """A PLC that stops answering with its TCP connection open, twice: 0.3 s (the late answer arrives
     within the 1 s request timeout) and 1.6 s (the session is given up and reopened)."""
-    plc_port, proxy_port = free_port(), free_port()
-    sim = PlcSim(
-        SimConfig("CartPole-v1", endpoint=f"opc.tcp://127.0.0.1:{plc_port}", mode="realtime", period_ms=20)
-    )
-    stop_sim, stop_loop = asyncio.Event(), asyncio.Event()
-    sim_task = asyncio.create_task(sim.run(stop_sim))
-    await _until(lambda: sim.server is not None)
-    proxy = CablePuller(proxy_port, plc_port)
-    await proxy.start()
-    bridge = BridgeConfig(f"opc.tcp://127.0.0.1:{proxy_port}", request_timeout_s=1.0)
     cfg = LoopConfig(period_ms=10, deadline_ms=50, backoff_initial_s=0.05)
-    loop = ControlLoop(Policy.load(artifact), bridge, cfg)
-    loop_task = asyncio.create_task(loop.run(stop_loop))
-    seen = []  # (misses while hung, connection losses while hung, ok cycles after)
-    for hang_s in (0.3, 1.6):
-        await asyncio.wait_for(_until(lambda n=loop.counters.ok + 20: loop.counters.ok >= n), 30)
-        misses = loop.counters.deadline_misses
-        proxy.hang()
-        await asyncio.sleep(0.2)  # past the 50 ms deadline, well before the 1 s request timeout
-        hung = (loop.counters.deadline_misses - misses, loop.counters.connection_losses)
-        await asyncio.sleep(hang_s - 0.2)
-        proxy.resume()
-        ok = loop.counters.ok
-        await asyncio.wait_for(_until(lambda ok=ok: loop.counters.ok >= ok + 20), 30)
-        seen.append((*hung, loop.counters.deadline_misses - misses))
-    stop_loop.set()
-    summary = await loop_task
-    await proxy.stop()
-    stop_sim.set()
-    await sim_task
-    return summary, seen, loop.counters.cycles
+    async with _plc_behind_a_proxy(artifact, 1.0, cfg) as (_, proxy, loop, loop_task):
+        seen = []  # (misses while hung, connection losses while hung, ok cycles after)
+        for hang_s in (0.3, 1.6):
+            await asyncio.wait_for(_until(lambda n=loop.counters.ok + 20: loop.counters.ok >= n), 30)
+            misses = loop.counters.deadline_misses
+            proxy.hang()
+            await asyncio.sleep(0.2)  # past the 50 ms deadline, well before the 1 s request timeout
+            hung = (loop.counters.deadline_misses - misses, loop.counters.connection_losses)
+            await asyncio.sleep(hang_s - 0.2)
+            proxy.resume()
+            ok = loop.counters.ok
+            await asyncio.wait_for(_until(lambda ok=ok: loop.counters.ok >= ok + 20), 30)
+            seen.append((*hung, loop.counters.deadline_misses - misses))
+    return loop_task.result(), seen, loop.counters.cycles
 
 
 def test_a_hung_plc_is_a_deadline_miss_when_the_deadline_passes(cartpole_all, caplog) -> None:

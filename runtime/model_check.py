@@ -206,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         _run_once(args.model, args.backend, args.threads)
     except (BackendError, ManifestError, ValueError, RuntimeError) as exc:
-        print(f"{type(exc).__name__}: {exc}".splitlines()[0], file=sys.stderr)
+        sys.stderr.write(f"{type(exc).__name__}: {exc}".splitlines()[0] + "\n")  # the parent reads this line
         return 3
     return 0
 

@@ -31,7 +31,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.common import RESULTS, markdown_table, pyplot, save_figure, write_results
-from benchmarks.plc_soak import rss_mb, start_serve
+from benchmarks.plc_soak import rss_mb, start_serve, stop_serve
 from tests.standin_plc import StandinPlc
 
 WINDOW_LINE = re.compile(
@@ -89,7 +89,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             while time.monotonic() < end and proc.poll() is None:
                 time.sleep(max(0.0, min(next_sample, next_restart, end) - time.monotonic()))
                 now = time.monotonic()
-                if now >= next_restart and now < end - 30:
+                if now >= next_restart and now < end - 10:  # time left to see it recover
                     sessions_before = plc.stats()["sessions"]
                     steps_before = plc.steps
                     t_kill = time.monotonic()
@@ -122,9 +122,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                     print(json.dumps(samples[-1]), flush=True)
                     next_sample += 60
         finally:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-            rc = proc.wait(timeout=60)
+            rc = stop_serve(proc)
             plc.close()
         summary = json.loads(summary_path.read_text())
         log_text = log.read_text()

@@ -61,6 +61,13 @@ def start_serve(
     return subprocess.Popen(cmd, stdout=log.open("wb"), stderr=subprocess.STDOUT), summary_path, log
 
 
+def stop_serve(proc: subprocess.Popen[bytes]) -> int:
+    """SIGTERM (serve writes SHUTDOWN and its summary), then its exit code."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+    return proc.wait(timeout=60)
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--artifact", required=True, help="artifact to serve (a CartPole-v1 policy by default)")
@@ -110,9 +117,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                         print(json.dumps(samples[-1]), flush=True)
                         next_sample += 60
             finally:
-                if proc.poll() is None:
-                    proc.send_signal(signal.SIGTERM)
-                rc = proc.wait(timeout=60)
+                rc = stop_serve(proc)
             summary = json.loads(summary_path.read_text())
             log_text = log.read_text()
             returns = list(plc.returns)

@@ -26,6 +26,10 @@ def assert_clean_failure(proc: subprocess.CompletedProcess[str], *fragments: str
         assert f in last, last
 
 
+ODD_SCALARS: list[Any] = [None, True, -1, 0, 2**70, 1e308, float("inf"), float("nan"), "", "abc"]
+"""Values no loader expects, for the fuzz tests' mutations (each test adds its own)."""
+
+
 def paths_of(node: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
     """Every key path into nested dicts and lists (the first 8 items of a list)."""
     out = [prefix] if prefix else []

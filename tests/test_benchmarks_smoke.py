@@ -93,3 +93,17 @@ def test_returns_benchmark_smoke(tmp_path: Path) -> None:
     (row,) = data["rows"]
     assert (row["algo"], row["framework"], row["zoo_return"], row["steps"]) == ("dqn", "tf", 500.0, 400)
     assert "500 (50k)" in (tmp_path / "returns.md").read_text()
+
+
+def test_plc_restart_soak_smoke(cartpole_all, tmp_path: Path) -> None:
+    """Half a minute with the PLC killed every 6 s: the script restarts it, sees serve recover, and
+    writes its files (the must-show figures come from the 60-minute run)."""
+    from benchmarks.plc_restart_soak import main
+
+    _, root = cartpole_all
+    args = ["--artifact", str(root / "int8"), "--minutes", "0.5", "--restart-every-min", "0.1"]
+    data = main([*args, "--out", str(tmp_path)])
+    for ext in ("json", "md", "png"):
+        assert (tmp_path / f"plc_restart_soak.{ext}").stat().st_size > 0
+    assert len(data["restarts"]) >= 2 and all(r["recovery_s"] is not None for r in data["restarts"])
+    assert data["serve_exit_code"] == 0 and data["max_plc_sessions"] == 1

@@ -16,7 +16,7 @@ import pytest
 from rl2edge.errors import ManifestError, Rl2EdgeError
 from rl2edge.runtime import Policy
 from rl2edge.runtime.manifest_schema import MAX_MANIFEST_BYTES
-from tests.helpers import mutate
+from tests.helpers import ODD_SCALARS, mutate
 
 
 @pytest.fixture
@@ -75,16 +75,7 @@ def test_a_huge_or_deeply_nested_manifest_is_refused_unread(artifact: Path) -> N
 
 
 _ODD_VALUES: list[Any] = [
-    None,
-    True,
-    -1,
-    0,
-    2**70,
-    1e308,
-    float("inf"),
-    float("nan"),
-    "abc",
-    "",
+    *ODD_SCALARS,
     "../../etc/passwd",
     "/etc/passwd",
     [],

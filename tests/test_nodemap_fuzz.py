@@ -18,21 +18,12 @@ from rl2edge.plc_bridge.client import BridgeConfig
 from rl2edge.plc_bridge.loop import ControlLoop, LoopConfig
 from rl2edge.plc_bridge.nodemap import load_node_map
 from rl2edge.runtime import Policy
-from tests.helpers import mutate
+from tests.helpers import ODD_SCALARS, mutate
 
 EXAMPLE = Path(__file__).parents[1] / "docs" / "examples" / "plant.yaml"
 
 _ODD: list[Any] = [
-    None,
-    True,
-    -1,
-    0,
-    2**70,
-    1e308,
-    float("inf"),
-    float("nan"),
-    "",
-    "abc",
+    *ODD_SCALARS,
     "ns=",
     "ns=x;s=a",
     "ns=-1;i=5",

@@ -3,11 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import logging
 from pathlib import Path
 from typing import Any
-
-_logger = logging.getLogger("rl2edge")
 
 
 def add_parser(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:

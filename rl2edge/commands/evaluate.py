@@ -4,13 +4,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 from typing import Any
 
 from rl2edge.commands.common import table
 from rl2edge.errors import ConfigError
-
-_logger = logging.getLogger("rl2edge")
 
 
 def add_parser(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:

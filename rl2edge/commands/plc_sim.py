@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import logging
 from pathlib import Path
 from typing import Any
 
@@ -14,8 +13,6 @@ from rl2edge.commands.common import (
     security_config,
     table,
 )
-
-_logger = logging.getLogger("rl2edge")
 
 
 def add_parser(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:

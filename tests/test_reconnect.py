@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 from pathlib import Path
 
 from rl2edge.plc_bridge.client import BridgeConfig
@@ -146,7 +147,10 @@ def test_a_hung_plc_is_a_deadline_miss_when_the_deadline_passes(cartpole_all, ca
     assert short_while == 1 and short_losses == 0 and short_total == 1  # counted once, at the deadline
     assert long_while == 1 and long_losses == 0  # counted before the session was given up
     assert long_total >= 1 and summary["connection_losses"] == 1 and summary["reconnects"] == 1
-    assert "DEADLINE_MISS: the cycle was still waiting for its read 50 ms after its start" in caplog.text
+    # the proxy may freeze while the read or the write of a cycle is in flight
+    assert re.search(
+        r"DEADLINE_MISS: the cycle was still waiting for its (read|write) 50 ms after its start", caplog.text
+    )
     # every counted cycle has exactly one status
     c = summary
     assert (

@@ -28,7 +28,7 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -44,6 +44,9 @@ from rl2edge.plc_bridge.client import (
 from rl2edge.plc_bridge.latency import LatencyHistogram
 from rl2edge.plc_bridge.status import CycleStatus
 from rl2edge.runtime.policy import Policy
+
+if TYPE_CHECKING:
+    from rl2edge.plc_bridge.policy_update import PolicyUpdates
 
 _logger = logging.getLogger(__name__)
 
@@ -152,6 +155,25 @@ class ObservationGuard:
     def reset(self) -> None:
         self._last_seq, self._unchanged = None, 0
 
+    def adopt_staleness(self, other: ObservationGuard) -> None:
+        """Continue another guard's count of unchanged sequence numbers (a policy swap is no new session)."""
+        self._last_seq, self._unchanged = other._last_seq, other._unchanged
+
+
+@dataclass(frozen=True)
+class Serving:
+    """A policy with what the loop needs to serve it."""
+
+    policy: Policy
+    guard: ObservationGuard
+    safe_action: list[float]
+
+
+def _io_text(io: PlantIo) -> str:
+    if io.discrete:
+        return f"Discrete({int(io.action_high[0] - io.action_low[0]) + 1})"
+    return f"Box(low={list(io.action_low)}, high={list(io.action_high)})"
+
 
 def resolve_safe_action(policy: Policy, configured: tuple[float, ...] | None) -> list[float]:
     if policy.discrete:
@@ -198,6 +220,22 @@ class ControlLoop:
         """A cycle has completed: configuration errors are from now on retried, not fatal."""
         self.publishing_interval_ms: float | None = None
         self._last_stats: float | None = None
+        self._started = time.time()
+        self.connected = False
+        self.last_status: CycleStatus | None = None
+        """The status of the last completed cycle (None before the first)."""
+        self.last_cycle_at: float | None = None
+        self.progress_at = time.monotonic()
+        """When the loop last showed it is alive: a cycle, a counted deadline miss, a connect attempt, a
+        backoff wake-up (time.monotonic). /healthz and the systemd watchdog read it."""
+        self._last_obs: np.ndarray | None = None
+        self.updater: PolicyUpdates | None = None
+        """Hot policy updates (plc_bridge.policy_update): asked before each cycle whether a verified new
+        policy takes over, and shown each OK cycle's observation for its shadow run."""
+        self.on_cycle: Callable[[float, float], None] | None = None
+        """Called after each cycle with (latency ms, start lateness ms): the metrics' histograms."""
+        self.on_stats: Callable[[dict[str, Any]], None] | None = None
+        """Called with the summary at every stats interval: the summary file rewritten while serving."""
         self._phase, self._missed = "read", False
         """Where the current cycle waits, and whether its deadline already passed (counted then)."""
         _logger.info(
@@ -206,10 +244,36 @@ class ControlLoop:
             "" if bridge.node_map.safe_action is not None else " (default; set safe_action in the node map)",
         )
 
+    # ------------------------------------------------------------------------------- policy updates
+    def prepare(self, policy: Policy) -> Serving:
+        """What serving `policy` takes (its guard and safe action), or a ConfigError saying why it does not
+        fit this loop: the node map and the PLC's nodes were checked against the serving policy's specs."""
+        if tuple(policy.obs_shape) != tuple(self.policy.obs_shape):
+            raise ConfigError(
+                f"its observation has shape {list(policy.obs_shape)}, the serving policy's "
+                f"{list(self.policy.obs_shape)}"
+            )
+        io = plant_io_of(policy)
+        if io != self.io:
+            raise ConfigError(
+                f"its action spec {_io_text(io)} is not the serving policy's {_io_text(self.io)}"
+            )
+        return Serving(
+            policy,
+            ObservationGuard(policy, self.bridge),
+            resolve_safe_action(policy, self.bridge.node_map.safe_action),
+        )
+
+    def install(self, serving: Serving) -> None:
+        """Serve another policy from the next cycle on (between two cycles: nothing is in flight)."""
+        serving.guard.adopt_staleness(self.guard)
+        self.policy, self.guard, self.safe_action = serving.policy, serving.guard, serving.safe_action
+
     # ---------------------------------------------------------------------------------------- decide
     def decide(self, values: Any, seq: Any) -> tuple[CycleStatus, list[float], str]:
         stale = self.guard.is_stale(seq)
         obs, problem = self.guard.check(values)
+        self._last_obs = obs
         if obs is None:
             return CycleStatus.INVALID_OBSERVATION, self.safe_action, problem
         if stale:
@@ -250,7 +314,10 @@ class ControlLoop:
     # ------------------------------------------------------------------------------------------ cycle
     async def _cycle(self, plc: PlcClient, scheduled: float) -> None:
         loop = asyncio.get_running_loop()
-        self.lateness.add(max(0.0, (loop.time() - scheduled) * 1e3))
+        lateness_ms = max(0.0, (loop.time() - scheduled) * 1e3)
+        self.lateness.add(lateness_ms)
+        if self.updater is not None:  # between two cycles: a verified new policy takes over here
+            self.updater.before_cycle()
         # A PLC that stops answering (TCP open, no replies) holds the read or the write until the request
         # timeout, far past the deadline: the miss is counted and logged when the deadline passes, and the
         # safe action goes out with the first write that gets through (this cycle's, late, or STARTUP's
@@ -258,11 +325,14 @@ class ControlLoop:
         self._phase, self._missed = "read", False
         watchdog = loop.call_at(scheduled + self.cfg.deadline_ms / 1e3, self._deadline_passed)
         try:
-            await self._cycle_io(plc, scheduled, loop)
+            latency_ms = await self._cycle_io(plc, scheduled, loop)
         finally:
             watchdog.cancel()
+        if self.on_cycle is not None:
+            self.on_cycle(latency_ms, lateness_ms)
 
     def _deadline_passed(self) -> None:
+        self.progress_at = time.monotonic()  # the loop noticed: alive, whatever the PLC does
         self._missed = True
         self.counters.cycles += 1
         self.counters.deadline_misses += 1
@@ -271,8 +341,10 @@ class ControlLoop:
             f"the cycle was still waiting for its {self._phase} {self.cfg.deadline_ms:g} ms after its start",
         )
 
-    async def _cycle_io(self, plc: PlcClient, scheduled: float, loop: asyncio.AbstractEventLoop) -> None:
+    async def _cycle_io(self, plc: PlcClient, scheduled: float, loop: asyncio.AbstractEventLoop) -> float:
+        """One cycle's I/O and decision; its latency in ms."""
         reading: Reading = await plc.read()
+        self._last_obs = None
         if reading.problem:
             self.guard.is_stale(reading.sequence)
             self.counters.bad_quality += 1
@@ -308,24 +380,31 @@ class ControlLoop:
         self.window.add(latency_ms)
         self._ran = True
         self._backoff_s = self.cfg.backoff_initial_s
+        self.last_cycle_at = self.progress_at = time.monotonic()
         if self._missed:  # counted and logged when the deadline passed
-            return
-        self.counters.cycles += 1
-        if latency_ms > self.cfg.deadline_ms:  # past the deadline before the watchdog's turn came
-            self.counters.deadline_misses += 1
-            if status != CycleStatus.DEADLINE_MISS:
-                detail = f"cycle took {latency_ms:.1f} ms"
-                status = CycleStatus.DEADLINE_MISS
-        self._count(status, detail)
+            status = CycleStatus.DEADLINE_MISS
+        else:
+            self.counters.cycles += 1
+            if latency_ms > self.cfg.deadline_ms:  # past the deadline before the watchdog's turn came
+                self.counters.deadline_misses += 1
+                if status != CycleStatus.DEADLINE_MISS:
+                    detail = f"cycle took {latency_ms:.1f} ms"
+                    status = CycleStatus.DEADLINE_MISS
+            self._count(status, detail)
+        self.last_status = status
+        if self.updater is not None:  # after the write: the shadow run costs no cycle its latency
+            self.updater.after_cycle(status, self._last_obs, action, seq, latency_ms)
+        return latency_ms
 
     # ------------------------------------------------------------------------------------------- run
     async def run(self, stop: asyncio.Event) -> dict[str, Any]:
         period = self.cfg.period_ms / 1e3
-        started = time.time()
+        self._started = started = time.time()
         while not stop.is_set() and not self._done():
             plc = await self._connect(stop)
             if plc is None:
                 break
+            self.connected = True
             self.guard.reset()
             cycles_before = self.counters.cycles
             try:
@@ -334,10 +413,12 @@ class ControlLoop:
                 else:
                     await self._run_cyclic(plc, stop, period)
                 await self._write_safe(plc, CycleStatus.SHUTDOWN)
+                self.connected = False
                 await plc.close()
             except ConfigError:
                 raise
             except Exception as exc:  # asyncua's UaError tree and transport errors: the session is gone
+                self.connected = False
                 await self._lost(plc, exc)
                 if self.counters.cycles == cycles_before:  # lost before a cycle completed: no storm
                     if await _wait(stop, self._backoff_s):
@@ -415,6 +496,7 @@ class ControlLoop:
         first, t0, attempt = self.counters.connection_losses == 0, time.monotonic(), 0
         while not stop.is_set():
             attempt += 1
+            self.progress_at = time.monotonic()
             plc = self._client_factory(self.bridge, self.io)
             try:
                 await plc.__aenter__()
@@ -432,6 +514,7 @@ class ControlLoop:
                     )
                 if await _wait(stop, self._backoff_s):
                     return None
+                self.progress_at = time.monotonic()
                 self._grow_backoff()
                 continue
             if not first:
@@ -478,6 +561,8 @@ class ControlLoop:
             c.reconnects,
         )
         self.window = LatencyHistogram()
+        if self.on_stats is not None:
+            self.on_stats(self.summary(self._started))
 
     def summary(self, started: float) -> dict[str, Any]:
         s, late = self.latency.summary(), self.lateness.summary()
@@ -500,6 +585,8 @@ class ControlLoop:
             "mode": self.cfg.mode,
             "publishing_interval_ms": self.publishing_interval_ms,
         }
+        if self.updater is not None:
+            summary["policy"] = self.updater.summary()
         return _strict_json(summary)
 
 
@@ -507,6 +594,8 @@ def _strict_json(value: Any) -> Any:
     """NaN and Inf (no cycle completed: no percentiles) become null, so the summary is strict JSON."""
     if isinstance(value, dict):
         return {k: _strict_json(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_strict_json(v) for v in value]
     if isinstance(value, float) and not math.isfinite(value):
         return None
     return value

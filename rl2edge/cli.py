@@ -57,6 +57,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         cut = argv.index("--")
         argv, tail = argv[:cut], argv[cut + 1 :]
     args, rest = parser.parse_known_args(argv)
+    if getattr(args, "config", None):
+        from rl2edge.commands.config_file import apply_config_file
+
+        args = apply_config_file(parser, argv, args)
     if args.command == "bench":
         args.rest = [*rest, *tail]
     elif rest or tail:
@@ -66,7 +70,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> int:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # keep TensorFlow's C++ start-up noise out
-    args = parse_args(argv)
+    try:
+        args = parse_args(argv)
+    except Rl2EdgeError as exc:  # a --config file that does not check out
+        print(f"rl2edge: error: {exc}", file=sys.stderr)
+        return 2
     level = logging.DEBUG if args.verbose else logging.WARNING if args.quiet else logging.INFO
     logging.basicConfig(
         level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S"

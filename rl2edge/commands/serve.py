@@ -1,9 +1,10 @@
-"""`rl2edge serve`: the control loop between an artifact and a PLC over OPC UA."""
+"""`rl2edge serve`: the control loop between an artifact and a PLC over OPC UA, run as a plant service."""
 
 from __future__ import annotations
 
 import argparse
 import logging
+from pathlib import Path
 from typing import Any
 
 from rl2edge.commands.common import (
@@ -13,8 +14,12 @@ from rl2edge.commands.common import (
     security_config,
     table,
 )
+from rl2edge.commands.config_file import add_config_option
+from rl2edge.errors import ConfigError
 
 _logger = logging.getLogger("rl2edge")
+
+PATH_OPTIONS = ("artifact", "map", "summary", "cert", "key", "server_cert", "password_file")
 
 
 def add_parser(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
@@ -25,12 +30,13 @@ def add_parser(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
         description="The control loop: every period one batched Read of the observation and the PLC's sequence number, "
         "validate, infer, one batched Write of the action, the answered sequence number, a heartbeat and a status. "
         "Invalid or stale input, deadline misses, inference errors get the safe action; lost connections are "
-        "retried with backoff. SIGINT/SIGTERM write the safe action and exit 0.",
-        epilog="example:\n  rl2edge serve artifacts/cp --endpoint opc.tcp://plc:4840 --map plant.yaml --period-ms 20 "
-        "--summary serve.json",
+        "retried with backoff. SIGINT/SIGTERM write the safe action and exit 0. SIGHUP (or --watch) loads the "
+        "artifact path anew and, once verified and shadow-run, swaps it in between two cycles.",
+        epilog="examples:\n  rl2edge serve artifacts/cp --endpoint opc.tcp://plc:4840 --map plant.yaml --period-ms 20 "
+        "--summary serve.json\n  rl2edge serve --config /etc/rl2edge/serve.yaml",
     )
-    s.add_argument("artifact", help="artifact directory")
-    s.add_argument("--endpoint", required=True, help="the PLC's OPC UA endpoint, opc.tcp://host:port")
+    s.add_argument("artifact", nargs="?", help="artifact directory (a symlink such as current/ for --watch)")
+    s.add_argument("--endpoint", help="the PLC's OPC UA endpoint, opc.tcp://host:port (required)")
     s.add_argument("--map", help="node map YAML (default: the plc-sim layout)")
     s.add_argument("--period-ms", type=float, default=20.0, help="control period (default: 20)")
     s.add_argument(
@@ -41,11 +47,13 @@ def add_parser(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
         "number, and at least one per period",
     )
     s.add_argument("--deadline-ms", type=float, default=50.0, help="latency budget per cycle (default: 50)")
-    s.add_argument("--summary", help="write a JSON summary here on exit")
+    s.add_argument("--summary", help="JSON summary, rewritten at every stats interval and on exit")
     s.add_argument(
         "--timeout-ms", type=float, default=1000.0, help="bound on every OPC UA request (default: 1000)"
     )
-    s.add_argument("--stats-interval", type=float, default=10.0, help="seconds between latency log lines")
+    s.add_argument(
+        "--stats-interval", type=float, default=10.0, help="seconds between stats lines and summary rewrites"
+    )
     s.add_argument("--cycles", type=int, help="stop after this many cycles (benchmarks)")
     s.add_argument(
         "--backend", default="auto", help="interpreter: auto, litert, tflite-runtime, tensorflow, onnxruntime"
@@ -57,25 +65,78 @@ def add_parser(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
         help="artifacts with folded noise: feed zero noise (deterministic)",
     )
     s.add_argument("--noise-seed", type=int, help="artifacts with folded noise: override the manifest's seed")
+
+    u = s.add_argument_group("policy updates (SIGHUP, --watch)")
+    u.add_argument(
+        "--watch",
+        action="store_true",
+        help="poll the artifact path (e.g. a symlink the deployer swaps atomically) and update when it changes",
+    )
+    u.add_argument("--watch-interval", type=float, default=1.0, help="seconds between polls (default: 1)")
+    u.add_argument(
+        "--shadow-cycles",
+        type=int,
+        default=50,
+        help="OK cycles a new policy runs beside the serving one, its actions compared, not written (default: 50)",
+    )
+    u.add_argument(
+        "--shadow-min-agreement",
+        type=float,
+        default=0.9,
+        help="discrete actions: least share of equal actions to take over (default: 0.9)",
+    )
+    u.add_argument(
+        "--shadow-max-diff",
+        type=float,
+        default=0.1,
+        help="Box actions: largest mean action difference, as a share of the range, to take over (default: 0.1)",
+    )
+
+    m = s.add_argument_group("metrics and health")
+    m.add_argument(
+        "--metrics-port", type=int, help="serve /metrics, /healthz and /readyz on this port (default: off)"
+    )
+    m.add_argument("--metrics-host", default="127.0.0.1", help="address to bind (default: 127.0.0.1)")
+    m.add_argument(
+        "--health-periods",
+        type=int,
+        default=10,
+        help="/readyz: the last cycle completed within this many periods (default: 10)",
+    )
     add_security_options(s, "client")
+    add_config_option(s, "/etc/rl2edge/serve.yaml", PATH_OPTIONS)
     s.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from rl2edge.fileio import write_json_atomic
     from rl2edge.plc_bridge.client import BridgeConfig
     from rl2edge.plc_bridge.loop import ControlLoop, LoopConfig
+    from rl2edge.plc_bridge.metrics import HealthConfig
     from rl2edge.plc_bridge.nodemap import load_node_map
+    from rl2edge.plc_bridge.policy_update import UpdateConfig
+    from rl2edge.plc_bridge.service import ServeService, ServiceConfig
     from rl2edge.runtime.policy import Policy
 
+    if not args.artifact:
+        raise ConfigError("serve needs an artifact: give its folder, or artifact: in the --config file")
+    if not args.endpoint:
+        raise ConfigError("serve needs --endpoint opc.tcp://host:port (or endpoint: in the --config file)")
+    if args.metrics_port is not None and not 0 < args.metrics_port < 65536:
+        raise ConfigError(f"--metrics-port {args.metrics_port}: choose a port from 1 to 65535")
+    if args.health_periods < 1:
+        raise ConfigError(f"--health-periods {args.health_periods}: choose 1 or more")
     check_output_file(args.summary, "--summary")
-    policy = Policy.load(
-        args.artifact,
-        backend=args.backend,
-        num_threads=args.threads,
-        explore=not args.no_explore,
-        noise_seed=args.noise_seed,
-    )
+
+    def load(path: str | Path) -> Policy:
+        return Policy.load(
+            path,
+            backend=args.backend,
+            num_threads=args.threads,
+            explore=not args.no_explore,
+            noise_seed=args.noise_seed,
+        )
+
+    policy = load(args.artifact)
     if policy.noise is not None:
         _logger.info(
             "folded noise %s, %s (seed %s)",
@@ -97,6 +158,27 @@ def run(args: argparse.Namespace) -> int:
         mode=args.mode,
     )
     control = ControlLoop(policy, bridge, cfg)
+    service = ServeService(
+        control,
+        ServiceConfig(
+            updates=UpdateConfig(
+                artifact=Path(args.artifact),
+                load=load,
+                watch=args.watch,
+                poll_s=args.watch_interval,
+                shadow_cycles=args.shadow_cycles,
+                min_agreement=args.shadow_min_agreement,
+                max_action_diff=args.shadow_max_diff,
+            ),
+            health=HealthConfig(
+                periods=args.health_periods,
+                stall_s=bridge.connect_timeout_s + cfg.backoff_max_s + 1.0,
+            ),
+            metrics_host=args.metrics_host,
+            metrics_port=args.metrics_port,
+            summary=Path(args.summary) if args.summary else None,
+        ),
+    )
     _logger.info(
         "serving %s to %s, %s every %.1f ms (deadline %.1f ms)",
         args.artifact,
@@ -105,40 +187,47 @@ def run(args: argparse.Namespace) -> int:
         cfg.period_ms,
         cfg.deadline_ms,
     )
-    summary = run_until_signal(control.run)
+    summary = run_until_signal(service.run)
     if args.summary:
+        from rl2edge.fileio import write_json_atomic
+
         write_json_atomic(args.summary, summary)
-    lat = summary["latency_ms"]
-    print(
-        table(
-            [
-                "cycles",
-                "p50 ms",
-                "p99 ms",
-                "p99.9 ms",
-                "max ms",
-                "budget ms",
-                "misses",
-                "invalid",
-                "stale",
-                "refused",
-                "reconnects",
-            ],
-            [
-                [
-                    summary["cycles"],
-                    *(_ms(lat[k]) for k in ("p50", "p99", "p99.9", "max")),
-                    f"{cfg.deadline_ms:g}",
-                    summary["deadline_misses"],
-                    summary["invalid"],
-                    summary["stale"],
-                    summary["write_rejected"],
-                    summary["reconnects"],
-                ]
-            ],
-        )
-    )
+    print(summary_table(summary))
     return 0
+
+
+def summary_table(summary: dict[str, Any]) -> str:
+    lat = summary["latency_ms"]
+    updates = (summary.get("policy") or {}).get("updates") or {}
+    return table(
+        [
+            "cycles",
+            "p50 ms",
+            "p99 ms",
+            "p99.9 ms",
+            "max ms",
+            "budget ms",
+            "misses",
+            "invalid",
+            "stale",
+            "refused",
+            "reconnects",
+            "updates ok/refused",
+        ],
+        [
+            [
+                summary["cycles"],
+                *(_ms(lat[k]) for k in ("p50", "p99", "p99.9", "max")),
+                f"{summary['deadline_ms']:g}",
+                summary["deadline_misses"],
+                summary["invalid"],
+                summary["stale"],
+                summary["write_rejected"],
+                summary["reconnects"],
+                f"{updates.get('accepted', 0)}/{updates.get('refused', 0)}",
+            ]
+        ],
+    )
 
 
 def _ms(value: float | None) -> str:

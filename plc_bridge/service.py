@@ -1,0 +1,98 @@
+"""`rl2edge serve` as a plant service: the control loop with what runs beside it on the same event loop.
+
+- policy updates (`--watch`, SIGHUP): plc_bridge.policy_update;
+- Prometheus metrics, /healthz, /readyz (`--metrics-port`): plc_bridge.metrics;
+- systemd's readiness and watchdog notifications when started by a `Type=notify` unit;
+- the summary file rewritten atomically at every stats interval, by a worker thread (an fsync on the
+  device's eMMC can take milliseconds that belong to the control loop).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rl2edge.fileio import write_json_atomic
+from rl2edge.plc_bridge.loop import ControlLoop
+from rl2edge.plc_bridge.metrics import Health, HealthConfig, ServeMetrics
+from rl2edge.plc_bridge.policy_update import PolicyUpdates, UpdateConfig
+from rl2edge.plc_bridge.systemd_notify import SystemdNotifier
+
+_logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ServiceConfig:
+    updates: UpdateConfig
+    health: HealthConfig
+    metrics_host: str = "127.0.0.1"
+    metrics_port: int | None = None
+    summary: Path | None = None
+
+
+class ServeService:
+    def __init__(self, control: ControlLoop, cfg: ServiceConfig):
+        self.control, self.cfg = control, cfg
+        self.updates = PolicyUpdates(control, cfg.updates)
+        control.updater = self.updates
+        self.health = Health(control, cfg.health)
+        self.metrics = ServeMetrics(control, self.health) if cfg.metrics_port is not None else None
+        self._writer = ThreadPoolExecutor(1, thread_name_prefix="rl2edge-summary") if cfg.summary else None
+        if cfg.summary:
+            control.on_stats = self._write_summary
+
+    def _write_summary(self, summary: dict[str, Any]) -> None:
+        assert self._writer is not None and self.cfg.summary is not None
+        future = self._writer.submit(write_json_atomic, self.cfg.summary, summary)
+        future.add_done_callback(_log_failure)
+
+    async def run(self, stop: asyncio.Event) -> dict[str, Any]:
+        loop = asyncio.get_running_loop()
+        server = (
+            await self.metrics.start(self.cfg.metrics_host, self.cfg.metrics_port) if self.metrics else None
+        )
+        notifier = SystemdNotifier.from_environment()
+        loop.add_signal_handler(signal.SIGHUP, self.updates.request, "SIGHUP")
+        helpers = [asyncio.ensure_future(self.updates.run(stop))]
+        if notifier is not None:
+            helpers.append(asyncio.ensure_future(notifier.pet_while(lambda: self.health.alive()[0], stop)))
+            if notifier.watchdog_s is not None and notifier.watchdog_s < self.cfg.health.stall_s:
+                _logger.warning(
+                    "WatchdogSec=%gs is shorter than the longest wait that is not a hang (%g s: a connect attempt "
+                    "and a backoff); systemd may restart serve while it reconnects. Use WatchdogSec=%ds or more.",
+                    notifier.watchdog_s,
+                    self.cfg.health.stall_s,
+                    int(self.cfg.health.stall_s) + 3,
+                )
+            notifier.notify("READY=1", f"STATUS=serving {self.control.policy.manifest.path}")
+        try:
+            summary = await self.control.run(stop)
+        finally:
+            stop.set()
+            if notifier is not None:
+                notifier.notify("STOPPING=1")
+            for task in helpers:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+            loop.remove_signal_handler(signal.SIGHUP)
+            if server is not None:
+                server.close()
+                await server.wait_closed()
+            if self._writer is not None:
+                self._writer.shutdown(wait=True)  # the final summary must not race a periodic one
+            if notifier is not None:
+                notifier.close()
+        return summary
+
+
+def _log_failure(future: Any) -> None:
+    exc = future.exception()
+    if exc is not None:
+        _logger.warning("cannot rewrite the summary file: %s", exc)

@@ -36,7 +36,13 @@ from rl2edge.export.report import ExportReport, FileRow
 from rl2edge.export.source import ExportSource, source_from_checkpoint
 from rl2edge.export.tflite_convert import FLOAT_OPS, MODES, convert
 from rl2edge.export.tolerances import DEFAULT, RETURN_DROP_WARNING, Tolerances
-from rl2edge.export.verify import compare_actions, latency_interleaved_us, latency_us, require_fp32_parity
+from rl2edge.export.verify import (
+    compare_actions,
+    latency_interleaved_us,
+    latency_us,
+    parity_summary,
+    require_fp32_parity,
+)
 from rl2edge.fileio import atomic_directory, check_output_dir, write_bytes_atomic, write_json_atomic
 from rl2edge.interrupts import check_interrupted
 from rl2edge.runtime.interpreters import OnnxBackend, open_backend
@@ -378,9 +384,9 @@ def _verify_file(
             100 * RETURN_DROP_WARNING,
         )
     _logger.info(
-        "%s: %s, return %.1f (fp32 %.1f), predict p50 %.1f us",
+        "%s: %s vs the source, return %.1f (fp32 %.1f), predict p50 %.1f us",
         mode,
-        parity,
+        parity_summary(parity),
         closed["mean_return"],
         fp32_closed["mean_return"],
         latency["p50_us"],

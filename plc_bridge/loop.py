@@ -225,6 +225,8 @@ class ControlLoop:
         self.last_status: CycleStatus | None = None
         """The status of the last completed cycle (None before the first)."""
         self.last_cycle_at: float | None = None
+        self.outage_started: float | None = None
+        """When the current outage began (time.monotonic), while reconnecting after a loss."""
         self.progress_at = time.monotonic()
         """When the loop last showed it is alive: a cycle, a counted deadline miss, a connect attempt, a
         backoff wake-up (time.monotonic). /healthz and the systemd watchdog read it."""
@@ -494,6 +496,7 @@ class ControlLoop:
     async def _connect(self, stop: asyncio.Event) -> PlcClient | None:
         """A session whose node map checked out, after the STARTUP write; None if stopped first."""
         first, t0, attempt = self.counters.connection_losses == 0, time.monotonic(), 0
+        self.outage_started = None if first else t0
         while not stop.is_set():
             attempt += 1
             self.progress_at = time.monotonic()
@@ -521,6 +524,7 @@ class ControlLoop:
                 outage = time.monotonic() - t0
                 self.counters.reconnects += 1
                 self.counters.disconnected_s += outage
+                self.outage_started = None
                 _logger.info("reconnected to %s after %.1f s", self.bridge.endpoint, outage)
             await self._write_safe(plc, CycleStatus.STARTUP)
             return plc
@@ -564,6 +568,11 @@ class ControlLoop:
         if self.on_stats is not None:
             self.on_stats(self.summary(self._started))
 
+    def disconnected_s(self) -> float:
+        """Seconds without a session after a loss, the outage under way included."""
+        ongoing = 0.0 if self.outage_started is None else time.monotonic() - self.outage_started
+        return self.counters.disconnected_s + ongoing
+
     def summary(self, started: float) -> dict[str, Any]:
         s, late = self.latency.summary(), self.lateness.summary()
         summary = {
@@ -574,6 +583,7 @@ class ControlLoop:
             "deadline_ms": self.cfg.deadline_ms,
             "wall_time_s": time.time() - started,
             **asdict(self.counters),
+            "disconnected_s": self.disconnected_s(),
             "latency_ms": {
                 "p50": s["p50"],
                 "p99": s["p99"],

@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import errno
 import logging
+import os
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -217,7 +218,7 @@ class _LoopCollector:
             ("skipped_slots", n.skipped_slots, "Periods skipped because a cycle overran"),
             ("reconnects", n.reconnects, "Sessions re-established after a loss"),
             ("connection_losses", n.connection_losses, "Sessions lost"),
-            ("disconnected_seconds", n.disconnected_s, "Seconds without a session, outages that ended"),
+            ("disconnected_seconds", c.disconnected_s(), "Seconds without a session after a loss"),
         ):
             yield CounterMetricFamily(f"rl2edge_{name}", doc, value=value)
         yield GaugeMetricFamily(
@@ -267,7 +268,7 @@ def _artifact_labels(control: ControlLoop) -> dict[str, str]:
     model = m.model["file"]
     source = m.data.get("source") or {}
     return {
-        "path": str(m.path),
+        "path": os.path.realpath(m.path),
         "model": model,
         "sha256": str(m.data["files"].get(model, "")),
         "mode": str(m.quantization.get("mode", "")),

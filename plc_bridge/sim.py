@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import json
 import logging
 import socket
 from dataclasses import dataclass, field
@@ -44,6 +45,9 @@ class SimConfig:
     period_ms: float = 20.0
     episodes: int | None = None
     record: Path | None = None
+    trace: Path | None = None
+    """JSON lines, one per plant step: the sequence number, the observation it was published with and the
+    action the plant applied (what a PLC's trace buffer would hold)."""
     security: SecurityConfig = field(default_factory=SecurityConfig)
     strict: bool = False
 
@@ -157,6 +161,7 @@ class PlcSim:
         obs, _ = self.env.reset(seed=self.cfg.seed)
         seq = 1
         await self._publish(obs, seq)
+        trace = self.cfg.trace.open("w") if self.cfg.trace is not None else None
         try:
             while not stop.is_set():
                 if self.cfg.mode == "lockstep":
@@ -170,9 +175,19 @@ class PlcSim:
                 seq = int(await nodes.observation_seq.read_value())  # the PLC side may have been written
                 if self.cfg.mode == "lockstep" and int(await nodes.action_seq.read_value()) != seq:
                     continue
-                obs, reward, terminated, truncated, _ = self.env.step(
-                    self._env_action(await nodes.action.read_value())
-                )
+                action = self._env_action(await nodes.action.read_value())
+                if trace is not None:
+                    trace.write(
+                        json.dumps(
+                            {
+                                "seq": seq,
+                                "obs": np.asarray(obs, float).reshape(-1).tolist(),
+                                "action": np.asarray(action, float).reshape(-1).tolist(),
+                            }
+                        )
+                        + "\n"
+                    )
+                obs, reward, terminated, truncated, _ = self.env.step(action)
                 total += float(reward)
                 if terminated or truncated:
                     self.returns.append(total)
@@ -191,6 +206,8 @@ class PlcSim:
                 seq = (seq + 1) % (1 << 32)
                 await self._publish(obs, seq)
         finally:
+            if trace is not None:
+                trace.close()
             if self.cfg.record is not None:
                 write_json_atomic(
                     self.cfg.record,

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import sys
@@ -12,6 +13,7 @@ from collections.abc import Callable, Sequence
 from rl2edge.commands import COMMANDS
 from rl2edge.errors import Rl2EdgeError
 from rl2edge.interrupts import Interrupted, interruptible
+from rl2edge.native_output import native_output_hidden
 
 _logger = logging.getLogger("rl2edge")
 
@@ -88,11 +90,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         for handler in logging.getLogger().handlers:
             handler.addFilter(_one_line_asyncua)
     func: Callable[[argparse.Namespace], int] = args.func
+    quiet = contextlib.nullcontext()
+    if (
+        args.command in ("train", "export", "evaluate") and not args.verbose
+    ):  # TensorFlow's and LiteRT's noise
+        quiet = native_output_hidden(expected=(Rl2EdgeError, Interrupted))
     try:
-        if args.command in ("train", "export"):  # they write: a stop request must clean up, not kill
-            with interruptible():
-                return func(args)
-        return func(args)
+        with quiet:
+            if args.command in ("train", "export"):  # they write: a stop request must clean up, not kill
+                with interruptible():
+                    return func(args)
+            return func(args)
     except Rl2EdgeError as exc:
         print(f"rl2edge {args.command}: error: {exc}", file=sys.stderr)
         return 2

@@ -34,6 +34,9 @@ def add_parser(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
     ps.add_argument("--episodes", type=int, help="stop after N episodes")
     ps.add_argument("--record", help='write {"returns": [...]} here when stopping')
     ps.add_argument(
+        "--trace", help="write one JSON line per plant step here: seq, observation, applied action"
+    )
+    ps.add_argument(
         "--strict",
         action="store_true",
         help="refuse writes whose type or shape is not the node's (BadTypeMismatch), as real PLCs do",
@@ -46,6 +49,7 @@ def run(args: argparse.Namespace) -> int:
     from rl2edge.plc_bridge.sim import PlcSim, SimConfig
 
     check_output_file(args.record, "--record")
+    check_output_file(args.trace, "--trace")
     cfg = SimConfig(
         env_id=args.env,
         seed=args.seed,
@@ -54,6 +58,7 @@ def run(args: argparse.Namespace) -> int:
         period_ms=args.period_ms,
         episodes=args.episodes,
         record=Path(args.record) if args.record else None,
+        trace=Path(args.trace) if args.trace else None,
         security=security_config(args, "server"),
         strict=args.strict,
     )

@@ -112,6 +112,9 @@ class PolicyUpdates:
         self.counts = {"accepted": 0, "refused": 0, "unchanged": 0, "superseded": 0}
         self.latency = LatencyHistogram()
         """Cycles while an update was under way (load, shadow run, takeover cycle): the swap's cost."""
+        self.latency_other = LatencyHistogram()
+        """The other cycles, to set that cost against."""
+        self.misses_during = 0
         self.last_shadow: dict[str, Any] = {}
         self._wake = asyncio.Event()
         self._reason = ""
@@ -225,13 +228,14 @@ class PolicyUpdates:
         self, status: CycleStatus, obs: np.ndarray | None, action: list[float], seq: Any, latency_ms: float
     ) -> None:
         """After a cycle's write: account for the swap's cycles, and run the shadow."""
+        during = self.active or self._first_cycle_of is not None
         if self._first_cycle_of is not None:  # the takeover cycle
             self._first_cycle_of["first_sequence"] = seq if status == CycleStatus.OK else None
             self._first_cycle_of["first_status"] = status.name
+            self._first_cycle_of["takeover_latency_ms"] = round(latency_ms, 3)
             self._first_cycle_of = None
-            self.latency.add(latency_ms)
-        elif self.active:
-            self.latency.add(latency_ms)
+        (self.latency if during else self.latency_other).add(latency_ms)
+        self.misses_during += int(during and status == CycleStatus.DEADLINE_MISS)
         shadow = self._shadow
         if shadow is None:
             return
@@ -313,19 +317,19 @@ class PolicyUpdates:
         return record
 
     def summary(self) -> dict[str, Any]:
-        lat = self.latency.summary()
         return {
             "artifact": str(self.serving_artifact),
             "manifest_sha256": self.serving_digest,
             "updates": dict(self.counts),
-            "update_cycles_latency_ms": {
-                "cycles": self.latency.count,
-                "p50": lat["p50"],
-                "p99": lat["p99"],
-                "max": lat["max"],
-            },
+            "update_cycles_latency_ms": {**_figures(self.latency), "deadline_misses": self.misses_during},
+            "other_cycles_latency_ms": _figures(self.latency_other),
             "history": list(self.records),
         }
+
+
+def _figures(h: LatencyHistogram) -> dict[str, Any]:
+    s = h.summary()
+    return {"cycles": h.count, "p50": s["p50"], "p99": s["p99"], "max": s["max"]}
 
 
 def _shadow_text(result: dict[str, Any]) -> str:

@@ -44,6 +44,30 @@ def pendulum_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     )
 
 
+def flipped_run(run: Path, out: Path) -> Path:
+    """A copy of a discrete-action run whose actor's last layer is negated: the same specs, the opposite
+    preference at every observation (argmax of -logits), so it disagrees with the original everywhere
+    but at exact ties. What a wrong artifact with the right shape looks like."""
+    import json
+    import shutil
+
+    from safetensors.numpy import load_file, save_file
+
+    from rl2edge.fileio import sha256_file
+
+    shutil.copytree(run, out)
+    ckpt = json.loads((out / "checkpoint.json").read_text())
+    weights_file = out / ckpt["weights"]["file"]
+    weights = load_file(weights_file)
+    last = max(int(k.split(".")[1]) for k in weights if k.startswith("actor.") and k.endswith(".weight"))
+    for kind in ("weight", "bias"):
+        weights[f"actor.{last}.{kind}"] = -weights[f"actor.{last}.{kind}"]
+    save_file(weights, str(weights_file))
+    ckpt["weights"]["sha256"] = sha256_file(weights_file)
+    (out / "checkpoint.json").write_text(json.dumps(ckpt, indent=2))
+    return out
+
+
 def _export(run: Path, out: Path, quantize: str):
     from rl2edge.export.pipeline import ExportOptions, export_checkpoint
 
@@ -68,6 +92,17 @@ def cartpole_all(request: pytest.FixtureRequest):
 
 
 @pytest.fixture(scope="session")
+def cartpole_flipped(request: pytest.FixtureRequest) -> Path:
+    """CartPole fp32 from `flipped_run` of the cartpole run (the artifact folder)."""
+    if PREBUILT:
+        return Path(PREBUILT) / "cartpole-flipped"
+    tmp = request.getfixturevalue("tmp_path_factory").mktemp("cp_flipped")
+    run = flipped_run(request.getfixturevalue("cartpole_run"), tmp / "run")
+    _export(run, tmp / "fp32", "fp32")
+    return tmp / "fp32"
+
+
+@pytest.fixture(scope="session")
 def pendulum_fp32(request: pytest.FixtureRequest):
     return _artifacts(request, "pendulum_run", "pendulum-fp32", "fp32")
 
@@ -78,11 +113,13 @@ def pendulum_int8(request: pytest.FixtureRequest):
 
 
 def build_artifacts(out: Path) -> None:
-    """The fixtures' artifacts, for the edge test run: out/cartpole-all/<mode>, out/pendulum-{fp32,int8}."""
+    """The fixtures' artifacts, for the edge test run: out/cartpole-all/<mode>, out/cartpole-flipped,
+    out/pendulum-{fp32,int8}."""
     cp = tiny_train("CartPole-v1", out / "runs" / "cartpole", steps=4096)
     pd = tiny_train(
         "Pendulum-v1", out / "runs" / "pendulum", steps=2048, n_envs=2, n_steps=512, batch_size=256
     )
     _export(cp, out / "cartpole-all", "all")
+    _export(flipped_run(cp, out / "runs" / "cartpole-flipped"), out / "cartpole-flipped", "fp32")
     _export(pd, out / "pendulum-fp32", "fp32")
     _export(pd, out / "pendulum-int8", "int8")

@@ -146,7 +146,13 @@ class PolicyUpdates:
                 if stop.is_set():
                     break
                 self._wake.clear()
-                await self._consider(self._reason)
+                try:
+                    await self._consider(self._reason)
+                except (
+                    Exception
+                ) as exc:  # an interpreter's own exception type, say: refuse, never stop updating
+                    self._loading = False
+                    self._refuse(self.cfg.artifact, None, f"unexpected {type(exc).__name__}: {exc}")
         finally:
             stopping.cancel()
             if watcher is not None:

@@ -64,3 +64,27 @@ def mutate(
         else:
             parent[path[-1]] = copy.deepcopy(odd[int(rng.integers(len(odd)))])
     return m
+
+
+def flipped_run(run: Path, out: Path) -> Path:
+    """A copy of a discrete-action run whose actor's last layer is negated: the same specs, the opposite
+    preference at every observation (argmax of -logits), so it disagrees with the original everywhere
+    but at exact ties. What a wrong artifact with the right shape looks like."""
+    import json
+    import shutil
+
+    from safetensors.numpy import load_file, save_file
+
+    from rl2edge.fileio import sha256_file
+
+    shutil.copytree(run, out)
+    ckpt = json.loads((out / "checkpoint.json").read_text())
+    weights_file = out / ckpt["weights"]["file"]
+    weights = load_file(weights_file)
+    last = max(int(k.split(".")[1]) for k in weights if k.startswith("actor.") and k.endswith(".weight"))
+    for kind in ("weight", "bias"):
+        weights[f"actor.{last}.{kind}"] = -weights[f"actor.{last}.{kind}"]
+    save_file(weights, str(weights_file))
+    ckpt["weights"]["sha256"] = sha256_file(weights_file)
+    (out / "checkpoint.json").write_text(json.dumps(ckpt, indent=2))
+    return out

@@ -107,3 +107,18 @@ def test_plc_restart_soak_smoke(cartpole_all, tmp_path: Path) -> None:
         assert (tmp_path / f"plc_restart_soak.{ext}").stat().st_size > 0
     assert len(data["restarts"]) >= 2 and all(r["recovery_s"] is not None for r in data["restarts"])
     assert data["serve_exit_code"] == 0 and data["max_plc_sessions"] == 1
+
+
+def test_policy_swap_benchmark_smoke(cartpole_all, cartpole_flipped, pendulum_fp32, tmp_path: Path) -> None:
+    """Two swaps and the three refusals on a quiet machine: the script drives serve --watch through them
+    and writes its files (the must-show figures come from the 10-swap run with and without load)."""
+    from benchmarks.policy_swap import main
+
+    _, root = cartpole_all
+    args = ["--a", str(root / "fp32"), "--b", str(root / "fp16"), "--other", str(pendulum_fp32[1] / "")]
+    args += ["--flipped", str(cartpole_flipped), "--swaps", "2", "--conditions", "quiet", "--settle-s", "0.3"]
+    data = main([*args, "--out", str(tmp_path)])
+    for ext in ("json", "md", "png"):
+        assert (tmp_path / f"policy_swap.{ext}").stat().st_size > 0
+    (row,) = data["conditions"]
+    assert row["updates"]["accepted"] == 2 and row["updates"]["refused"] == 3 and row["serve_exit_code"] == 0

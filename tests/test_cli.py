@@ -42,11 +42,27 @@ def test_train_export_evaluate_with_the_documented_spellings(tmp_path: Path) -> 
     )
     assert proc.returncode == 0, proc.stderr
     assert "policy.tflite" in proc.stdout and "export success" in proc.stdout
+    for noise in NATIVE_NOISE:  # TensorFlow's, absl's and the converter's own output: not the user's business
+        assert noise not in proc.stdout + proc.stderr, noise
     proc = rl2edge("evaluate", art, "--env", "CartPole-v1", "--episodes", "3", "--seed", "0", "--json")
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert len(result["returns"]) == 3 and result["mean_return"] == pytest.approx(sum(result["returns"]) / 3)
     assert {"std_return", "backend"} <= set(result) and result["quantization"] == "int8"
+
+
+NATIVE_NOISE = ("W0000", "E0000", "I0000", "fully_quantize", "cuDNN", "XNNPACK delegate")
+
+
+def test_native_output_is_hidden_unless_verbose(cartpole_all) -> None:
+    """LiteRT prints its delegate line from C++ on every load: off the terminal by default, shown with -v."""
+    _, root = cartpole_all
+    args = ("evaluate", root / "fp32", "--env", "CartPole-v1", "--episodes", "1", "--json")
+    quiet, verbose = rl2edge(*args), rl2edge("-v", *args)
+    assert quiet.returncode == 0 and verbose.returncode == 0, quiet.stderr + verbose.stderr
+    assert "XNNPACK delegate" not in quiet.stdout + quiet.stderr
+    assert "XNNPACK delegate" in verbose.stdout + verbose.stderr
+    assert json.loads(quiet.stdout.strip().splitlines()[-1])["episodes"] == 1  # Python's own output kept
 
 
 def test_unknown_env_is_a_one_line_error_and_writes_nothing(tmp_path: Path) -> None:

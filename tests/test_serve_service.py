@@ -349,3 +349,35 @@ def test_systemd_watchdog_is_petted_while_the_loop_runs_and_not_once_it_hangs(
         f"the last pet came {watched_until - pets[-1]:.1f} s before the end"
     )
     assert "WatchdogSec=0.4s is shorter" in (tmp_path / "serve.log").read_text()
+
+
+def test_the_documented_config_file_and_unit_are_what_serve_reads(tmp_path: Path) -> None:
+    """docs/examples/serve.yaml parses into serve's options (paths taken relative to its folder), and the
+    unit starts serve from it with Type=notify and a watchdog above serve's stall limit."""
+    from rl2edge.cli import parse_args
+
+    docs = Path(__file__).resolve().parents[1] / "docs" / "examples"
+    args = parse_args(["serve", "--config", str(docs / "serve.yaml"), "--period-ms", "10"])
+    assert args.artifact == "/srv/rl2edge/policies/current" and args.endpoint == "opc.tcp://plc:4840"
+    assert args.period_ms == 10 and args.deadline_ms == 50 and args.watch is True  # the flag overrides
+    assert args.map == str(docs / "plant.yaml") and args.metrics_port == 9464
+    assert args.security == "sign_and_encrypt" and args.password_file == str(docs / "password")
+    unit = (docs / "rl2edge-serve.service").read_text()
+    assert (
+        "Type=notify" in unit
+        and "ExecStart=/opt/rl2edge/bin/rl2edge serve --config /etc/rl2edge/serve.yaml" in unit
+    )
+    watchdog_s = float(
+        next(ln for ln in unit.splitlines() if ln.startswith("WatchdogSec=")).split("=")[1].rstrip("s")
+    )
+    assert watchdog_s > 5.0 + 1.0 + 1.0  # connect timeout + longest backoff + 1 s: serve's stall limit
+
+
+def test_a_metrics_port_in_use_is_one_line(cartpole_all) -> None:
+    _, root = cartpole_all
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        proc = rl2edge("serve", root / "fp32", "--endpoint", "opc.tcp://127.0.0.1:1", "--metrics-port", port)
+    assert_clean_failure(proc, f"--metrics-port {port}: the port is in use")

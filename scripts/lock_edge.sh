@@ -8,5 +8,5 @@ TMP=$(mktemp -d); trap 'rm -rf "$TMP"' EXIT
 "$PY" -m venv "$TMP/venv" && "$TMP/venv/bin/pip" install --quiet pip-tools
 "$TMP/venv/bin/pip-compile" --quiet --generate-hashes --extra edge --strip-extras --no-emit-index-url --no-emit-find-links \
   -o "$TMP/lock" pyproject.toml
-{ sed -n '1,4p' requirements-edge.lock; sed '1,/^$/d' "$TMP/lock"; } > requirements-edge.lock.tmp
+{ sed -n '1,4p' requirements-edge.lock; awk 'body || !/^#/ { body = 1; print }' "$TMP/lock"; } > requirements-edge.lock.tmp
 mv requirements-edge.lock.tmp requirements-edge.lock

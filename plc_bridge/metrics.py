@@ -154,7 +154,7 @@ class ServeMetrics:
             f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
         )
         with contextlib.suppress(ConnectionError):
-            writer.write(head_out.encode() + (b"" if method_is_head(head) else body))
+            writer.write(head_out.encode() + (b"" if _is_head(head) else body))
             await writer.drain()
         writer.close()
 
@@ -177,7 +177,7 @@ class ServeMetrics:
         return 404, "text/plain; charset=utf-8", b"not found: try /metrics, /healthz or /readyz\n"
 
 
-def method_is_head(head: bytes) -> bool:
+def _is_head(head: bytes) -> bool:
     return head.startswith(b"HEAD ")
 
 

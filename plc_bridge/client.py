@@ -7,9 +7,10 @@ reads each node's DataType, ValueRank, ArrayDimensions and access level once, an
 `ConfigError` line a map that cannot carry the policy's observation and action. From then on it writes
 exactly each node's type and shape. A reconnect is a new PlcClient: nothing of the old session is reused.
 
-The handshake cannot be half-applied: `answer()` writes the action, the heartbeat and the status in one
-request and, only if the PLC accepted every one of them, the answered sequence number in a second. A PLC
-that steps when ActionSeq == ObservationSeq therefore never steps on an action it refused.
+The handshake cannot be half-applied: `answer()` writes the action and the heartbeat in one request and,
+only if the PLC accepted every one of them, the status and the answered sequence number in a second. A
+PLC that steps when ActionSeq == ObservationSeq therefore never steps on an action it refused, and never
+reads an OK status for it.
 """
 
 from __future__ import annotations
@@ -425,15 +426,18 @@ class PlcClient:
         return list(action)
 
     async def answer(self, action: Sequence[float], status: int, sequence: Any) -> WriteResult:
-        """The action, heartbeat and status; then, only if all three were accepted, the sequence number
-        they answer. ValueError if a value does not fit its node (the caller writes the safe action)."""
+        """The action and heartbeat; then, only if they were accepted, the status and the sequence number
+        they answer, in one request. The status is not written before the action is accepted: a PLC that
+        refuses the action sees the caller's WRITE_REJECTED, never a passing OK. ValueError if a value
+        does not fit its node (the caller writes the safe action)."""
         assert self.heartbeat_node and self.status_node and self.action_seq
-        first = [*self.action, self.heartbeat_node, self.status_node]
-        refused = await self._write(first, [*self._action_values(action), self._next_heartbeat(), status])
+        first = [*self.action, self.heartbeat_node]
+        refused = await self._write(first, [*self._action_values(action), self._next_heartbeat()])
         if refused:
             return WriteResult(refused)
-        refused = await self._write([self.action_seq], [sequence])
-        return WriteResult(refused, answered=not refused)
+        refused = await self._write([self.status_node, self.action_seq], [status, sequence])
+        seq_refused = any(r.startswith(f"{self.action_seq.role} ") for r in refused)
+        return WriteResult(refused, answered=not seq_refused)
 
     async def answer_in_one_request(self, action: Sequence[float], status: int, sequence: Any) -> WriteResult:
         """The handshake in one Write: a round trip cheaper than `answer`, but a PLC that refuses the

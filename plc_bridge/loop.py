@@ -1,8 +1,8 @@
 """The deadline-aware control loop of `rl2edge serve`.
 
 Each period: one Read (observation + the PLC's sequence number, with their qualities), validate, infer,
-then the handshake of `PlcClient.answer`: action + heartbeat + status, and only once the PLC accepted
-them, the sequence number they answer. Latency is measured from the cycle's scheduled start, so a late
+then the handshake of `PlcClient.answer`: action + heartbeat, and only once the PLC accepted them, the
+status with the sequence number they answer. Latency is measured from the cycle's scheduled start, so a late
 cycle counts as late.
 
 What goes wrong is sorted by what it means:

@@ -37,9 +37,16 @@ from rl2edge.plc_bridge.sim import free_port
 EXE = str(Path(sys.executable).with_name("rl2edge"))
 
 
+SCRAPES_MS: list[float] = []
+"""Round trip of every /metrics scrape (a client on the same machine): what a scrape costs serve's loop at most."""
+
+
 def _metrics(port: int) -> dict[Any, float]:
+    t0 = time.perf_counter()
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
-        return parse_metrics(r.read().decode())
+        text = r.read().decode()
+    SCRAPES_MS.append((time.perf_counter() - t0) * 1e3)
+    return parse_metrics(text)
 
 
 def _wait(predicate: Any, timeout_s: float, what: str) -> None:
@@ -136,6 +143,7 @@ def run_condition(args: argparse.Namespace, busy: bool, work: Path) -> dict[str,
         "load_s": [u["load_s"] for u in accepted],
         "refusal_reasons": [u["reason"] for u in pol["history"] if u["result"] == "refused"],
         "latency_ms": s["latency_ms"],
+        "scrape_ms": _percentiles(SCRAPES_MS),
     }
 
 
@@ -155,6 +163,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = ap.parse_args(argv)
     rows = []
     for cond in args.conditions.split(","):
+        SCRAPES_MS.clear()
         with tempfile.TemporaryDirectory() as tmp:
             rows.append(run_condition(args, cond == "busy", Path(tmp)))
         print(json.dumps(rows[-1]), flush=True)
@@ -165,6 +174,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     _plot(rows, out / "policy_swap.png")
     print(md)
     return data
+
+
+def _percentiles(values: list[float]) -> dict[str, Any]:
+    v = sorted(values)
+    if not v:
+        return {"n": 0}
+    return {"n": len(v), "p50": v[len(v) // 2], "p99": v[min(len(v) - 1, int(0.99 * len(v)))]}
 
 
 def _f(x: float | None) -> str:
@@ -183,6 +199,7 @@ def _markdown(data: dict[str, Any]) -> str:
                 f"{o['cycles']}: {_f(o['p50'])} / {_f(o['p99'])} / {_f(o['max'])}",
                 f"{u['deadline_misses']} / {r['deadline_misses']}",
                 _f(max(r["takeover_latency_ms"], default=None)),
+                f"{_f(r['scrape_ms'].get('p50'))} / {_f(r['scrape_ms'].get('p99'))} ({r['scrape_ms']['n']})",
                 f"{_f(sorted(r['load_s'])[len(r['load_s']) // 2] if r['load_s'] else None)} / "
                 f"{_f(max(r['load_s'], default=None))}",
             ]
@@ -195,6 +212,7 @@ def _markdown(data: dict[str, Any]) -> str:
             "other cycles: n, p50 / p99 / max ms",
             "misses in updates / all",
             "takeover cycle max ms",
+            "/metrics round trip p50 / p99 ms (scrapes)",
             "load s (median / max)",
         ],
         rows,

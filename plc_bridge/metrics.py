@@ -2,7 +2,7 @@
 
 The counters are read from the control loop at scrape time (one source of truth with the summary); the
 two latency histograms are observed once per cycle. The HTTP endpoint runs on the control loop's own
-event loop, between two cycles (a scrape's round trip is 0.6 ms p50 on the project's machine), and a
+event loop, between two cycles (a scrape's round trip is 1.3 ms p50 beside a 20 ms loop on the project's machine), and a
 blocked loop does not answer, which is what a liveness probe must see.
 """
 

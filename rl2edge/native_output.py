@@ -17,6 +17,7 @@ import os
 import sys
 import tempfile
 from collections.abc import Iterator
+from typing import BinaryIO
 
 SHOWN_ON_FAILURE = 40
 """Lines of captured native output shown when the command fails unexpectedly."""
@@ -68,9 +69,9 @@ def _flush_c_stdio() -> None:
         ctypes.CDLL(None).fflush(None)
 
 
-def _show_tail(sink: tempfile._TemporaryFileWrapper[bytes] | object) -> None:
-    sink.seek(0)  # type: ignore[attr-defined]
-    lines = sink.read().decode(errors="replace").splitlines()  # type: ignore[attr-defined]
+def _show_tail(sink: BinaryIO) -> None:
+    sink.seek(0)
+    lines = sink.read().decode(errors="replace").splitlines()
     if lines:
         tail = "\n".join(lines[-SHOWN_ON_FAILURE:])
         print(

@@ -7,7 +7,7 @@ does to its network output at predict time:
 
 | head          | used by                          | action                                   |
 | ------------- | -------------------------------- | ---------------------------------------- |
-| argmax        | PPO/A2C/DQN on Discrete          | argmax(out) + start                      |
+| argmax        | PPO/A2C/DQN/Rainbow on Discrete  | argmax(out) + start (Rainbow: expected Q) |
 | clip_unscale  | rl2edge PPO on Box               | center + clip(out, -1, 1) * half_range   |
 | clip          | SB3 PPO/A2C on Box               | clip(out, low, high)                     |
 | tanh_unscale  | SAC, squashed (gSDE) PPO         | center + tanh(out) * half_range          |

@@ -71,9 +71,9 @@ def check_noise_fits(spec: NoiseSpec, head: str, algo: str, discrete: bool) -> N
         )
     if head not in ("clip_unscale", "tanh_unscale", "unscale"):
         raise ExportError(f"--noise needs a head with a [-1, 1]-scaled action; this source's head is {head}")
-    if spec.kind == "policy" and algo not in ("sac", "ppo"):
+    if spec.kind == "policy" and algo not in ("sac", "ppo", "a2c"):
         raise ExportError(
-            f"--noise policy samples the policy's own distribution, implemented for rl2edge SAC and PPO "
+            f"--noise policy samples the policy's own distribution, implemented for rl2edge SAC, PPO and A2C "
             f"checkpoints; this source is {algo}. Use gaussian:sigma=... or ou:theta=...,sigma=..."
         )
 

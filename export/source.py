@@ -187,6 +187,10 @@ def source_from_checkpoint(run_dir: Path) -> ExportSource:
         "seed": meta.get("seed"),
         "total_timesteps": meta.get("total_timesteps"),
     }
+    if meta.get("network", {}).get("noisy"):
+        description["noisy_layers"] = (
+            "exported with their mean weights (mu); sigma and the noise are for exploration in training only"
+        )
     if ckpt.framework == "tf":
         from rl2edge.export.tf_source import tf_source
 

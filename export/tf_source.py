@@ -46,6 +46,9 @@ class GraphParts:
     latent_depth: int = 0
     log_std_const: np.ndarray | None = None
     log_std_bounds: tuple[float, float] = (-20.0, 2.0)
+    actor_fn: Any = None
+    """The actor when it is not a chain of Dense layers (Rainbow's dueling/C51 head): normalized obs ->
+    the head's input, weights as constants."""
 
 
 def _deployable_module(parts: GraphParts, noise: Any = None) -> Any:
@@ -60,7 +63,7 @@ def _deployable_module(parts: GraphParts, noise: Any = None) -> Any:
     head, obs_dim = parts.head, parts.obs_dim
     latent = _frozen_actor(parts.dense[: parts.latent_depth]) if parts.log_std_dense is not None else None
     mu = _frozen_actor(parts.dense[parts.latent_depth :]) if latent is not None else None
-    actor = _frozen_actor(parts.dense)
+    actor = parts.actor_fn if parts.actor_fn is not None else _frozen_actor(parts.dense)
     log_std_layer = _frozen_actor([parts.log_std_dense]) if parts.log_std_dense is not None else None
     act_dim = 1 if transform.discrete else int(np.prod(parts.action_spec["shape"]))
     obs_spec = lambda n, name=None: tf.TensorSpec([n, obs_dim], tf.float32, name=name)  # noqa: E731
@@ -215,6 +218,8 @@ def tf_source(ckpt: Checkpoint, description: dict[str, Any]) -> TFSource:
         parts.log_std_dense = dense_layers(model.log_std)[0]
         parts.latent_depth = len(dense_layers(model.latent))
         parts.log_std_bounds = (float(spec["log_std_min"]), float(spec["log_std_max"]))
+    elif kind == "rainbow_mlp":  # expected Q over the atoms, mean weights of the noisy layers
+        parts.actor_fn = model.q_net.frozen_expected_q()
     elif kind == "actor_critic_mlp" and getattr(model, "log_std", None) is not None:
         parts.log_std_const = model.log_std.numpy().astype(np.float32)
     module = _deployable_module(parts)

@@ -49,7 +49,10 @@ def onnx_to_saved_model(onnx_path: Path, out_dir: Path) -> Path:
 # observation is normalized exactly as in training, and only the network, whose input is then
 # well-scaled, is quantized. Quantizing raw observations per tensor would give a small-range feature
 # (CartPole's pole angle, +-0.2 rad, next to positions of +-2.4 m) a handful of levels.
-FLOAT_OPS = ["SUB", "MUL", "ADD", "MINIMUM", "MAXIMUM"]
+# Rainbow's C51 head (softmax over atoms, times the support, summed; the dueling mean) stays float32 too:
+# int8 probabilities have a fixed 1/256 step, and summed over 51 atoms times a support of tens that is an
+# error in the expected Q larger than the gaps between actions that the argmax decides on.
+FLOAT_OPS = ["SUB", "MUL", "ADD", "MINIMUM", "MAXIMUM", "SOFTMAX", "SUM", "MEAN"]
 
 
 def convert(

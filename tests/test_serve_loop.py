@@ -18,10 +18,23 @@ from rl2edge.train.core.evaluation import evaluate
 from tests.plc_helpers import free_port, read, running, stop, wait_for_server, wait_until, write
 
 
-@pytest.mark.parametrize("mode", ["cyclic", "subscription"])
-def test_lockstep_loop_gives_the_returns_of_evaluate(cartpole_all, tmp_path: Path, mode: str) -> None:
-    _, root = cartpole_all
-    art = root / "fp32"
+@pytest.mark.parametrize(
+    ("policy", "mode"),
+    [
+        ("ppo-fp32", "cyclic"),
+        ("ppo-fp32", "subscription"),
+        ("a2c-int8", "cyclic"),
+        ("rainbow-int8", "cyclic"),
+    ],
+)
+def test_lockstep_loop_gives_the_returns_of_evaluate(
+    request: pytest.FixtureRequest, tmp_path: Path, policy: str, mode: str
+) -> None:
+    # A2C's and Rainbow's int8 files (Rainbow: the expected-Q head over C51 atoms) serve like PPO's.
+    if policy == "ppo-fp32":
+        art = request.getfixturevalue("cartpole_all")[1] / "fp32"
+    else:
+        art = request.getfixturevalue(policy.replace("-", "_"))[1]
     url = f"opc.tcp://127.0.0.1:{free_port()}"
     record, summary = tmp_path / "returns.json", tmp_path / "serve.json"
     with running(

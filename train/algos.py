@@ -71,6 +71,14 @@ ALGOS: dict[str, Algo] = {
             ("discrete", "box"),
             "clip_unscale",
         ),
+        Algo(  # PPO's driver and networks; one gradient step per rollout, RMSprop
+            "a2c",
+            "rl2edge.train.core.config:A2CConfig",
+            _PPO_DRIVER,
+            {"torch": "rl2edge.train.torch_backend.a2c:TorchA2C", "tf": "rl2edge.train.tf_backend.a2c:TFA2C"},
+            ("discrete", "box"),
+            "clip_unscale",
+        ),
         Algo(
             "sac",
             f"{_OFF_CONFIG}:SACConfig",
@@ -100,6 +108,17 @@ ALGOS: dict[str, Algo] = {
             f"{_OFF_CONFIG}:DQNConfig",
             _OFF_DRIVER,
             {"torch": "rl2edge.train.torch_backend.dqn:TorchDQN", "tf": "rl2edge.train.tf_backend.dqn:TFDQN"},
+            ("discrete",),
+            "argmax",
+        ),
+        Algo(  # DQN's driver with n-step, prioritized replay; every component switchable
+            "rainbow",
+            f"{_OFF_CONFIG}:RainbowConfig",
+            _OFF_DRIVER,
+            {
+                "torch": "rl2edge.train.torch_backend.rainbow:TorchRainbow",
+                "tf": "rl2edge.train.tf_backend.rainbow:TFRainbow",
+            },
             ("discrete",),
             "argmax",
         ),

@@ -1,6 +1,6 @@
 """Training configuration: defaults (SB3's), then the env's preset, then a user's config file, then the CLI.
 
-PPO's config is here; the off-policy algorithms' are in train.core.offpolicy_config."""
+PPO's and A2C's configs are here; the off-policy algorithms' are in train.core.offpolicy_config."""
 
 from __future__ import annotations
 
@@ -75,7 +75,7 @@ class PPOConfig:
 
     def validate(self) -> None:
         positive = ("n_timesteps", "n_envs", "n_steps", "batch_size", "n_epochs")
-        for name in positive:
+        for name in (n for n in positive if getattr(self, n) is not None):  # A2C: batch_size None
             if int(getattr(self, name)) <= 0:
                 raise ConfigError(f"{name} must be a positive integer, got {getattr(self, name)}")
         if not 0.0 < self.gamma <= 1.0 or not 0.0 <= self.gae_lambda <= 1.0:
@@ -86,6 +86,72 @@ class PPOConfig:
             raise ConfigError(f"activation must be tanh or relu, got {self.activation!r}")
         if self.policy != "MlpPolicy":
             raise ConfigError(f"policy {self.policy!r} is not implemented; use MlpPolicy")
+
+
+@dataclass
+class A2CConfig:
+    """A2C (Mnih et al. 2016) as SB3 runs it: synchronous envs, n_steps per env, one gradient step on the
+    whole rollout, RMSprop. It trains through PPO's driver; the class attributes below are what that
+    driver reads and A2C fixes."""
+
+    algo = "a2c"  # class attributes, not hyperparameters:
+    n_epochs = 1  # one pass over each rollout,
+    batch_size = None  # as one batch (the mean over all n_envs * n_steps transitions),
+    target_kl = None  # no early stop,
+    clip_range = None  # and no clipped surrogate.
+
+    n_timesteps: int = 1_000_000
+    """Total environment steps (all envs together); --steps overrides it."""
+    n_envs: int = 1
+    """Environments stepped together in one process."""
+    n_steps: int = 5
+    """Steps per env per rollout; one gradient step per rollout."""
+    gamma: float = 0.99
+    """Discount factor."""
+    gae_lambda: float = 1.0
+    """GAE lambda; 1 is the classic n-step return."""
+    learning_rate: Schedule = field(default_factory=lambda: Schedule(7e-4))
+    """Step size; 'lin_X' anneals linearly to 0."""
+    ent_coef: float = 0.0
+    """Entropy bonus weight."""
+    vf_coef: float = 0.5
+    """Value loss weight."""
+    max_grad_norm: float = 0.5
+    """Global gradient norm clip."""
+    use_rms_prop: bool = True
+    """RMSprop (PyTorch's form: eps outside the square root, alpha 0.99) as SB3; False: Adam."""
+    rms_prop_eps: float = 1e-5
+    """RMSprop's epsilon."""
+    normalize_advantage: bool = False
+    """Normalize advantages over the rollout."""
+    net_arch: list[int] = field(default_factory=lambda: [64, 64])
+    """Hidden layer sizes of the (separate) actor and critic MLPs."""
+    activation: str = "tanh"
+    """Hidden activation: tanh or relu."""
+    log_std_init: float = 0.0
+    """Initial log standard deviation of the Gaussian policy (Box actions)."""
+    normalize_obs: bool = True
+    """Running observation normalization; its frozen statistics are folded into the exported graph."""
+    norm_obs_clip: float = 10.0
+    """Clip of normalized observations."""
+    eval_freq: int = 10_000
+    """Deterministic evaluation every this many env steps (0: off)."""
+    eval_episodes: int = 5
+    """Episodes per periodic evaluation."""
+    keep_best: bool = True
+    """Checkpoint the policy of the best periodic evaluation rather than the last update's."""
+    policy: str = "MlpPolicy"
+    """Zoo compatibility; only MlpPolicy is implemented."""
+
+    RMSPROP_ALPHA = 0.99  # SB3's optimizer_kwargs for A2C; not a hyperparameter there either
+
+    def to_json(self) -> dict[str, Any]:
+        return config_to_json(self)
+
+    def validate(self) -> None:
+        PPOConfig.validate(self)  # type: ignore[arg-type]  # the same fields, the same rules
+        if self.rms_prop_eps <= 0:
+            raise ConfigError(f"rms_prop_eps must be positive, got {self.rms_prop_eps}")
 
 
 def config_to_json(cfg: Any) -> dict[str, Any]:
@@ -113,6 +179,8 @@ def _apply(cfg: Any, values: dict[str, Any], source: str) -> None:
                 value = int(float(value))
             except (TypeError, ValueError):
                 raise ConfigError(f"{source}: {key} must be an integer, got {value!r}") from None
+        elif kind == "bool" and not isinstance(value, bool):  # "false" would be truthy
+            raise ConfigError(f"{source}: {key} must be true or false, got {value!r}")
         elif kind in ("float", "float | None") and value is not None:
             try:  # YAML reads 1e-3 (no dot) as a string
                 value = float(value)

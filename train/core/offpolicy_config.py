@@ -214,3 +214,60 @@ class DQNConfig(OffPolicyConfig):
         return self.exploration_initial_eps + frac * (
             self.exploration_final_eps - self.exploration_initial_eps
         )
+
+
+@dataclass
+class RainbowConfig(DQNConfig):
+    """Rainbow (Hessel et al. 2018): DQN plus six components, each switchable here. With every switch off
+    (double_q too) and n_step 1 this is DQN, step for step (a test holds it to that)."""
+
+    algo = "rainbow"
+
+    dueling: bool = True
+    """Dueling heads: Q = V + A - mean_a A (per atom when distributional)."""
+    prioritized: bool = True
+    """Proportional prioritized replay on a sum tree."""
+    per_alpha: float = 0.5
+    """Priority exponent: P(i) ~ p_i^alpha (0: uniform)."""
+    per_beta: float = 0.4
+    """Initial importance-weight exponent, annealed linearly to 1 over the run."""
+    per_eps: float = 1e-6
+    """Added to |TD| (or the distributional loss) so no transition's priority is 0."""
+    n_step: int = 3
+    """Steps of the return; cut at termination, bootstrapped (gamma^k) at truncation."""
+    distributional: bool = True
+    """C51 head: a categorical return distribution over n_atoms fixed atoms in [v_min, v_max]."""
+    n_atoms: int = 51
+    """Atoms of the distribution."""
+    v_min: float = -10.0
+    """Smallest atom (the return's support; returns outside are clipped onto its ends)."""
+    v_max: float = 10.0
+    """Largest atom."""
+    noisy: bool = True
+    """Factorized-Gaussian noisy linear layers in the heads (exploration); exported with their mean weights."""
+    noisy_sigma0: float = 0.5
+    """Initial sigma scale of the noisy layers (sigma = sigma0 / sqrt(fan_in))."""
+    exploration_initial_eps: float = 0.0
+    """Epsilon at the start (0: the noisy layers explore)."""
+    exploration_final_eps: float = 0.0
+    """Epsilon after exploration_fraction of the run."""
+    learning_starts: int = 1000
+    """Env steps of uniformly random actions before the first gradient step."""
+
+    def validate(self) -> None:
+        super().validate()
+        if self.n_step < 1:
+            raise ConfigError(f"n_step must be >= 1, got {self.n_step}")
+        if self.distributional and (self.n_atoms < 2 or not self.v_min < self.v_max):
+            raise ConfigError(
+                f"the C51 head needs n_atoms >= 2 and v_min < v_max, got {self.n_atoms}, {self.v_min}, {self.v_max}"
+            )
+        if not 0.0 <= self.per_alpha <= 1.0 or not 0.0 <= self.per_beta <= 1.0 or self.per_eps <= 0:
+            raise ConfigError("per_alpha and per_beta must be in [0, 1] and per_eps positive")
+        if self.noisy_sigma0 < 0:
+            raise ConfigError(f"noisy_sigma0 must be >= 0, got {self.noisy_sigma0}")
+
+    def beta(self, step: int) -> float:
+        """Importance-weight exponent: per_beta at the start, 1 at the end of the run."""
+        frac = min(1.0, step / max(1, self.n_timesteps))
+        return self.per_beta + frac * (1.0 - self.per_beta)

@@ -1,7 +1,8 @@
-"""The off-policy driver (SAC, TD3, DDPG, DQN), framework-neutral and top to bottom in execution order:
-seeding, envs, random warm-up, exploration (the policy's own sampling, action noise, or epsilon-greedy),
-the replay buffer, training phases of stacked batches, DQN's target period, periodic deterministic
-evaluation, metrics, checkpoint. A backend supplies the networks and the gradient steps, as an
+"""The off-policy driver (SAC, TD3, DDPG, DQN, Rainbow), framework-neutral and top to bottom in execution
+order: seeding, envs, random warm-up, exploration (the policy's own sampling, action noise, epsilon-greedy,
+or noisy layers), the replay buffer (uniform, or prioritized with n-step transitions for Rainbow),
+training phases of stacked batches, DQN's target period, periodic deterministic evaluation, metrics,
+checkpoint. A backend supplies the networks and the gradient steps, as an
 `OffPolicyAgent`; the float work of sampling and normalizing batches happens here, once, for both.
 
 Semantics follow SB3, so that Zoo hyperparameters mean the same: train_freq counts env steps per env,
@@ -22,8 +23,15 @@ import numpy as np
 from rl2edge.errors import ConfigError
 from rl2edge.train.core.finish import TrainingRun, TrainResult
 from rl2edge.train.core.noise import GaussianNoise, OUNoise
-from rl2edge.train.core.offpolicy_config import DQNConfig, OffPolicyConfig, SACConfig, TD3Config
-from rl2edge.train.core.replay import ReplayBatch, ReplayBuffer
+from rl2edge.train.core.nstep import NStepCollector
+from rl2edge.train.core.offpolicy_config import (
+    DQNConfig,
+    OffPolicyConfig,
+    RainbowConfig,
+    SACConfig,
+    TD3Config,
+)
+from rl2edge.train.core.replay import PrioritizedReplayBuffer, ReplayBatch, ReplayBuffer
 from rl2edge.train.core.spaces import obs_dim, output_width
 
 _logger = logging.getLogger(__name__)
@@ -70,6 +78,18 @@ def network_spec(cfg: OffPolicyConfig, obs_spec: dict[str, Any], act_spec: dict[
         "net_arch": [int(w) for w in cfg.net_arch],
         "activation": cfg.activation,
     }
+    if isinstance(cfg, RainbowConfig):
+        return {
+            "type": "rainbow_mlp",
+            **common,
+            "dueling": bool(cfg.dueling),
+            "noisy": bool(cfg.noisy),
+            "noisy_sigma0": float(cfg.noisy_sigma0),
+            "distributional": bool(cfg.distributional),
+            "n_atoms": int(cfg.n_atoms) if cfg.distributional else 1,
+            "v_min": float(cfg.v_min),
+            "v_max": float(cfg.v_max),
+        }
     if isinstance(cfg, DQNConfig):
         return {"type": "dqn_mlp", **common}
     if isinstance(cfg, SACConfig):
@@ -101,7 +121,15 @@ def train_offpolicy(
     n_envs, a_dim = cfg.n_envs, output_width(act_spec)
     network = network_spec(cfg, obs_spec, act_spec)
     agent = make_agent(network, cfg, seed, device)
-    buffer = ReplayBuffer(min(cfg.buffer_size, cfg.n_timesteps + n_envs), obs_shape, discrete, a_dim)
+    capacity = min(cfg.buffer_size, cfg.n_timesteps + n_envs)
+    rainbow = cfg if isinstance(cfg, RainbowConfig) else None
+    nstep = NStepCollector(rainbow.n_step, rainbow.gamma, n_envs) if rainbow else None
+    if rainbow and rainbow.prioritized:
+        buffer: ReplayBuffer = PrioritizedReplayBuffer(
+            capacity, obs_shape, discrete, a_dim, rainbow.per_alpha, rainbow.per_eps
+        )
+    else:
+        buffer = ReplayBuffer(capacity, obs_shape, discrete, a_dim, with_discounts=rainbow is not None)
     noise: GaussianNoise | OUNoise | None = None
     if isinstance(cfg, TD3Config) and cfg.noise_type == "normal":
         noise = GaussianNoise(cfg.noise_std, a_dim, n_envs, rng)
@@ -126,8 +154,8 @@ def train_offpolicy(
                     if discrete
                     else rng.uniform(-1.0, 1.0, size=(n_envs, a_dim)).astype(np.float32)
                 )
-            elif isinstance(cfg, DQNConfig):
-                action = agent.deterministic(norm.normalize(raw_obs)).astype(np.int64)
+            elif isinstance(cfg, DQNConfig):  # Rainbow's explore draws its noisy layers' noise
+                action = agent.explore(norm.normalize(raw_obs)).astype(np.int64)
                 explore = rng.random(n_envs) < cfg.epsilon(global_step)
                 action[explore] = rng.integers(0, act_spec["n"], size=int(explore.sum()))
             else:
@@ -140,7 +168,12 @@ def train_offpolicy(
             real_next = next_raw.copy()  # the reset observation is not the transition's successor
             for i in np.flatnonzero(done):
                 real_next[i] = info["final_obs"][i]
-            buffer.add(raw_obs, action, reward.astype(np.float32), real_next, terminated)
+            if nstep is None:
+                buffer.add(raw_obs, action, reward.astype(np.float32), real_next, terminated)
+            elif (ready := nstep.add(raw_obs, action, reward, real_next, terminated, truncated)) is not None:
+                buffer.add(
+                    ready.obs, ready.actions, ready.rewards, ready.next_obs, ready.terminated, ready.discounts
+                )
             ep_returns += reward
             for i in np.flatnonzero(done):
                 recent_returns.append(float(ep_returns[i]))
@@ -159,7 +192,10 @@ def train_offpolicy(
             if (it + 1) % cfg.train_freq == 0 and global_step > cfg.learning_starts:
                 agent.set_learning_rate(cfg.learning_rate(1.0 - global_step / cfg.n_timesteps))
                 n = cfg.gradient_steps if cfg.gradient_steps > 0 else cfg.train_freq * n_envs
-                stats = agent.train(buffer.sample(n, cfg.batch_size, rng, norm.normalize))
+                if rainbow is None:
+                    stats = agent.train(buffer.sample(n, cfg.batch_size, rng, norm.normalize))
+                elif len(buffer):
+                    stats = train_rainbow(agent, buffer, n, rainbow, rng, norm.normalize, global_step)
 
             evaluating = run.evaluation_due(global_step)
             if global_step >= next_log or evaluating:
@@ -178,3 +214,26 @@ def train_offpolicy(
     finally:
         run.close(bar)
     return run.finish(agent, global_step, network)
+
+
+def train_rainbow(
+    agent: Any,
+    buffer: ReplayBuffer,
+    n: int,
+    cfg: RainbowConfig,
+    rng: np.random.Generator,
+    normalize: Callable[[np.ndarray], np.ndarray],
+    global_step: int,
+) -> np.ndarray:
+    """n gradient steps, each on a batch sampled after the previous step's priorities were written back.
+    Uniform replay samples all n batches at once, as DQN does (the same random draws)."""
+    if not isinstance(buffer, PrioritizedReplayBuffer):
+        return agent.train_prioritized(buffer.sample(n, cfg.batch_size, rng, normalize))[0]
+    beta = cfg.beta(global_step)
+    rows = []
+    for _ in range(n):
+        batch = buffer.sample(1, cfg.batch_size, rng, normalize, beta)
+        stats, priorities = agent.train_prioritized(batch)
+        buffer.update_priorities(batch.indices, priorities)
+        rows.append(stats)
+    return np.mean(rows, axis=0)

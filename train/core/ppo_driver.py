@@ -1,4 +1,4 @@
-"""PPO's framework-neutral driver, top to bottom in execution order: seeding, envs, rollout with
+"""PPO's (and A2C's) framework-neutral driver, top to bottom in execution order: seeding, envs, rollout with
 recorded log-probs and values, GAE and minibatches (train.core.rollout), the update loop over epochs,
 periodic deterministic evaluation, metrics, checkpoint. A backend (torch or tf) supplies only the
 network, the loss and the optimizer step, as a `PPOAgent`.
@@ -14,7 +14,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from rl2edge.train.core.config import PPOConfig
+from rl2edge.train.core.config import A2CConfig, PPOConfig
 from rl2edge.train.core.finish import TrainingRun, TrainResult
 from rl2edge.train.core.rollout import Minibatch, RolloutBuffer, check_minibatch
 from rl2edge.train.core.spaces import obs_dim, output_width
@@ -57,7 +57,7 @@ AgentFactory = Callable[[dict[str, Any], PPOConfig, int, str], PPOAgent]
 
 def train_ppo(
     env_id: str,
-    cfg: PPOConfig,
+    cfg: PPOConfig | A2CConfig,
     seed: int,
     run_dir: Path,
     make_agent: AgentFactory,
@@ -83,6 +83,8 @@ def train_ppo(
     buffer = RolloutBuffer(cfg.n_steps, cfg.n_envs, obs_shape, discrete, output_width(act_spec))
 
     batch_steps = cfg.n_envs * cfg.n_steps
+    minibatch = cfg.batch_size or batch_steps  # A2C: the whole rollout, one gradient step
+    stat_names = getattr(agent, "stat_names", STAT_NAMES)
     n_updates = max(1, math.ceil(cfg.n_timesteps / batch_steps))
     gamma32 = np.float32(cfg.gamma)
     raw_obs, _ = envs.reset(seed=seed)
@@ -94,7 +96,7 @@ def train_ppo(
     try:
         for update in range(n_updates):
             progress_remaining = 1.0 - update / n_updates
-            clip = cfg.clip_range(progress_remaining)
+            clip = cfg.clip_range(progress_remaining) if cfg.clip_range is not None else 0.0
             lr = cfg.learning_rate(progress_remaining)
             agent.set_learning_rate(lr)
 
@@ -122,8 +124,7 @@ def train_ppo(
             # UPDATE: n_epochs over shuffled minibatches; the backend does the gradient steps. Without a
             # target KL all epochs go to the backend at once (TF runs them in one compiled call).
             epochs = [
-                list(buffer.minibatches(cfg.batch_size, rng, cfg.normalize_advantage))
-                for _ in range(cfg.n_epochs)
+                list(buffer.minibatches(minibatch, rng, cfg.normalize_advantage)) for _ in range(cfg.n_epochs)
             ]
             if update == 0:
                 check_minibatch(epochs[0][0], obs_shape, discrete, output_width(act_spec))
@@ -136,10 +137,10 @@ def train_ppo(
                     if done_epochs[-1][3] > 1.5 * cfg.target_kl:
                         break
                 stats_arr = np.mean(done_epochs, axis=0)
-            stats = dict(zip(STAT_NAMES, np.asarray(stats_arr, np.float64).tolist(), strict=True))
+            stats = dict(zip(stat_names, np.asarray(stats_arr, np.float64).tolist(), strict=True))
             bar.update(batch_steps)
 
-            row = {"lr": lr, "clip_range": clip, **stats}
+            row = {"lr": lr, **({"clip_range": clip} if cfg.clip_range is not None else {}), **stats}
             if recent_returns:
                 row["rollout_return_mean"] = float(np.mean(recent_returns[-20:]))
                 bar.set_postfix(ret=f"{row['rollout_return_mean']:.1f}")

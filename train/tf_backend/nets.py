@@ -266,8 +266,172 @@ class DQNNets(keras.Model):
         return dense_layers(self.q_net)
 
 
-def nets_from_spec(spec: dict[str, Any], seed: int = 0) -> SACNets | TD3Nets | DQNNets:
+class NoisyDense(keras.layers.Layer):
+    """The twin of torch's NoisyLinear (factorized Gaussian): `call(x)` uses the mean weights, `call(x, noise)`
+    the (eps_in, eps_out) pair drawn by `draw_noise` from the agent's one generator."""
+
+    def __init__(self, units: int, fan_in: int, sigma0: float, activation: str | None, seed: int, name: str):
+        super().__init__(name=name)
+        bound = 1.0 / math.sqrt(fan_in)
+        uniform = lambda s: keras.initializers.RandomUniform(-bound, bound, seed=s)  # noqa: E731
+        sigma = keras.initializers.Constant(sigma0 * bound)
+        self.units, self.fan_in = units, fan_in
+        self.activation = keras.activations.get(activation)
+        self.kernel_mu = self.add_weight(shape=(fan_in, units), initializer=uniform(seed), name="kernel_mu")
+        self.kernel_sigma = self.add_weight(shape=(fan_in, units), initializer=sigma, name="kernel_sigma")
+        self.bias_mu = self.add_weight(shape=(units,), initializer=uniform(seed + 1), name="bias_mu")
+        self.bias_sigma = self.add_weight(shape=(units,), initializer=sigma, name="bias_sigma")
+        self.built = True
+
+    def draw_noise(self, rng: tf.random.Generator) -> tuple[tf.Tensor, tf.Tensor]:
+        f = lambda x: tf.sign(x) * tf.sqrt(tf.abs(x))  # noqa: E731
+        return f(rng.normal([self.fan_in])), f(rng.normal([self.units]))
+
+    def call(self, x: tf.Tensor, noise: tuple[tf.Tensor, tf.Tensor] | None = None) -> tf.Tensor:
+        if noise is None:
+            return self.activation(tf.matmul(x, self.kernel_mu) + self.bias_mu)
+        eps_in, eps_out = noise
+        kernel = self.kernel_mu + self.kernel_sigma * (eps_in[:, None] * eps_out[None, :])
+        return self.activation(tf.matmul(x, kernel) + self.bias_mu + self.bias_sigma * eps_out)
+
+
+class RainbowQ(keras.Model):
+    """The twin of torch's RainbowQNetwork: plain trunk, advantage (and value) streams of two layers each,
+    noisy or plain, dueling aggregation per atom, expected Q over the C51 support. With every switch off its
+    layers and their seeds are DQNNets' q_net's, in the same order."""
+
+    def __init__(self, spec: dict[str, Any], seeds: Iterator[int], name: str):
+        super().__init__(name=name)
+        hidden, act = list(spec["net_arch"]), spec["activation"]
+        self.n_actions, self.n_atoms = int(spec["act_dim"]), int(spec["n_atoms"])
+        self.distributional, self.dueling = bool(spec["distributional"]), bool(spec["dueling"])
+        self.noisy, sigma0 = bool(spec["noisy"]), float(spec.get("noisy_sigma0", 0.5))
+        self.trunk = (
+            mlp(spec["obs_dim"], hidden[:-1], act, None, seeds, f"{name}_trunk") if len(hidden) > 1 else None
+        )
+        last = hidden[-2] if len(hidden) > 1 else spec["obs_dim"]
+
+        def stream(out_dim: int, tag: str) -> list[Any]:
+            if self.noisy:
+                return [
+                    NoisyDense(hidden[-1], last, sigma0, act, next(seeds), f"{name}_{tag}_0"),
+                    NoisyDense(out_dim, hidden[-1], sigma0, None, next(seeds), f"{name}_{tag}_out"),
+                ]
+            layers = [
+                _dense(hidden[-1], last, act, next(seeds), f"{name}_{tag}_0"),
+                _dense(out_dim, hidden[-1], None, next(seeds), f"{name}_{tag}_out"),
+            ]
+            layers[0].build((None, last))
+            layers[1].build((None, hidden[-1]))
+            return layers
+
+        self.advantage = stream(self.n_actions * self.n_atoms, "advantage")
+        self.value = stream(self.n_atoms, "value") if self.dueling else []
+        self.support = tf.linspace(float(spec["v_min"]), float(spec["v_max"]), self.n_atoms)
+        self.built = True
+
+    def noisy_layers(self) -> list[NoisyDense]:
+        return [layer for layer in (*self.advantage, *self.value) if isinstance(layer, NoisyDense)]
+
+    def draw_noise(self, rng: tf.random.Generator) -> list[tuple[tf.Tensor, tf.Tensor]] | None:
+        return [layer.draw_noise(rng) for layer in self.noisy_layers()] if self.noisy else None
+
+    def _stream(self, layers: list[Any], h: tf.Tensor, noise: list[Any] | None) -> tf.Tensor:
+        for layer in layers:
+            h = layer(h, noise.pop(0)) if noise is not None else layer(h)
+        return h
+
+    def logits(self, obs: tf.Tensor, noise: list[Any] | None = None) -> tf.Tensor:
+        """[B, A, atoms], as RainbowQNetwork.logits; `noise` from draw_noise, or None for the mean weights."""
+        noise = list(noise) if noise is not None else None
+        h = self.trunk(obs) if self.trunk is not None else obs
+        adv = tf.reshape(self._stream(self.advantage, h, noise), [-1, self.n_actions, self.n_atoms])
+        if not self.dueling:
+            return adv
+        value = tf.reshape(self._stream(self.value, h, noise), [-1, 1, self.n_atoms])
+        return value + adv - tf.reduce_mean(adv, axis=1, keepdims=True)
+
+    def expected_q(self, logits: tf.Tensor) -> tf.Tensor:
+        if not self.distributional:
+            return logits[..., 0]
+        return tf.reduce_sum(tf.nn.softmax(logits, axis=-1) * self.support, axis=-1)
+
+    def call(self, obs: tf.Tensor, noise: list[Any] | None = None) -> tf.Tensor:
+        return self.expected_q(self.logits(obs, noise))
+
+    def frozen_expected_q(self) -> Any:
+        """obs (normalized) -> expected Q with the mean weights as graph constants (the export's actor)."""
+
+        def const(layer: Any) -> tuple[tf.Tensor, tf.Tensor, Any]:
+            kernel = layer.kernel_mu if isinstance(layer, NoisyDense) else layer.kernel
+            bias = layer.bias_mu if isinstance(layer, NoisyDense) else layer.bias
+            return tf.constant(kernel.numpy()), tf.constant(bias.numpy()), layer.activation
+
+        trunk = [const(d) for d in dense_layers(self.trunk)] if self.trunk is not None else []
+        adv, value = [const(d) for d in self.advantage], [const(d) for d in self.value]
+        support = tf.constant(self.support.numpy())
+        n_actions, n_atoms, dueling, distributional = (
+            self.n_actions,
+            self.n_atoms,
+            self.dueling,
+            self.distributional,
+        )
+
+        def chain(x: tf.Tensor, layers: list[Any]) -> tf.Tensor:
+            for kernel, bias, activation in layers:
+                x = activation(tf.matmul(x, kernel) + bias)
+            return x
+
+        def q(x: tf.Tensor) -> tf.Tensor:
+            h = chain(x, trunk)
+            a = tf.reshape(chain(h, adv), [-1, n_actions, n_atoms])
+            if dueling:
+                a = (
+                    tf.reshape(chain(h, value), [-1, 1, n_atoms])
+                    + a
+                    - tf.reduce_mean(a, axis=1, keepdims=True)
+                )
+            if not distributional:
+                return a[..., 0]
+            return tf.reduce_sum(tf.nn.softmax(a, axis=-1) * support, axis=-1)
+
+        return q
+
+
+def project_distribution(
+    probs: tf.Tensor, rewards: tf.Tensor, discounts: tf.Tensor, support: tf.Tensor
+) -> tf.Tensor:
+    """C51's projection, op for op the torch backend's (train.torch_backend.nets.project_distribution)."""
+    n_atoms = support.shape[0]
+    v_min, v_max = support[0], support[-1]
+    delta = (v_max - v_min) / (n_atoms - 1)
+    tz = tf.clip_by_value(rewards[:, None] + discounts[:, None] * support[None, :], v_min, v_max)
+    b = (tz - v_min) / delta
+    lower, upper = tf.floor(b), tf.math.ceil(b)
+    m_lower = probs * (upper - b + tf.cast(tf.equal(upper, lower), probs.dtype))
+    m_upper = probs * (b - lower)
+    lower_hot = tf.one_hot(tf.cast(lower, tf.int32), n_atoms, dtype=probs.dtype)
+    upper_hot = tf.one_hot(tf.minimum(tf.cast(upper, tf.int32), n_atoms - 1), n_atoms, dtype=probs.dtype)
+    return tf.einsum("bk,bkj->bj", m_lower, lower_hot) + tf.einsum("bk,bkj->bj", m_upper, upper_hot)
+
+
+class RainbowNets(keras.Model):
+    def __init__(self, spec: dict[str, Any], seed: int = 0):
+        super().__init__()
+        seeds = _seeds(seed)
+        self.q_net = RainbowQ(spec, seeds, "q_net")
+        self.q_target = RainbowQ(spec, seeds, "q_target")
+        copy_weights(self.q_net.trainable_variables, self.q_target.trainable_variables)
+        self.built = True
+
+    def deploy_dense(self) -> list[keras.layers.Dense]:
+        return []  # not a chain of Dense layers: export takes frozen_expected_q()
+
+
+def nets_from_spec(spec: dict[str, Any], seed: int = 0) -> SACNets | TD3Nets | DQNNets | RainbowNets:
     kind = spec.get("type")
+    if kind == "rainbow_mlp":
+        return RainbowNets(spec, seed)
     if kind == "sac_mlp":
         return SACNets(spec, seed)
     if kind == "td3_mlp":

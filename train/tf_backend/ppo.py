@@ -64,12 +64,11 @@ class TFPPO:
         self.rng = tf.random.Generator.from_seed(seed)  # the one generator that sampling draws from
         self.policy = TFActorCritic.from_network_spec(network, seed)
         self.discrete, obs_dim, act_dim = network["discrete"], network["obs_dim"], network["act_dim"]
-        self.optimizer = keras.optimizers.Adam(learning_rate=cfg.learning_rate(1.0), epsilon=1e-5)
-        self.optimizer.build(self.policy.trainable_variables)
+        self.optimizer = self.make_optimizer()
         self.updates = tf.Variable(
             0, dtype=tf.int64, trainable=False, name="updates"
         )  # a counter in the graph
-        self.loss_fn = make_loss_fn(self.policy, cfg)
+        self.loss_fn = self.make_loss_fn()
         obs_spec = tf.TensorSpec([None, obs_dim], tf.float32)
         act_spec = (
             tf.TensorSpec([None], tf.int64) if self.discrete else tf.TensorSpec([None, act_dim], tf.float32)
@@ -100,6 +99,16 @@ class TFPPO:
                 scalar,
             ],
         )
+
+    def make_optimizer(self) -> Any:
+        import keras
+
+        optimizer = keras.optimizers.Adam(learning_rate=self.cfg.learning_rate(1.0), epsilon=1e-5)
+        optimizer.build(self.policy.trainable_variables)
+        return optimizer
+
+    def make_loss_fn(self) -> Any:
+        return make_loss_fn(self.policy, self.cfg)
 
     # ---------------------------------------------------------------------------------- graphs
     def _act_graph(self, obs):

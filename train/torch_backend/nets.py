@@ -185,9 +185,134 @@ class QNetwork(nn.Module):
         return self.net(obs)
 
 
+class NoisyLinear(nn.Module):
+    """Factorized-Gaussian noisy linear layer (Fortunato et al. 2018): w = mu_w + sigma_w * (f(e_out) f(e_in)^T),
+    b = mu_b + sigma_b * f(e_out), f(x) = sign(x) sqrt|x|. `forward(x)` uses the mean weights (what export
+    freezes); `forward(x, noisy=True)` the current noise, which `reset_noise` redraws. The noise vectors
+    are buffers outside the state dict: a checkpoint holds mu and sigma only."""
+
+    def __init__(self, in_features: int, out_features: int, sigma0: float):
+        super().__init__()
+        self.in_features, self.out_features = in_features, out_features
+        bound = 1.0 / math.sqrt(in_features)
+        self.weight_mu = nn.Parameter(torch.empty(out_features, in_features).uniform_(-bound, bound))
+        self.weight_sigma = nn.Parameter(torch.full((out_features, in_features), sigma0 * bound))
+        self.bias_mu = nn.Parameter(torch.empty(out_features).uniform_(-bound, bound))
+        self.bias_sigma = nn.Parameter(torch.full((out_features,), sigma0 * bound))
+        self.register_buffer("eps_in", torch.zeros(in_features), persistent=False)
+        self.register_buffer("eps_out", torch.zeros(out_features), persistent=False)
+
+    @staticmethod
+    def _f(x: torch.Tensor) -> torch.Tensor:
+        return x.sign() * x.abs().sqrt()
+
+    @torch.no_grad()
+    def reset_noise(self) -> None:
+        self.eps_in.copy_(self._f(torch.randn(self.in_features, device=self.eps_in.device)))
+        self.eps_out.copy_(self._f(torch.randn(self.out_features, device=self.eps_out.device)))
+
+    def forward(self, x: torch.Tensor, noisy: bool = False) -> torch.Tensor:
+        if not noisy:
+            return nn.functional.linear(x, self.weight_mu, self.bias_mu)
+        weight = self.weight_mu + self.weight_sigma * torch.outer(self.eps_out, self.eps_in)
+        return nn.functional.linear(x, weight, self.bias_mu + self.bias_sigma * self.eps_out)
+
+
+class _Stream(nn.Module):
+    """hidden -> activation -> output, plain or noisy linear layers (a Rainbow head)."""
+
+    def __init__(self, in_dim: int, width: int, out_dim: int, activation: str, noisy: bool, sigma0: float):
+        super().__init__()
+        make = (lambda i, o: NoisyLinear(i, o, sigma0)) if noisy else nn.Linear
+        self.hidden, self.act, self.out = (
+            make(in_dim, width),
+            _ACTIVATIONS[activation](),
+            make(width, out_dim),
+        )
+        self.noisy = noisy
+
+    def forward(self, x: torch.Tensor, noisy: bool = False) -> torch.Tensor:
+        if not self.noisy:
+            return self.out(self.act(self.hidden(x)))
+        return self.out(self.act(self.hidden(x, noisy)), noisy)
+
+
+class RainbowQNetwork(nn.Module):
+    """Rainbow's Q-network: a plain MLP trunk (all hidden layers but the last), then the head streams,
+    each its last hidden layer and an output layer (noisy when `noisy`): advantages [A x atoms] and, when
+    dueling, a value [atoms] aggregated as V + A - mean_a A. With C51 the atoms are logits of a
+    categorical over `support`; without, one atom is the Q-value. `forward` is the expected Q with the
+    mean weights: what the exported graph computes before its argmax. With every switch off the layers
+    are DQN's QNetwork's, made in the same order (the same seed gives the same weights)."""
+
+    def __init__(self, spec: dict[str, Any]):
+        super().__init__()
+        hidden, activation = list(spec["net_arch"]), spec["activation"]
+        self.n_actions, self.n_atoms = int(spec["act_dim"]), int(spec["n_atoms"])
+        self.distributional, self.dueling = bool(spec["distributional"]), bool(spec["dueling"])
+        noisy, sigma0 = bool(spec["noisy"]), float(spec.get("noisy_sigma0", 0.5))
+        self.trunk = mlp(spec["obs_dim"], hidden[:-1], activation)
+        last = hidden[-2] if len(hidden) > 1 else spec["obs_dim"]
+        self.advantage = _Stream(last, hidden[-1], self.n_actions * self.n_atoms, activation, noisy, sigma0)
+        if self.dueling:
+            self.value = _Stream(last, hidden[-1], self.n_atoms, activation, noisy, sigma0)
+        self.register_buffer(
+            "support",
+            torch.linspace(float(spec["v_min"]), float(spec["v_max"]), self.n_atoms),
+            persistent=False,
+        )
+        self._noisy_layers: list[NoisyLinear] | None = None
+
+    def reset_noise(self) -> None:
+        if self._noisy_layers is None:  # found once: walking the modules costs more than the draw
+            self._noisy_layers = [m for m in self.modules() if isinstance(m, NoisyLinear)]
+        for m in self._noisy_layers:
+            m.reset_noise()
+
+    def logits(self, obs: torch.Tensor, noisy: bool = False) -> torch.Tensor:
+        """[B, A, atoms]: the dueling-aggregated atoms (logits with C51, else one Q-value per action)."""
+        h = self.trunk(obs)
+        adv = self.advantage(h, noisy).view(-1, self.n_actions, self.n_atoms)
+        if not self.dueling:
+            return adv
+        value = self.value(h, noisy).view(-1, 1, self.n_atoms)
+        return value + adv - adv.mean(1, keepdim=True)
+
+    def expected_q(self, logits: torch.Tensor) -> torch.Tensor:
+        if not self.distributional:
+            return logits.squeeze(-1)
+        return (logits.softmax(-1) * self.support).sum(-1)
+
+    def forward(self, obs: torch.Tensor, noisy: bool = False) -> torch.Tensor:
+        return self.expected_q(self.logits(obs, noisy))
+
+
+def project_distribution(
+    probs: torch.Tensor, rewards: torch.Tensor, discounts: torch.Tensor, support: torch.Tensor
+) -> torch.Tensor:
+    """C51's projection (Bellemare et al. 2017, Algorithm 1), batched: the distribution of
+    r + discount * Z (discount 0 at termination) onto the fixed support, each atom's mass split between
+    its two neighbours in proportion to distance; values outside [v_min, v_max] land on the ends. The
+    sum over neighbours is a one-hot product (no scatter), the same op in both backends."""
+    n_atoms = support.shape[0]
+    v_min, v_max = support[0], support[-1]
+    delta = (v_max - v_min) / (n_atoms - 1)
+    tz = (rewards[:, None] + discounts[:, None] * support[None, :]).clamp(v_min, v_max)
+    b = (tz - v_min) / delta
+    lower, upper = b.floor(), b.ceil()
+    m_lower = probs * (upper - b + (upper == lower).to(probs.dtype))  # b on an atom: all mass there
+    m_upper = probs * (b - lower)
+    eye = nn.functional.one_hot
+    return torch.einsum("bk,bkj->bj", m_lower, eye(lower.long(), n_atoms).to(probs.dtype)) + torch.einsum(
+        "bk,bkj->bj", m_upper, eye(upper.long().clamp(max=n_atoms - 1), n_atoms).to(probs.dtype)
+    )
+
+
 def actor_from_spec(spec: dict[str, Any]) -> nn.Module:
-    """The module under the checkpoint's 'actor.' (SAC, TD3) or 'q_net.' (DQN) keys."""
+    """The module under the checkpoint's 'actor.' (SAC, TD3) or 'q_net.' (DQN, Rainbow) keys."""
     kind = spec.get("type")
+    if kind == "rainbow_mlp":
+        return RainbowQNetwork(spec)
     if kind == "sac_mlp":
         return SACActor(spec)
     if kind == "td3_mlp":
@@ -197,4 +322,4 @@ def actor_from_spec(spec: dict[str, Any]) -> nn.Module:
     raise ValueError(f"unknown off-policy network type {kind!r}")
 
 
-ACTOR_PREFIX = {"sac_mlp": "actor.", "td3_mlp": "actor.", "dqn_mlp": "q_net."}
+ACTOR_PREFIX = {"sac_mlp": "actor.", "td3_mlp": "actor.", "dqn_mlp": "q_net.", "rainbow_mlp": "q_net."}

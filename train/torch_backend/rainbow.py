@@ -1,0 +1,109 @@
+"""Rainbow in torch (Hessel et al. 2018): DQN with double Q, dueling heads, prioritized replay, n-step
+returns, a C51 distributional head and noisy layers, each switched by RainbowConfig. The replay, the
+n-step sums, the priorities' bookkeeping and the beta schedule are the driver's (train.core), shared with
+TF; this module has the network's loss, the target and the gradient step.
+
+Priorities: |TD error| without C51; with C51, the per-sample cross-entropy between the projected target
+and the predicted distribution (the paper's KL up to the target's entropy, which has no gradient).
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from rl2edge.train.core.offpolicy_config import RainbowConfig
+from rl2edge.train.core.replay import ReplayBatch
+from rl2edge.train.torch_backend.nets import RainbowQNetwork, polyak_update, project_distribution
+from rl2edge.train.torch_backend.offpolicy_base import TorchOffPolicyBase
+
+
+class TorchRainbow(TorchOffPolicyBase):
+    stat_names = ("loss", "q_mean")
+
+    def __init__(self, network: dict[str, Any], cfg: RainbowConfig, seed: int, device: str):
+        super().__init__(seed, device)
+        self.cfg, self.noisy = cfg, bool(network["noisy"])
+        self.q_net = RainbowQNetwork(network).to(self.dev)
+        self.q_target = copy.deepcopy(self.q_net).requires_grad_(False)
+        self.nets.update(dict(q_net=self.q_net, q_target=self.q_target))
+        self.opt = self.adam(list(self.q_net.parameters()), cfg.learning_rate(1.0))
+
+    def parts(self) -> dict[str, nn.Module]:
+        return {"q": self.q_net, "q_target": self.q_target}
+
+    @torch.no_grad()
+    def deterministic(self, obs: np.ndarray) -> np.ndarray:
+        """Greedy on the mean weights: the exported policy."""
+        return self.q_net(self._t(obs)).argmax(-1).cpu().numpy()
+
+    @torch.no_grad()
+    def explore(self, obs: np.ndarray) -> np.ndarray:
+        """Greedy on freshly drawn noise (the noisy nets' exploration); greedy on the mean without them."""
+        if not self.noisy:
+            return self.deterministic(obs)
+        self.q_net.reset_noise()
+        return self.q_net(self._t(obs), noisy=True).argmax(-1).cpu().numpy()
+
+    def update_target(self) -> None:
+        polyak_update(self.q_net.parameters(), self.q_target.parameters(), self.cfg.tau)
+
+    def loss(
+        self, obs, actions, rewards, next_obs, dones, discounts, weights
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(importance-weighted loss, per-sample priority, mean Q of the taken actions)."""
+        cfg, noisy = self.cfg, self.noisy
+        not_done_discount = (1.0 - dones) * discounts
+        with torch.no_grad():
+            target_logits = self.q_target.logits(next_obs, noisy)
+            if cfg.double_q:  # the online net picks, the target net values
+                next_a = self.q_net(next_obs, noisy).argmax(-1)
+            else:
+                next_a = self.q_target.expected_q(target_logits).argmax(-1)
+            next_logits = target_logits[torch.arange(len(next_a)), next_a]  # [B, atoms]
+            if cfg.distributional:
+                target = project_distribution(
+                    next_logits.softmax(-1), rewards, not_done_discount, self.q_target.support
+                )
+            else:
+                target = rewards + not_done_discount * next_logits.squeeze(-1)
+        logits = self.q_net.logits(obs, noisy)[torch.arange(len(actions)), actions]  # [B, atoms]
+        if cfg.distributional:
+            per_sample = -(target * logits.log_softmax(-1)).sum(-1)
+            priority = per_sample.detach()
+            q = (logits.softmax(-1) * self.q_net.support).sum(-1)
+        else:
+            q = logits.squeeze(-1)
+            per_sample = nn.functional.smooth_l1_loss(q, target, reduction="none")
+            priority = (target - q).detach().abs()
+        return (weights * per_sample).mean(), priority, q.detach().mean()
+
+    def train_step(self, obs, actions, rewards, next_obs, dones, discounts, weights):
+        if self.noisy:  # fresh noise for each gradient step, online and target independently
+            self.q_net.reset_noise()
+            self.q_target.reset_noise()
+        loss, priority, q_mean = self.loss(obs, actions, rewards, next_obs, dones, discounts, weights)
+        self.opt.zero_grad(set_to_none=True)
+        loss.backward()
+        nn.utils.clip_grad_norm_(self.q_net.parameters(), self.cfg.max_grad_norm)
+        self.opt.step()
+        return torch.stack([loss.detach(), q_mean]), priority
+
+    def train_prioritized(self, batch: ReplayBatch) -> tuple[np.ndarray, np.ndarray]:
+        """One gradient step per stacked batch; (mean stats, priorities [n, B]) in one host sync."""
+        cols = (
+            batch.obs,
+            batch.actions,
+            batch.rewards,
+            batch.next_obs,
+            batch.dones,
+            batch.discounts,
+            batch.weights,
+        )
+        t = [self._t(x) for x in cols]
+        stats, prios = zip(*(self.train_step(*(x[i] for x in t)) for i in range(batch.n)), strict=True)
+        return torch.stack(stats).mean(0).cpu().numpy(), torch.stack(prios).cpu().numpy()

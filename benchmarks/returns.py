@@ -6,6 +6,7 @@ numbers.
     python benchmarks/returns.py --suite must-show            # SAC/TD3 Pendulum 20k, DQN CartPole 50k
     python benchmarks/returns.py --suite zoo --seeds 0        # + Acrobot DQN, LunarLander(Continuous)
     python benchmarks/returns.py --cells sac:Pendulum-v1 --frameworks torch --seeds 0,1,2
+    python benchmarks/returns.py --suite a2c-rainbow --name returns_a2c_rainbow   # A2C, Rainbow: 3 seeds
 
 Each training and each export runs in its own process (`rl2edge train`, `rl2edge export`), one at a time.
 Finished runs and artifacts under --runs-dir are reused, so an interrupted benchmark resumes where it
@@ -29,8 +30,14 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks.common import RESULTS, markdown_table, pyplot, save_figure, write_results  # noqa: E402
 
-# (algo, env) -> (Zoo steps, Zoo published return); ../shared/REFERENCE.md and the Zoo's benchmark.md.
-ZOO: dict[tuple[str, str], tuple[int, float]] = {
+# (algo, env) -> (steps, the Zoo's published return or None); ../shared/REFERENCE.md and the Zoo's
+# benchmark.md. The Zoo has no Rainbow: its step budgets are issue #15's targets.
+ZOO: dict[tuple[str, str], tuple[int, float | None]] = {
+    ("a2c", "CartPole-v1"): (500_000, 500.0),
+    ("a2c", "Acrobot-v1"): (500_000, -83.4),
+    ("rainbow", "CartPole-v1"): (100_000, None),
+    ("rainbow", "Acrobot-v1"): (100_000, None),
+    ("rainbow", "LunarLander-v3"): (500_000, None),
     ("sac", "Pendulum-v1"): (20_000, -157.0),
     ("td3", "Pendulum-v1"): (20_000, -152.0),
     ("dqn", "CartPole-v1"): (50_000, 500.0),
@@ -41,7 +48,14 @@ ZOO: dict[tuple[str, str], tuple[int, float]] = {
 }
 SUITES = {
     "must-show": [("sac", "Pendulum-v1"), ("td3", "Pendulum-v1"), ("dqn", "CartPole-v1")],
-    "zoo": list(ZOO),
+    "zoo": [c for c in ZOO if c[0] not in ("a2c", "rainbow")],
+    # A2C and Rainbow (issue #15); LunarLander's 500k Rainbow steps run as their own cell, one seed
+    "a2c-rainbow": [
+        ("a2c", "CartPole-v1"),
+        ("a2c", "Acrobot-v1"),
+        ("rainbow", "CartPole-v1"),
+        ("rainbow", "Acrobot-v1"),
+    ],
 }
 
 

@@ -1,11 +1,18 @@
-"""Training throughput: env steps per second of rl2edge PPO (torch and TF) next to Stable-Baselines3's
-PPO, on the same preset, on the same machine, in one run (interleaved, so drift hits all alike), with the
+"""Training throughput: env steps per second of rl2edge (torch and TF) next to Stable-Baselines3, on the
+same preset, on the same machine, in one run (interleaved, so drift hits all alike), with the
 deterministic return each reaches.
 
-    python benchmarks/train_throughput.py [--env CartPole-v1] [--steps 100000] [--repeats 1]
+    python benchmarks/train_throughput.py [--algo ppo] [--env CartPole-v1] [--steps 100000] [--repeats 1]
+    python benchmarks/train_throughput.py --algo a2c --steps 500000
+    python benchmarks/train_throughput.py --algo rainbow --steps 50000
 
-Writes benchmarks/results/train_throughput.{json,md,png}. One torch thread for every contender, as in
-../shared/REFERENCE.md (SB3 2.9.2, Zoo CartPole preset: 4201 env steps/s, 23.8 s, 500 +- 0).
+--algo ppo and a2c: rl2edge's preset in both backends next to SB3's PPO / A2C given the same
+hyperparameters. --algo rainbow: SB3's DQN on rl2edge's DQN preset, next to Rainbow with every component
+switched off on that same preset (DQN's work per step, Rainbow's code path), and Rainbow with every
+component on, on its own preset (train_freq 1: 256x the gradient steps per env step of DQN's preset).
+
+Writes benchmarks/results/train_throughput[_<algo>].{json,md,png}. One torch thread for every contender, as
+in ../shared/REFERENCE.md (SB3 2.9.2, Zoo CartPole PPO preset: 4201 env steps/s, 23.8 s, 500 +- 0).
 """
 
 from __future__ import annotations
@@ -32,7 +39,8 @@ _RUNNER = r"""
 import json, sys, time, warnings
 from pathlib import Path
 warnings.filterwarnings("ignore")
-who, env_id, steps, seed, out = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), Path(sys.argv[5])
+who, algo, env_id, steps, seed, out = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]), Path(sys.argv[6])
+overrides = json.loads(sys.argv[7])
 import torch
 torch.set_num_threads(1)
 from rl2edge.train.algos import build_config, train
@@ -40,19 +48,22 @@ from rl2edge.train.core.config import load_preset
 from rl2edge.train.core.evaluation import evaluate
 if who == "sb3":
     import numpy as np
-    from stable_baselines3 import PPO
+    import stable_baselines3 as sb3
     from stable_baselines3.common.env_util import make_vec_env
-    p = load_preset("ppo", env_id)
+    p = load_preset(algo, env_id)
     lin = lambda v: (lambda f: f * float(str(v)[4:])) if str(v).startswith("lin_") else v
-    kw = {k: lin(v) for k, v in p.items() if k not in ("n_envs", "n_timesteps", "normalize_obs", "policy")}
-    model = PPO("MlpPolicy", make_vec_env(env_id, n_envs=p.get("n_envs", 1), seed=seed), seed=seed, device="cpu", **kw)
+    kw = {k: lin(v) for k, v in p.items() if k not in ("n_envs", "n_timesteps", "normalize_obs", "policy", "net_arch")}
+    if "net_arch" in p:
+        kw["policy_kwargs"] = {"net_arch": p["net_arch"]}
+    cls = {"ppo": sb3.PPO, "a2c": sb3.A2C, "dqn": sb3.DQN}[algo]
+    model = cls("MlpPolicy", make_vec_env(env_id, n_envs=p.get("n_envs", 1), seed=seed), seed=seed, device="cpu", **kw)
     t0 = time.perf_counter()
     model.learn(steps)
     wall = time.perf_counter() - t0
     done = model.num_timesteps
     result = evaluate(lambda o: model.predict(o, deterministic=True)[0], env_id, 20, 0)
 else:
-    cfg = build_config(env_id, overrides={"n_timesteps": steps, "eval_freq": 0, "eval_episodes": 1})
+    cfg = build_config(env_id, overrides={**overrides, "n_timesteps": steps, "eval_freq": 0, "eval_episodes": 1}, algo=algo)
     out.mkdir(parents=True, exist_ok=True)
     r = train("torch" if who == "torch" else "tf", env_id, cfg, seed, out, device="cpu", progress=False)
     wall, done = r.wall_time_s, r.steps
@@ -68,41 +79,84 @@ print(json.dumps({"who": who, "steps": done, "wall_s": wall, "steps_per_s": done
                   "mean_return": result.mean, "std_return": result.std}))
 """
 
-NAMES = {"torch": "rl2edge PPO (torch)", "tf": "rl2edge PPO (TF)", "sb3": "Stable-Baselines3 PPO"}
+RAINBOW_OFF = {"dueling": False, "prioritized": False, "n_step": 1, "distributional": False, "noisy": False}
 
 
-def run_one(who: str, env_id: str, steps: int, seed: int, tmp: Path) -> dict[str, Any]:
+def contenders(algo: str, env_id: str) -> dict[str, tuple[str, str, str, dict[str, Any]]]:
+    """key -> (label, runner, algo, hyperparameter overrides) of one benchmark run."""
+    if algo in ("ppo", "a2c"):
+        name = algo.upper()
+        return {
+            "torch": (f"rl2edge {name} (torch)", "torch", algo, {}),
+            "tf": (f"rl2edge {name} (TF)", "tf", algo, {}),
+            "sb3": (f"Stable-Baselines3 {name}", "sb3", algo, {}),
+        }
+    if algo != "rainbow":
+        raise SystemExit(f"--algo {algo}: choose ppo, a2c or rainbow")
+    from rl2edge.train.core.config import load_preset
+
+    off = {**load_preset("dqn", env_id), **RAINBOW_OFF, "double_q": False}  # SB3's DQN has no double Q
+    return {
+        "sb3": ("Stable-Baselines3 DQN (DQN preset)", "sb3", "dqn", {}),
+        "torch-off": ("rl2edge Rainbow, all off (torch, DQN preset)", "torch", "rainbow", off),
+        "tf-off": ("rl2edge Rainbow, all off (TF, DQN preset)", "tf", "rainbow", off),
+        "torch-on": ("rl2edge Rainbow, all on (torch, Rainbow preset)", "torch", "rainbow", {}),
+        "tf-on": ("rl2edge Rainbow, all on (TF, Rainbow preset)", "tf", "rainbow", {}),
+    }
+
+
+def run_one(
+    key: str, spec: tuple[str, str, str, dict[str, Any]], env_id: str, steps: int, seed: int, tmp: Path
+) -> dict[str, Any]:
+    _, who, algo, overrides = spec
     proc = subprocess.run(
-        [sys.executable, "-c", _RUNNER, who, env_id, str(steps), str(seed), str(tmp / f"{who}-{seed}")],
+        [
+            sys.executable,
+            "-c",
+            _RUNNER,
+            who,
+            algo,
+            env_id,
+            str(steps),
+            str(seed),
+            str(tmp / f"{key}-{seed}"),
+            json.dumps(overrides),
+        ],
         capture_output=True,
         text=True,
         cwd=ROOT,
         env={"TF_CPP_MIN_LOG_LEVEL": "3", **__import__("os").environ},
     )
     if proc.returncode != 0:
-        raise RuntimeError(f"{who} failed:\n{proc.stderr[-3000:]}")
+        raise RuntimeError(f"{key} failed:\n{proc.stderr[-3000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--algo", default="ppo", help="ppo, a2c or rainbow")
     ap.add_argument("--env", default="CartPole-v1")
     ap.add_argument("--steps", type=int, default=100_000)
     ap.add_argument(
         "--repeats", type=int, default=1, help="rounds; each runs every contender once, interleaved"
     )
-    ap.add_argument("--who", default="torch,tf,sb3")
+    ap.add_argument("--who", help="comma-separated contenders (default: all of --algo's)")
     ap.add_argument("--out", default=str(RESULTS))
     args = ap.parse_args(argv)
-    who = args.who.split(",")
+    specs = contenders(args.algo, args.env)
+    who = args.who.split(",") if args.who else list(specs)
+    unknown = set(who) - set(specs)
+    if unknown:
+        raise SystemExit(f"--who {','.join(sorted(unknown))}: --algo {args.algo} has {', '.join(specs)}")
+    names = {w: specs[w][0] for w in who}
     runs: dict[str, list[dict[str, Any]]] = {w: [] for w in who}
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(args.repeats):
             for w in who:
-                res = run_one(w, args.env, args.steps, r, Path(tmp))
+                res = run_one(w, specs[w], args.env, args.steps, r, Path(tmp))
                 runs[w].append(res)
                 print(
-                    f"round {r}: {NAMES[w]}: {res['steps_per_s']:.0f} steps/s, return {res['mean_return']:.1f}",
+                    f"round {r}: {names[w]}: {res['steps_per_s']:.0f} steps/s, return {res['mean_return']:.1f}",
                     flush=True,
                 )
     rows, summary = [], {}
@@ -116,7 +170,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         }
         rows.append(
             [
-                NAMES[w],
+                names[w],
                 f"{np.median(sps):.0f}",
                 f"{np.median([x['wall_s'] for x in runs[w]]):.1f}",
                 f"{ret.mean():.1f}",
@@ -125,14 +179,19 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         )
     base = summary.get("sb3", {}).get("steps_per_s_median")
     ratios = {w: summary[w]["steps_per_s_median"] / base for w in who if base}
-    ref = REFERENCE.get(args.env)
+    ref = REFERENCE.get(args.env) if args.algo == "ppo" else None
+    preset = (
+        "train/presets/dqn.yml and rainbow.yml"
+        if args.algo == "rainbow"
+        else f"train/presets/{args.algo}.yml"
+    )
     md = (
-        f"PPO on {args.env}, preset train/presets/ppo.yml, {args.steps} steps, {args.repeats} round(s), one "
+        f"{args.algo.upper()} on {args.env}, preset {preset}, {args.steps} steps, {args.repeats} round(s), one "
         "torch thread, each run in a fresh process; return: 20 deterministic episodes, seeds 0..19.\n\n"
         + markdown_table(["contender", "env steps/s (median)", "wall s", "mean return", "runs"], rows)
         + (
             "\n\nsteps/s relative to SB3 in this run: "
-            + ", ".join(f"{NAMES[w]} {v:.2f}x" for w, v in ratios.items())
+            + ", ".join(f"{names[w]} {v:.2f}x" for w, v in ratios.items())
             if ratios
             else ""
         )
@@ -144,28 +203,31 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         )
     )
     data = {
+        "algo": args.algo,
         "env_id": args.env,
         "steps": args.steps,
         "repeats": args.repeats,
         "results": summary,
         "ratio_to_sb3": ratios,
     }
-    write_results("train_throughput", data, md, Path(args.out))
-    _plot(summary, Path(args.out) / "train_throughput.png", args.env)
+    name = "train_throughput" if args.algo == "ppo" else f"train_throughput_{args.algo}"
+    write_results(name, data, md, Path(args.out))
+    _plot(summary, names, Path(args.out) / f"{name}.png", args.env, args.algo)
     print(md)
     return data
 
 
-def _plot(summary: dict[str, Any], path: Path, env_id: str) -> None:
+def _plot(summary: dict[str, Any], names: dict[str, str], path: Path, env_id: str, algo: str) -> None:
     plt = pyplot()
     if plt is None:
         print(f"matplotlib is not installed: no {path.name}")
         return
 
-    fig, ax = plt.subplots(figsize=(6, 3.2))
-    names = [NAMES[w] for w in summary]
+    fig, ax = plt.subplots(figsize=(7, 0.6 * len(summary) + 1.4))
     ax.barh(
-        names, [summary[w]["steps_per_s_median"] for w in summary], color=["C0", "C1", "C2"][: len(summary)]
+        [names[w] for w in summary],
+        [summary[w]["steps_per_s_median"] for w in summary],
+        color=[f"C{i}" for i in range(len(summary))],
     )
     for i, w in enumerate(summary):
         ax.text(
@@ -176,7 +238,7 @@ def _plot(summary: dict[str, Any], path: Path, env_id: str) -> None:
             fontsize=8,
         )
     ax.set_xlabel("env steps / s (higher is better)")
-    ax.set_title(f"PPO training throughput, {env_id}")
+    ax.set_title(f"{algo.upper()} training throughput, {env_id}")
     save_figure(fig, path)
 
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 
 def test_loop_latency_benchmark_smoke(cartpole_all, tmp_path: Path) -> None:
     from benchmarks.loop_latency import main
@@ -35,6 +37,18 @@ def test_train_throughput_benchmark_smoke(tmp_path: Path) -> None:
     assert set(data["results"]) == {"torch", "tf", "sb3"}
     assert all(r["steps_per_s_median"] > 0 for r in data["results"].values())
     assert "SB3" in (tmp_path / "train_throughput.md").read_text()
+
+
+@pytest.mark.parametrize(("algo", "who"), [("a2c", "torch,sb3"), ("rainbow", "sb3,torch-off,tf-on")])
+def test_train_throughput_of_a2c_and_rainbow_next_to_sb3(algo: str, who: str, tmp_path: Path) -> None:
+    from benchmarks.train_throughput import main
+
+    data = main(["--algo", algo, "--steps", "1200", "--who", who, "--out", str(tmp_path)])
+    for ext in ("json", "md", "png"):
+        assert (tmp_path / f"train_throughput_{algo}.{ext}").stat().st_size > 0
+    assert list(data["results"]) == who.split(",") and set(data["ratio_to_sb3"]) == set(who.split(","))
+    md = (tmp_path / f"train_throughput_{algo}.md").read_text()
+    assert ("Stable-Baselines3 A2C" if algo == "a2c" else "Stable-Baselines3 DQN (DQN preset)") in md
 
 
 def test_latency_suite_smoke(tmp_path: Path) -> None:

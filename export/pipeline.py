@@ -310,7 +310,8 @@ def _make_file(
     if mode == "int8" and flat:
         quantization["float_ops"] = {
             "ops": FLOAT_OPS,
-            "why": "normalization and action head in float32; the network in int8",
+            "input_layer": True,
+            "why": "normalization, the input layer and the action head in float32; the hidden layers in int8",
         }
     return {
         "model": {

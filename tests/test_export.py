@@ -42,6 +42,24 @@ def test_all_modes_make_one_verified_artifact_each(cartpole_all) -> None:
     assert fp32["folded"]["normalization"]["enabled"] and any(fp32["folded"]["normalization"]["mean"])
 
 
+def _fc_weight_dtypes(model: Path) -> list[str]:
+    """The weight dtype of each FULLY_CONNECTED op, in execution order."""
+    import tensorflow as tf
+
+    interp = tf.lite.Interpreter(model_path=str(model))
+    dtypes = {t["index"]: t["dtype"].__name__ for t in interp.get_tensor_details()}
+    return [dtypes[op["inputs"][1]] for op in interp._get_ops_details() if op["op_name"] == "FULLY_CONNECTED"]
+
+
+def test_int8_keeps_the_input_layer_float_and_quantizes_the_hidden_layers(cartpole_all) -> None:
+    """Activations are quantized per tensor: the normalized observation would share one int8 scale across
+    features; the input layer takes it in float32 and every later layer is int8 (export/tflite_convert.py)."""
+    _, root = cartpole_all
+    assert _fc_weight_dtypes(root / "int8" / "policy.tflite") == ["float32", "int8", "int8"]
+    assert _fc_weight_dtypes(root / "fp32" / "policy.tflite") == ["float32"] * 3
+    assert load_manifest(root / "int8").data["quantization"]["float_ops"]["input_layer"] is True
+
+
 def test_continuous_fp32_tflite_matches_torch_within_1e_4(pendulum_run: Path, pendulum_fp32) -> None:
     """Normalization and action unscaling are folded in: raw observation in, action in [-2, 2] out."""
     _, art = pendulum_fp32

@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed
 STANDIN := tests/opcua_standin
 NODE_STAMP := $(STANDIN)/node_modules/.installed
 
-.PHONY: install demo test test-all test-edge test-isa wheel lint bench bench-loop bench-returns clean
+.PHONY: install demo test test-all test-edge test-isa wheel lint bench bench-loop bench-returns bench-a2c-rainbow clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -68,6 +68,14 @@ bench: install
 # torch and TF, each with its int8 artifact. About 90 minutes on 2 cores; resumes where it stopped.
 bench-returns: install
 	$(PY) benchmarks/returns.py --suite must-show
+
+# A2C and Rainbow (CartPole, Acrobot; 3 seeds, both backends, 30 episodes per file), Rainbow LunarLander
+# (500k steps, seed 0), and their throughput next to SB3's A2C and DQN. About 3 hours on 2 cores.
+bench-a2c-rainbow: install
+	$(PY) benchmarks/returns.py --suite a2c-rainbow --episodes 30 --name returns_a2c_rainbow
+	$(PY) benchmarks/returns.py --cells rainbow:LunarLander-v3 --seeds 0 --episodes 30 --name returns_rainbow_lunarlander
+	$(PY) benchmarks/train_throughput.py --algo a2c --steps 500000
+	$(PY) benchmarks/train_throughput.py --algo rainbow --steps 50000
 
 # Loop latency over OPC UA alone (needs an artifact: `make demo` makes demo-out/artifacts/int8).
 bench-loop: install

@@ -310,8 +310,8 @@ def _make_file(
     if mode == "int8" and flat:
         quantization["float_ops"] = {
             "ops": FLOAT_OPS,
-            "input_layer": True,
-            "why": "normalization, the input layer and the action head in float32; the hidden layers in int8",
+            "layers": "input and output layers in float32",
+            "why": "normalization, the input and output layers and the action head in float32; the hidden layers in int8",
         }
     return {
         "model": {

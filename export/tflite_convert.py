@@ -51,36 +51,53 @@ def onnx_to_saved_model(onnx_path: Path, out_dir: Path) -> Path:
 # (CartPole's pole angle, +-0.2 rad, next to positions of +-2.4 m) a handful of levels.
 # Rainbow's C51 head (softmax over atoms, times the support, summed; the dueling mean) stays float32 too:
 # int8 probabilities have a fixed 1/256 step, and summed over 51 atoms times a support of tens that is an
-# error in the expected Q larger than the gaps between actions that the argmax decides on.
-FLOAT_OPS = ["SUB", "MUL", "ADD", "MINIMUM", "MAXIMUM", "SOFTMAX", "SUM", "MEAN"]
+# error in the expected Q larger than the gaps between actions that the argmax decides on. So does the
+# ARG_MAX (left alone, the converter quantizes its input: Q-values of -100..0 in steps of 0.4) and the
+# RESHAPE between the output layers and the head.
+FLOAT_OPS = ["SUB", "MUL", "ADD", "MINIMUM", "MAXIMUM", "SOFTMAX", "SUM", "MEAN", "ARG_MAX", "RESHAPE"]
 
-# The input layer (the first FULLY_CONNECTED or CONV_2D on the normalized observation) stays float32 too.
-# TFLite quantizes activations per tensor, so one int8 scale covers every feature of the normalized
-# observation, set by the widest one (+-3..10 std after clipping): a feature near its mean, which is where
-# a balancing policy spends its time, then moves in steps of a few hundredths of a std, and a policy whose
-# decision there is close gets a biased one. Measured on A2C CartPole-v1 (benchmarks/returns.py, seed 1):
-# with the input layer int8, 97.9 % agreement with the source and a return of 255; with it float, 99.6 %
-# and 500, as fp32. The hidden layers, where almost all the multiply-adds are, stay int8.
-INPUT_LAYER_OPS = ("FULLY_CONNECTED", "CONV_2D")
+# The input layer and the output layers stay float32 as well; the hidden layers between them, where almost
+# all the multiply-adds are, are int8.
+# - Input layer (the first FULLY_CONNECTED or CONV_2D on the normalized observation): TFLite quantizes
+#   activations per tensor, so one int8 scale covers every feature, set by the widest one (+-3..10 std
+#   after clipping); a feature near its mean, where a balancing policy spends its time, moves in coarse
+#   steps. A2C CartPole-v1 seed 1: input layer int8, 97.9 % agreement with the source and a return of 255;
+#   float, 99.6 % and 500, as fp32.
+# - Output layers (the last FULLY_CONNECTED before the head): Q-values of tens to hundreds whose gaps
+#   between actions are a fraction of one, which an int8 output scale rounds away. DQN CartPole-v1
+#   (500 in fp32): output layer int8, 57 % agreement and a return of 97; float, 82 % and 495.
+LAYER_OPS = ("FULLY_CONNECTED", "CONV_2D")
 
 
-def input_layer_nodes(model: bytes) -> list[str]:
-    """Output tensor names of the ops that take the (normalized) observation into the network: the first
-    FULLY_CONNECTED/CONV_2D on every path from an input, found in a float TFLite model of the graph."""
+def float_layer_nodes(model: bytes) -> list[str]:
+    """Output tensor names of the input layers (the first FULLY_CONNECTED/CONV_2D on each path from an
+    input) and the output layers (the last on each path to an output), found in a float TFLite model."""
     import tensorflow as tf
 
     interp = tf.lite.Interpreter(model_content=model)
     names = {t["index"]: t["name"] for t in interp.get_tensor_details()}
-    after_layer: set[int] = set()  # tensors downstream of some input layer
+    ops = [op for op in interp._get_ops_details() if op["op_name"] != "DELEGATE"]  # topological order
+    after_layer: set[int] = set()  # tensors downstream of some layer
     nodes: list[str] = []
-    for op in interp._get_ops_details():  # execution order, which is topological
+    for op in ops:
         inputs = [i for i in op["inputs"] if i >= 0]
-        if op["op_name"] in INPUT_LAYER_OPS and inputs and inputs[0] not in after_layer:
+        if op["op_name"] in LAYER_OPS and inputs and inputs[0] not in after_layer:
             nodes.append(names[op["outputs"][0]])
+        if op["op_name"] in LAYER_OPS or any(i in after_layer for i in inputs):
             after_layer.update(op["outputs"])
-        elif any(i in after_layer for i in inputs):
-            after_layer.update(op["outputs"])
-    return nodes
+    producer = {t: op for op in ops for t in op["outputs"]}
+    stack, seen = [d["index"] for d in interp.get_output_details()], set()
+    while stack:  # back from the outputs through the head's ops to the layers that feed it
+        t = stack.pop()
+        if t in seen or t not in producer:
+            continue
+        seen.add(t)
+        op = producer[t]
+        if op["op_name"] in LAYER_OPS:
+            nodes.append(names[op["outputs"][0]])
+        else:
+            stack.extend(i for i in op["inputs"] if i >= 0)
+    return list(dict.fromkeys(nodes))
 
 
 def convert(
@@ -92,7 +109,7 @@ def convert(
 ) -> bytes:
     """One TFLite flatbuffer, calibrated (int8) on `calibration`: observations from rollouts of the
     trained policy. int8: int8 weights and activations in the network; with `float_io_ops` the
-    normalization, the input layer and the head stay float32 (float input and output), without it the whole graph is
+    normalization, the input and output layers and the head stay float32 (float input and output), without it the whole graph is
     int8 with int8 input and output (image policies, whose raw pixels quantize well). `extra`: calibration
     rows of further inputs (folded noise), by signature name, fed with the observations as a dict."""
     if mode not in MODES:
@@ -131,7 +148,7 @@ def convert(
             converter=converter,
             debug_dataset=representative,
             debug_options=tf.lite.experimental.QuantizationDebugOptions(
-                denylisted_ops=FLOAT_OPS, denylisted_nodes=input_layer_nodes(float_model)
+                denylisted_ops=FLOAT_OPS, denylisted_nodes=float_layer_nodes(float_model)
             ),
         )
         return bytes(debugger.get_nondebug_quantized_model())

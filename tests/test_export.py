@@ -51,13 +51,24 @@ def _fc_weight_dtypes(model: Path) -> list[str]:
     return [dtypes[op["inputs"][1]] for op in interp._get_ops_details() if op["op_name"] == "FULLY_CONNECTED"]
 
 
-def test_int8_keeps_the_input_layer_float_and_quantizes_the_hidden_layers(cartpole_all) -> None:
-    """Activations are quantized per tensor: the normalized observation would share one int8 scale across
-    features; the input layer takes it in float32 and every later layer is int8 (export/tflite_convert.py)."""
+def test_int8_keeps_input_and_output_layers_float_and_quantizes_the_hidden_ones(
+    cartpole_all, rainbow_int8
+) -> None:
+    """The normalized observation would share one per-tensor int8 scale across features, and the output
+    layer's int8 scale would round away the gaps between actions; both layers are float32, the hidden ones
+    int8 (export/tflite_convert.py). Rainbow: its two output layers (value, advantage) and the C51 head."""
+    import tensorflow as tf
+
     _, root = cartpole_all
-    assert _fc_weight_dtypes(root / "int8" / "policy.tflite") == ["float32", "int8", "int8"]
+    assert _fc_weight_dtypes(root / "int8" / "policy.tflite") == ["float32", "int8", "float32"]
     assert _fc_weight_dtypes(root / "fp32" / "policy.tflite") == ["float32"] * 3
-    assert load_manifest(root / "int8").data["quantization"]["float_ops"]["input_layer"] is True
+    assert "output layers" in load_manifest(root / "int8").data["quantization"]["float_ops"]["layers"]
+    rainbow = rainbow_int8[1] / "policy.tflite"
+    assert sorted(_fc_weight_dtypes(rainbow)) == ["float32"] * 3 + ["int8"] * 2  # trunk input, 2 outputs
+    interp = tf.lite.Interpreter(model_path=str(rainbow))
+    dtypes = {t["index"]: t["dtype"].__name__ for t in interp.get_tensor_details()}
+    head = {op["op_name"]: dtypes[op["inputs"][0]] for op in interp._get_ops_details()}
+    assert head["SOFTMAX"] == head["SUM"] == head["ARG_MAX"] == "float32"
 
 
 def test_continuous_fp32_tflite_matches_torch_within_1e_4(pendulum_run: Path, pendulum_fp32) -> None:

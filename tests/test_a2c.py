@@ -234,3 +234,25 @@ def test_a2c_cartpole_preset_reaches_500(framework: str, tmp_path: Path) -> None
     cfg = build_config("CartPole-v1", overrides={"eval_freq": 25_000, "eval_episodes": 10}, algo="a2c")
     result = train(framework, "CartPole-v1", cfg, 0, tmp_path, device="cpu", progress=False)
     assert result.final_eval.mean >= 475, result.final_eval.returns
+
+
+def test_reward_scaling_is_sb3_vecnormalizes() -> None:
+    """The same reward stream through our RewardScaler and through SB3's VecNormalize(norm_reward=True)
+    (its own methods, on a real vector env it wraps but does not step): the same scaled rewards."""
+    import gymnasium as gym
+    from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
+
+    from rl2edge.train.core.normalization import RewardScaler
+
+    n, gamma = 3, 0.99
+    sb3 = VecNormalize(DummyVecEnv([lambda: gym.make("CartPole-v1")] * n), norm_obs=False, gamma=gamma)
+    ours = RewardScaler(n, gamma)
+    rng = np.random.default_rng(0)
+    for _ in range(300):
+        reward = rng.normal(-1.0, 3.0, n)
+        dones = rng.random(n) < 0.05
+        sb3._update_reward(reward)
+        expected = sb3.normalize_reward(reward)
+        sb3.returns[dones] = 0.0  # what VecNormalize.step_wait does at an episode's end
+        np.testing.assert_allclose(ours(reward, dones), expected, rtol=1e-6)
+    assert ours.stats.count == pytest.approx(sb3.ret_rms.count)

@@ -60,6 +60,8 @@ class PPOConfig:
     """Running observation normalization; its frozen statistics are folded into the exported graph."""
     norm_obs_clip: float = 10.0
     """Clip of normalized observations."""
+    normalize_reward: bool = False
+    """Scale rewards by the running std of the discounted return (training only; the Zoo's normalize: true)."""
     eval_freq: int = 10_000
     """Deterministic evaluation every this many env steps (0: off)."""
     eval_episodes: int = 5
@@ -134,6 +136,8 @@ class A2CConfig:
     """Running observation normalization; its frozen statistics are folded into the exported graph."""
     norm_obs_clip: float = 10.0
     """Clip of normalized observations."""
+    normalize_reward: bool = False
+    """Scale rewards by the running std of the discounted return (training only; the Zoo's normalize: true)."""
     eval_freq: int = 10_000
     """Deterministic evaluation every this many env steps (0: off)."""
     eval_episodes: int = 5

@@ -76,3 +76,27 @@ class RunningNormalizer:
         norm.mean = np.asarray(d["mean"], np.float64).reshape(shape)
         norm.var = np.asarray(d["var"], np.float64).reshape(shape)
         return norm
+
+
+class RewardScaler:
+    """Reward scaling for training only, as SB3's VecNormalize(norm_reward=True) does it: each env keeps a
+    running discounted return R <- gamma R + r (reset at the episode's end); rewards are divided by the
+    running std of R and clipped. Nothing of it is deployed (rewards never reach the policy), and episode
+    returns in metrics and evaluations stay raw. It keeps a critic's targets near unit scale, where a
+    return of -100 per episode would otherwise make the value loss swamp the policy gradient under
+    max_grad_norm."""
+
+    def __init__(self, n_envs: int, gamma: float, clip: float = 10.0, eps: float = 1e-8):
+        self.returns = np.zeros(n_envs, np.float64)
+        self.stats = RunningNormalizer(shape=(), clip=clip, eps=eps)
+        self.gamma = float(gamma)
+
+    def __call__(self, rewards: np.ndarray, dones: np.ndarray) -> np.ndarray:
+        """The scaled float32 rewards of one vector step; `dones` ends each finished env's return."""
+        self.returns = self.returns * self.gamma + rewards
+        self.stats.update(self.returns)
+        scaled = np.clip(
+            rewards / np.sqrt(self.stats.var + self.stats.eps), -self.stats.clip, self.stats.clip
+        )
+        self.returns[np.asarray(dones, bool)] = 0.0
+        return scaled.astype(np.float32)

@@ -16,6 +16,7 @@ import numpy as np
 
 from rl2edge.train.core.config import A2CConfig, PPOConfig
 from rl2edge.train.core.finish import TrainingRun, TrainResult
+from rl2edge.train.core.normalization import RewardScaler
 from rl2edge.train.core.rollout import Minibatch, RolloutBuffer, check_minibatch
 from rl2edge.train.core.spaces import obs_dim, output_width
 
@@ -87,6 +88,7 @@ def train_ppo(
     stat_names = getattr(agent, "stat_names", STAT_NAMES)
     n_updates = max(1, math.ceil(cfg.n_timesteps / batch_steps))
     gamma32 = np.float32(cfg.gamma)
+    scale = RewardScaler(cfg.n_envs, cfg.gamma) if cfg.normalize_reward else None
     raw_obs, _ = envs.reset(seed=seed)
     norm.update(raw_obs)
     ep_returns = np.zeros(cfg.n_envs)
@@ -105,8 +107,8 @@ def train_ppo(
                 obs = norm.normalize(raw_obs)
                 action, logp, value = agent.act(obs)
                 raw_obs, reward, terminated, truncated, info = envs.step(to_env(action))
-                reward = reward.astype(np.float32)
-                ep_returns += reward
+                ep_returns += reward  # raw: metrics and evaluations never see the scaled rewards
+                reward = reward.astype(np.float32) if scale is None else scale(reward, terminated | truncated)
                 # CRUCIAL: a time-limit truncation is not a terminal state; bootstrap it with V(final obs).
                 bootstrap = truncated & ~terminated
                 if bootstrap.any():

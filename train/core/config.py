@@ -18,28 +18,22 @@ from rl2edge.train.core.schedules import Schedule
 
 
 @dataclass
-class PPOConfig:
-    algo = "ppo"  # class attribute, not a hyperparameter
+class OnPolicyConfig:
+    """What PPO and A2C share (SB3's names); each sets its own defaults and adds its own fields."""
+
+    algo = "onpolicy"  # class attribute, not a hyperparameter
     n_timesteps: int = 1_000_000
     """Total environment steps (all envs together); --steps overrides it."""
     n_envs: int = 1
     """Environments stepped together in one process."""
     n_steps: int = 2048
     """Steps per env per rollout; a rollout holds n_envs * n_steps transitions."""
-    batch_size: int = 64
-    """Minibatch size of the update."""
-    n_epochs: int = 10
-    """Passes over each rollout."""
     gamma: float = 0.99
     """Discount factor."""
     gae_lambda: float = 0.95
     """GAE lambda."""
     learning_rate: Schedule = field(default_factory=lambda: Schedule(3e-4))
-    """Adam step size; 'lin_X' anneals linearly to 0."""
-    clip_range: Schedule = field(default_factory=lambda: Schedule(0.2))
-    """Clipping of the probability ratio in the surrogate; 'lin_X' anneals linearly to 0."""
-    clip_range_vf: float | None = None
-    """Clipping of the value update around the rollout's values; None turns value clipping off."""
+    """The optimizer's step size; 'lin_X' anneals linearly to 0."""
     ent_coef: float = 0.0
     """Entropy bonus weight."""
     vf_coef: float = 0.5
@@ -48,8 +42,6 @@ class PPOConfig:
     """Global gradient norm clip."""
     normalize_advantage: bool = True
     """Normalize advantages per minibatch."""
-    target_kl: float | None = None
-    """Stop an update's epochs early when the approximate KL exceeds this."""
     net_arch: list[int] = field(default_factory=lambda: [64, 64])
     """Hidden layer sizes of the (separate) actor and critic MLPs."""
     activation: str = "tanh"
@@ -76,10 +68,10 @@ class PPOConfig:
         return config_to_json(self)
 
     def validate(self) -> None:
-        positive = ("n_timesteps", "n_envs", "n_steps", "batch_size", "n_epochs")
-        for name in (n for n in positive if getattr(self, n) is not None):  # A2C: batch_size None
-            if int(getattr(self, name)) <= 0:
-                raise ConfigError(f"{name} must be a positive integer, got {getattr(self, name)}")
+        for name in ("n_timesteps", "n_envs", "n_steps", "batch_size", "n_epochs"):
+            value = getattr(self, name)
+            if value is not None and int(value) <= 0:  # A2C: batch_size None, the whole rollout
+                raise ConfigError(f"{name} must be a positive integer, got {value}")
         if not 0.0 < self.gamma <= 1.0 or not 0.0 <= self.gae_lambda <= 1.0:
             raise ConfigError(
                 f"gamma must be in (0, 1] and gae_lambda in [0, 1], got {self.gamma}, {self.gae_lambda}"
@@ -91,7 +83,22 @@ class PPOConfig:
 
 
 @dataclass
-class A2CConfig:
+class PPOConfig(OnPolicyConfig):
+    algo = "ppo"
+    batch_size: int = 64
+    """Minibatch size of the update."""
+    n_epochs: int = 10
+    """Passes over each rollout."""
+    clip_range: Schedule = field(default_factory=lambda: Schedule(0.2))
+    """Clipping of the probability ratio in the surrogate; 'lin_X' anneals linearly to 0."""
+    clip_range_vf: float | None = None
+    """Clipping of the value update around the rollout's values; None turns value clipping off."""
+    target_kl: float | None = None
+    """Stop an update's epochs early when the approximate KL exceeds this."""
+
+
+@dataclass
+class A2CConfig(OnPolicyConfig):
     """A2C (Mnih et al. 2016) as SB3 runs it: synchronous envs, n_steps per env, one gradient step on the
     whole rollout, RMSprop. It trains through PPO's driver; the class attributes below are what that
     driver reads and A2C fixes."""
@@ -101,59 +108,23 @@ class A2CConfig:
     batch_size = None  # as one batch (the mean over all n_envs * n_steps transitions),
     target_kl = None  # no early stop,
     clip_range = None  # and no clipped surrogate.
+    RMSPROP_ALPHA = 0.99  # SB3's optimizer_kwargs for A2C; not a hyperparameter there either
 
-    n_timesteps: int = 1_000_000
-    """Total environment steps (all envs together); --steps overrides it."""
-    n_envs: int = 1
-    """Environments stepped together in one process."""
     n_steps: int = 5
     """Steps per env per rollout; one gradient step per rollout."""
-    gamma: float = 0.99
-    """Discount factor."""
     gae_lambda: float = 1.0
     """GAE lambda; 1 is the classic n-step return."""
     learning_rate: Schedule = field(default_factory=lambda: Schedule(7e-4))
     """Step size; 'lin_X' anneals linearly to 0."""
-    ent_coef: float = 0.0
-    """Entropy bonus weight."""
-    vf_coef: float = 0.5
-    """Value loss weight."""
-    max_grad_norm: float = 0.5
-    """Global gradient norm clip."""
+    normalize_advantage: bool = False
+    """Normalize advantages over the rollout."""
     use_rms_prop: bool = True
     """RMSprop (PyTorch's form: eps outside the square root, alpha 0.99) as SB3; False: Adam."""
     rms_prop_eps: float = 1e-5
     """RMSprop's epsilon."""
-    normalize_advantage: bool = False
-    """Normalize advantages over the rollout."""
-    net_arch: list[int] = field(default_factory=lambda: [64, 64])
-    """Hidden layer sizes of the (separate) actor and critic MLPs."""
-    activation: str = "tanh"
-    """Hidden activation: tanh or relu."""
-    log_std_init: float = 0.0
-    """Initial log standard deviation of the Gaussian policy (Box actions)."""
-    normalize_obs: bool = True
-    """Running observation normalization; its frozen statistics are folded into the exported graph."""
-    norm_obs_clip: float = 10.0
-    """Clip of normalized observations."""
-    normalize_reward: bool = False
-    """Scale rewards by the running std of the discounted return (training only; the Zoo's normalize: true)."""
-    eval_freq: int = 10_000
-    """Deterministic evaluation every this many env steps (0: off)."""
-    eval_episodes: int = 5
-    """Episodes per periodic evaluation."""
-    keep_best: bool = True
-    """Checkpoint the policy of the best periodic evaluation rather than the last update's."""
-    policy: str = "MlpPolicy"
-    """Zoo compatibility; only MlpPolicy is implemented."""
-
-    RMSPROP_ALPHA = 0.99  # SB3's optimizer_kwargs for A2C; not a hyperparameter there either
-
-    def to_json(self) -> dict[str, Any]:
-        return config_to_json(self)
 
     def validate(self) -> None:
-        PPOConfig.validate(self)  # type: ignore[arg-type]  # the same fields, the same rules
+        super().validate()
         if self.rms_prop_eps <= 0:
             raise ConfigError(f"rms_prop_eps must be positive, got {self.rms_prop_eps}")
 

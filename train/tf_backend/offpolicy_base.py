@@ -113,16 +113,17 @@ class TFOffPolicyBase:
         for opt in self.optimizers:
             opt.learning_rate.assign(lr)  # a variable: the graph reads it, no retrace
 
-    def trace_counts(self) -> dict[str, int]:
+    def compiled(self) -> dict[str, Any]:
+        """The agent's compiled functions by name (what trace_counts reports)."""
         return {
-            name: fn.experimental_get_tracing_count()
-            for name, fn in (
-                ("deterministic", self._deterministic),
-                ("explore", self._explore),
-                ("train_many", self._train_many),
-                ("update_target", self._update_target),
-            )
+            "deterministic": self._deterministic,
+            "explore": self._explore,
+            "train_many": self._train_many,
+            "update_target": self._update_target,
         }
+
+    def trace_counts(self) -> dict[str, int]:
+        return {name: fn.experimental_get_tracing_count() for name, fn in self.compiled().items()}
 
     def parts(self) -> dict[str, list[Any]]:
         """The agent's networks by the names both backends use (actor, critic, critic_target, q, ...)."""

@@ -129,13 +129,10 @@ class TFRainbow(TFOffPolicyBase):
     def train(self, batch: ReplayBatch) -> np.ndarray:
         return self.train_prioritized(batch)[0]
 
-    def trace_counts(self) -> dict[str, int]:
+    def compiled(self) -> dict[str, Any]:
         return {
-            name: fn.experimental_get_tracing_count()
-            for name, fn in (
-                ("deterministic", self._deterministic),
-                ("explore", self._explore),
-                ("train_step", self._train_step),
-                ("update_target", self._update_target),
-            )
+            "deterministic": self._deterministic,
+            "explore": self._explore,
+            "train_step": self._train_step,
+            "update_target": self._update_target,
         }

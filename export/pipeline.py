@@ -20,7 +20,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from rl2edge.errors import ConfigError, ExportError
-from rl2edge.export.calibration import collect_rollout_data
+from rl2edge.export.calibration import collect_rollout_data, pin_uint8_range
 from rl2edge.export.graph_spec import (
     INPUT_NAME,
     NOISE_INPUT,
@@ -297,8 +297,11 @@ def _make_file(
             "int8 without folded observation normalization: raw observations of very different scales reach "
             "the int8 network through one per-tensor scale; train with normalize_obs (the default) for int8"
         )
+    calibration = (
+        got.data.calibration if flat else pin_uint8_range(got.data.calibration, source.observation_space)
+    )
     model = convert(
-        saved_model, mode, got.data.calibration, float_io_ops=flat, extra=_noise_calibration(source, got.data)
+        saved_model, mode, calibration, float_io_ops=flat, extra=_noise_calibration(source, got.data)
     )
     write_bytes_atomic(art / "policy.tflite", model)
     if onnx_path is not None:

@@ -51,6 +51,15 @@ class Policy:
             info = np.iinfo(backend.input_dtype)
             self._in_inv_scale = np.float32(1.0 / self._in_quant[0])
             self._in_zp, self._in_lo, self._in_hi = np.float32(self._in_quant[1]), info.min, info.max
+        # uint8 frames into a model whose input quantization maps 0..255 onto its integers one to one
+        # (scale 1: int8 with zero point -128, or uint8 with 0): the quantized frame is the frame itself,
+        # shifted, with no float round trip and nothing to check (every uint8 value is finite and in range).
+        self._u8_shift: int | None = None
+        if self._in_quant is not None and self._in_quant[0] == 1.0:
+            if backend.input_dtype == np.int8 and self._in_quant[1] == -128:
+                self._u8_shift = 0x80  # x - 128 as int8 is x XOR 0x80 viewed as int8
+            elif backend.input_dtype == np.uint8 and self._in_quant[1] == 0:
+                self._u8_shift = 0
         # Image observations: the env gives e.g. HWC, torch/ONNX models take NCHW, TFLite models NHWC.
         self._axes = _transpose_axes(obs.get("layout", "flat"), _model_layout(manifest, backend))
         self.noise: dict | None = (manifest.data.get("folded") or {}).get("noise")
@@ -143,6 +152,8 @@ class Policy:
     def model_input(self, obs: np.ndarray) -> np.ndarray:
         """The validated observation as the model takes it: float32 or quantized, in the model's layout."""
         arr = np.asarray(obs)
+        if arr.dtype == np.uint8 and self._u8_shift is not None:
+            return self._uint8_input(arr)
         if arr.dtype.kind not in "fiu":
             raise ObservationError(
                 f"observation dtype {arr.dtype} is not numeric; expected {self.obs_shape} float32"
@@ -163,6 +174,18 @@ class Policy:
             np.clip(q, self._in_lo, self._in_hi, out=q)
             x = q.astype(self._backend.input_dtype)
         return x
+
+    def _uint8_input(self, arr: np.ndarray) -> np.ndarray:
+        if arr.shape != self.obs_shape and arr.shape != (1, *self.obs_shape):
+            raise ObservationError(
+                f"observation shape {arr.shape} does not match the artifact's {self.obs_shape}"
+            )
+        x = arr.reshape(self.obs_shape)
+        if self._axes is not None:
+            x = x.transpose(self._axes)
+        if self._u8_shift:
+            return np.bitwise_xor(x, np.uint8(self._u8_shift)).view(np.int8).reshape(self._model_shape)
+        return np.ascontiguousarray(x).reshape(self._model_shape)
 
     def raw(self, obs: np.ndarray) -> np.ndarray:
         """Invoke without the final clamp (the head's own output, dequantized): for verification."""

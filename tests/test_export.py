@@ -169,6 +169,13 @@ def test_image_observations_export_nchw_torch_nhwc_tflite(tmp_path: Path) -> Non
     assert fp32_decisive.mean() > 0.9
     assert np.array_equal(np.array([onnx.predict(f) for f in frames])[fp32_decisive], expected[fp32_decisive])
     int8 = Policy.load(tmp_path / "cnn")
+    # the calibration pins the input's range to the space's 0..255: scale 1, zero point -128, so uint8
+    # frames pass as their bits shifted by 128, the same integers the float path quantizes them to
+    quant = m["model"]["input"]["quantization"]
+    assert (quant["scale"], quant["zero_point"]) == (1.0, -128)
+    for f in frames:
+        assert np.array_equal(int8.model_input(f), int8.model_input(f.astype(np.float32)))
+    assert int8.model_input(frames[0]).dtype == np.int8
     decisive = margins >= 0.25 * spread
     assert decisive.mean() >= 0.5, (margins, spread)
     assert np.array_equal(np.array([int8.predict(f) for f in frames])[decisive], expected[decisive])

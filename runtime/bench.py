@@ -82,8 +82,9 @@ def artifact_observations(spec: dict[str, Any], n: int = 256) -> np.ndarray:
     size = int(np.prod(shape))
     low = np.array([-1.0 if v is None else v for v in np.ravel(spec.get("low", []) or [None] * size)])
     high = np.array([1.0 if v is None else v for v in np.ravel(spec.get("high", []) or [None] * size)])
-    x = rng.uniform(low, high, size=(n, low.size)).astype(np.float32)
-    return x.reshape(n, *shape)
+    x = rng.uniform(low, high, size=(n, low.size)).astype(np.float32).reshape(n, *shape)
+    dtype = np.dtype(spec.get("dtype", "float32"))
+    return np.rint(x).astype(dtype) if dtype.kind in "iu" else x  # as the env gives them: uint8 frames
 
 
 def latency_table(rows: list[dict[str, Any]]) -> str:

@@ -163,7 +163,7 @@ class Policy:
                 f"observation shape {arr.shape} does not match the artifact's {self.obs_shape}"
             )
         x = arr.astype(np.float32, copy=False)
-        if not np.isfinite(x).all():
+        if arr.dtype.kind == "f" and not np.isfinite(x).all():  # integers are finite: no pass over a frame
             raise ObservationError("observation contains NaN or Inf")
         if self._axes is not None:
             x = x.reshape(self.obs_shape).transpose(self._axes)

@@ -342,9 +342,10 @@ def test_tf_rainbow_traces_once_with_every_component_on_and_memory_stays_flat(tm
 @pytest.mark.parametrize("framework", ["torch", "tf"])
 def test_rainbow_with_every_component_off_trains_dqn(framework: str, tmp_path: Path) -> None:
     """Same seed, DQN's CartPole preset: Rainbow with double Q, dueling, PER, n-step, C51 and noise all
-    off learns the same weights as DQN. Not bit for bit by contract (the two losses are written
-    differently: a weighted mean of per-sample Huber terms against Huber's own mean), but within float32
-    rounding of each other after 3000 steps and 8 rounds of 128 gradient steps."""
+    off learns the same weights as DQN after 3000 steps (about 900 gradient steps). The two losses are the
+    same ops (a mean of per-sample Huber terms; Rainbow's multiplied by importance weights of exactly 1)
+    in the same process, so nothing separates the runs but a code path; compared within 1e-5 all the same,
+    not bit for bit."""
     dqn_cfg = build_config(
         "CartPole-v1", overrides={"n_timesteps": 3000, "eval_freq": 0, "double_q": False}, algo="dqn"
     )

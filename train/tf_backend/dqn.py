@@ -13,14 +13,17 @@ class TFDQN(TFOffPolicyBase):
 
     def __init__(self, network: dict[str, Any], cfg: DQNConfig, seed: int, device: str):
         super().__init__(seed, device)
-        from rl2edge.train.tf_backend.nets import DQNNets
-
         self.cfg = cfg
-        self.nets = DQNNets(network, seed)
+        self.nets = self.make_nets(network, seed)
         self.q_vars = self.nets.q_net.trainable_variables
         self.q_target_vars = self.nets.q_target.trainable_variables
         self.opt = self.adam(self.q_vars, cfg.learning_rate(1.0))
         self.compile(int(network["obs_dim"]), int(network["act_dim"]), discrete=True)
+
+    def make_nets(self, network: dict[str, Any], seed: int) -> Any:
+        from rl2edge.train.tf_backend.nets import DQNNets
+
+        return DQNNets(network, seed)
 
     def parts(self) -> dict[str, list[Any]]:
         return {"q": self.q_vars, "q_target": self.q_target_vars}

@@ -14,24 +14,24 @@ import numpy as np
 
 from rl2edge.train.core.offpolicy_config import RainbowConfig
 from rl2edge.train.core.replay import ReplayBatch
-from rl2edge.train.tf_backend.offpolicy_base import TFOffPolicyBase
+from rl2edge.train.tf_backend.dqn import TFDQN
 
 
-class TFRainbow(TFOffPolicyBase):
-    stat_names = ("loss", "q_mean")
+class TFRainbow(TFDQN):
+    """DQN's agent (nets and target, parts, the target update, greedy on the mean weights) with Rainbow's
+    networks, noisy exploration, loss, and a train step that takes n-step discounts and importance
+    weights and returns priorities."""
 
-    def __init__(self, network: dict[str, Any], cfg: RainbowConfig, seed: int, device: str):
-        super().__init__(seed, device)
+    cfg: RainbowConfig
+
+    def make_nets(self, network: dict[str, Any], seed: int) -> Any:
         from rl2edge.train.tf_backend.nets import RainbowNets
 
-        self.cfg, self.noisy = cfg, bool(network["noisy"])
-        self.nets = RainbowNets(network, seed)
-        self.q_vars = self.nets.q_net.trainable_variables
-        self.q_target_vars = self.nets.q_target.trainable_variables
-        self.opt = self.adam(self.q_vars, cfg.learning_rate(1.0))
-        self._compile_rainbow(int(network["obs_dim"]))
+        self.noisy = bool(network["noisy"])
+        return RainbowNets(network, seed)
 
-    def _compile_rainbow(self, obs_dim: int) -> None:
+    def compile(self, obs_dim: int, act_dim: int, discrete: bool) -> None:
+        """DQN's functions, but one gradient step per call, with discounts and weights in, priorities out."""
         tf = self.tf
         obs = tf.TensorSpec([None, obs_dim], tf.float32)
         vec = tf.TensorSpec([None], tf.float32)
@@ -46,22 +46,10 @@ class TFRainbow(TFOffPolicyBase):
         self._explore_cf = self._explore.get_concrete_function()
         self._train_step_cf = self._train_step.get_concrete_function()
 
-    def parts(self) -> dict[str, list[Any]]:
-        return {"q": self.q_vars, "q_target": self.q_target_vars}
-
     # ------------------------------------------------------------------------------------ graphs
-    def deterministic_graph(self, obs):
-        return self.tf.argmax(self.nets.q_net(obs), axis=-1)
-
     def explore_graph(self, obs):
         q_net = self.nets.q_net
         return self.tf.argmax(q_net(obs, q_net.draw_noise(self.rng)), axis=-1)  # mean weights without noise
-
-    def update_target_graph(self):
-        from rl2edge.train.tf_backend.nets import polyak_update
-
-        polyak_update(self.q_vars, self.q_target_vars, self.cfg.tau)
-        return self.tf.constant(0)
 
     def loss(self, obs, actions, rewards, next_obs, dones, discounts, weights, online_noise, target_noise):
         """(importance-weighted loss, per-sample priority, mean Q of the taken actions), as the torch twin."""

@@ -18,11 +18,12 @@ from rl2edge.train.torch_backend.offpolicy_base import TorchOffPolicyBase
 
 class TorchDQN(TorchOffPolicyBase):
     stat_names = ("loss", "q_mean")
+    network_class: type[nn.Module] = QNetwork  # Rainbow's agent builds its own Q-network here
 
     def __init__(self, network: dict[str, Any], cfg: DQNConfig, seed: int, device: str):
         super().__init__(seed, device)
         self.cfg = cfg
-        self.q_net = QNetwork(network).to(self.dev)
+        self.q_net = self.network_class(network).to(self.dev)
         self.q_target = copy.deepcopy(self.q_net).requires_grad_(False)
         self.nets.update(dict(q_net=self.q_net, q_target=self.q_target))
         self.opt = self.adam(list(self.q_net.parameters()), cfg.learning_rate(1.0))
@@ -50,7 +51,8 @@ class TorchDQN(TorchOffPolicyBase):
                 next_q = next_q_all.max(-1).values
             target_q = rewards + (1.0 - dones) * cfg.gamma * next_q
         q = self.q_net(obs).gather(-1, actions.unsqueeze(-1)).squeeze(-1)
-        loss = nn.functional.smooth_l1_loss(q, target_q)
+        # a mean of per-sample Huber terms: the same ops as Rainbow's importance-weighted loss at weight 1
+        loss = nn.functional.smooth_l1_loss(q, target_q, reduction="none").mean()
         self.opt.zero_grad(set_to_none=True)
         loss.backward()
         nn.utils.clip_grad_norm_(self.q_net.parameters(), cfg.max_grad_norm)

@@ -9,7 +9,6 @@ and the predicted distribution (the paper's KL up to the target's entropy, which
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 import numpy as np
@@ -18,28 +17,22 @@ from torch import nn
 
 from rl2edge.train.core.offpolicy_config import RainbowConfig
 from rl2edge.train.core.replay import ReplayBatch
-from rl2edge.train.torch_backend.nets import RainbowQNetwork, polyak_update, project_distribution
-from rl2edge.train.torch_backend.offpolicy_base import TorchOffPolicyBase
+from rl2edge.train.torch_backend.dqn import TorchDQN
+from rl2edge.train.torch_backend.nets import RainbowQNetwork, project_distribution
 
 
-class TorchRainbow(TorchOffPolicyBase):
-    stat_names = ("loss", "q_mean")
+class TorchRainbow(TorchDQN):
+    """DQN's agent (networks and target, parts, the target update, greedy on the mean weights: the
+    exported policy) with Rainbow's Q-network, noisy exploration and loss."""
+
+    network_class = RainbowQNetwork
+    q_net: RainbowQNetwork
+    q_target: RainbowQNetwork
 
     def __init__(self, network: dict[str, Any], cfg: RainbowConfig, seed: int, device: str):
-        super().__init__(seed, device)
-        self.cfg, self.noisy = cfg, bool(network["noisy"])
-        self.q_net = RainbowQNetwork(network).to(self.dev)
-        self.q_target = copy.deepcopy(self.q_net).requires_grad_(False)
-        self.nets.update(dict(q_net=self.q_net, q_target=self.q_target))
-        self.opt = self.adam(list(self.q_net.parameters()), cfg.learning_rate(1.0))
-
-    def parts(self) -> dict[str, nn.Module]:
-        return {"q": self.q_net, "q_target": self.q_target}
-
-    @torch.no_grad()
-    def deterministic(self, obs: np.ndarray) -> np.ndarray:
-        """Greedy on the mean weights: the exported policy."""
-        return self.q_net(self._t(obs)).argmax(-1).cpu().numpy()
+        super().__init__(network, cfg, seed, device)
+        self.cfg: RainbowConfig = cfg
+        self.noisy = bool(network["noisy"])
 
     @torch.no_grad()
     def explore(self, obs: np.ndarray) -> np.ndarray:
@@ -48,9 +41,6 @@ class TorchRainbow(TorchOffPolicyBase):
             return self.deterministic(obs)
         self.q_net.reset_noise()
         return self.q_net(self._t(obs), noisy=True).argmax(-1).cpu().numpy()
-
-    def update_target(self) -> None:
-        polyak_update(self.q_net.parameters(), self.q_target.parameters(), self.cfg.tau)
 
     def loss(
         self, obs, actions, rewards, next_obs, dones, discounts, weights
@@ -92,6 +82,9 @@ class TorchRainbow(TorchOffPolicyBase):
         nn.utils.clip_grad_norm_(self.q_net.parameters(), self.cfg.max_grad_norm)
         self.opt.step()
         return torch.stack([loss.detach(), q_mean]), priority
+
+    def train(self, batch: ReplayBatch) -> np.ndarray:
+        return self.train_prioritized(batch)[0]
 
     def train_prioritized(self, batch: ReplayBatch) -> tuple[np.ndarray, np.ndarray]:
         """One gradient step per stacked batch; (mean stats, priorities [n, B]) in one host sync."""

@@ -61,11 +61,12 @@ FLOAT_OPS = ["SUB", "MUL", "ADD", "MINIMUM", "MAXIMUM", "SOFTMAX", "SUM", "MEAN"
 # - Input layer (the first FULLY_CONNECTED or CONV_2D on the normalized observation): TFLite quantizes
 #   activations per tensor, so one int8 scale covers every feature, set by the widest one (+-3..10 std
 #   after clipping); a feature near its mean, where a balancing policy spends its time, moves in coarse
-#   steps. A2C CartPole-v1 seed 1: input layer int8, 97.9 % agreement with the source and a return of 255;
-#   float, 99.6 % and 500, as fp32.
+#   steps.
 # - Output layers (the last FULLY_CONNECTED before the head): Q-values of tens to hundreds whose gaps
-#   between actions are a fraction of one, which an int8 output scale rounds away. DQN CartPole-v1
-#   (500 in fp32): output layer int8, 57 % agreement and a return of 97; float, 82 % and 495.
+#   between actions are a fraction of one, which an int8 output scale rounds away.
+# Figures: benchmarks/results/returns_a2c_rainbow.md (int8 keeps A2C's and Rainbow CartPole's fp32
+# returns) and returns_dqn_int8.md (DQN CartPole torch int8 475.0, against 344.5 in returns.md, made
+# with both layers int8).
 LAYER_OPS = ("FULLY_CONNECTED", "CONV_2D")
 
 

@@ -62,7 +62,7 @@ def pin_uint8_range(calibration: np.ndarray, observation_space: dict[str, Any]) 
     low, high = observation_space.get("low"), observation_space.get("high")
     if observation_space.get("dtype") != "uint8" or len(calibration) == 0:
         return calibration
-    if np.min(low) != 0 or np.max(high) != 255:
+    if low is None or high is None or np.min(low) != 0 or np.max(high) != 255:
         return calibration
     pinned = calibration.copy()
     pinned[0].reshape(-1)[0] = 0

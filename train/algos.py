@@ -9,12 +9,16 @@ path imported when asked for, so that reading the table imports no deep-learning
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from rl2edge.errors import CheckpointError, ConfigError
+
+_logger = logging.getLogger(__name__)
 
 FRAMEWORKS = ("torch", "tf")
 
@@ -91,7 +95,7 @@ ALGOS: dict[str, Algo] = {
             "td3",
             f"{_OFF_CONFIG}:TD3Config",
             _OFF_DRIVER,
-            {"torch": "train.torch_backend.td3:TorchTD3", "tf": "train.tf_backend.td3:TFTD3"},
+            {"torch": "rl2edge.train.torch_backend.td3:TorchTD3", "tf": "rl2edge.train.tf_backend.td3:TFTD3"},
             ("box",),
             "unscale",
         ),
@@ -99,7 +103,7 @@ ALGOS: dict[str, Algo] = {
             "ddpg",
             f"{_OFF_CONFIG}:DDPGConfig",
             _OFF_DRIVER,
-            {"torch": "train.torch_backend.td3:TorchTD3", "tf": "train.tf_backend.td3:TFTD3"},
+            {"torch": "rl2edge.train.torch_backend.td3:TorchTD3", "tf": "rl2edge.train.tf_backend.td3:TFTD3"},
             ("box",),
             "unscale",
         ),
@@ -171,10 +175,24 @@ def train(
     device: str = "auto",
     progress: bool | None = None,
     agent_out: list[Any] | None = None,
+    rollout_workers: int = 0,
 ) -> Any:
     """Train cfg.algo with `framework`'s agent: the one entry point of the CLI, the tests and the
-    benchmarks. `agent_out`, when given, receives the agent (tests read its state and trace counts)."""
+    benchmarks. `agent_out`, when given, receives the agent (tests read its state and trace counts).
+    `rollout_workers` > 0 (PPO, A2C) collects the rollouts on that many Ray actors, in a Ray session the
+    caller has started (train.distributed.cluster.ray_session)."""
     algo = get(cfg.algo)
+    extra: dict[str, Any] = {}
+    if rollout_workers:
+        if algo.driver != _PPO_DRIVER:
+            on_policy = [a.name for a in ALGOS.values() if a.driver == _PPO_DRIVER]
+            raise ConfigError(f"--rollout-workers spreads on-policy rollouts: {_either(on_policy)} only")
+        if cfg.norm_obs_update != "rollout":
+            _logger.info(
+                "--rollout-workers: normalization statistics move once per rollout (norm_obs_update: rollout)"
+            )
+            cfg = dataclasses.replace(cfg, norm_obs_update="rollout")
+        extra["rollout_workers"] = rollout_workers
     cls = algo.agent_class(framework)
     algo.check_action_space(_discrete(env_id), env_id)
 
@@ -185,4 +203,4 @@ def train(
         return agent
 
     driver = _load(algo.driver)
-    return driver(env_id, cfg, seed, run_dir, make_agent, device=device, progress=progress)
+    return driver(env_id, cfg, seed, run_dir, make_agent, device=device, progress=progress, **extra)

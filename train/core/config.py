@@ -52,6 +52,10 @@ class OnPolicyConfig:
     """Running observation normalization; its frozen statistics are folded into the exported graph."""
     norm_obs_clip: float = 10.0
     """Clip of normalized observations."""
+    norm_obs_update: str = "step"
+    """When the normalization statistics move: 'step' (after every vector step, as SB3's VecNormalize) or
+    'rollout' (frozen while collecting, updated after it with every step's observations in order; what
+    --rollout-workers runs, since per-step statistics need every env's observation before each step)."""
     normalize_reward: bool = False
     """Scale rewards by the running std of the discounted return (training only; the Zoo's normalize: true)."""
     eval_freq: int = 10_000
@@ -68,6 +72,8 @@ class OnPolicyConfig:
         return config_to_json(self)
 
     def validate(self) -> None:
+        if self.norm_obs_update not in ("step", "rollout"):
+            raise ConfigError(f"norm_obs_update must be 'step' or 'rollout', got {self.norm_obs_update!r}")
         for name in ("n_timesteps", "n_envs", "n_steps", "batch_size", "n_epochs"):
             value = getattr(self, name)
             if value is not None and int(value) <= 0:  # A2C: batch_size None, the whole rollout

@@ -16,8 +16,9 @@ import numpy as np
 
 from rl2edge.train.core.config import A2CConfig, PPOConfig
 from rl2edge.train.core.finish import TrainingRun, TrainResult
-from rl2edge.train.core.normalization import RewardScaler
+from rl2edge.train.core.normalization import RewardScaler, RunningNormalizer
 from rl2edge.train.core.rollout import Minibatch, RolloutBuffer, check_minibatch
+from rl2edge.train.core.rollout_collector import RolloutCollector, Segment
 from rl2edge.train.core.spaces import obs_dim, output_width
 
 _logger = logging.getLogger(__name__)
@@ -31,8 +32,9 @@ class PPOAgent(Protocol):
     framework: str
     device: str
 
-    def act(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Sample actions; return (actions, log-probs, values), recorded for the update."""
+    def act(self, obs: np.ndarray, noise: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Sample actions with the given per-env noise (Gumbel or standard normal, [B, width]); return
+        (actions, log-probs, values), recorded for the update."""
 
     def value(self, obs: np.ndarray) -> np.ndarray: ...
 
@@ -64,7 +66,10 @@ def train_ppo(
     make_agent: AgentFactory,
     device: str = "auto",
     progress: bool | None = None,
+    rollout_workers: int = 0,
 ) -> TrainResult:
+    """`rollout_workers` > 0 spreads the envs over that many Ray actors (train.distributed); the learner
+    broadcasts the weights and statistics before each rollout and gathers the data in env order."""
     # SEEDING: once, here. Env seeds are given at the first reset; the agent factory seeds its framework
     # before it initializes anything; numpy's generator drives the minibatch order.
     rng = np.random.default_rng(seed)
@@ -87,11 +92,34 @@ def train_ppo(
     minibatch = cfg.batch_size or batch_steps  # A2C: the whole rollout, one gradient step
     stat_names = getattr(agent, "stat_names", STAT_NAMES)
     n_updates = max(1, math.ceil(cfg.n_timesteps / batch_steps))
-    gamma32 = np.float32(cfg.gamma)
     scale = RewardScaler(cfg.n_envs, cfg.gamma) if cfg.normalize_reward else None
-    raw_obs, _ = envs.reset(seed=seed)
-    norm.update(raw_obs)
-    ep_returns = np.zeros(cfg.n_envs)
+    live_norm = cfg.norm_obs_update == "step"
+    if rollout_workers:
+        from rl2edge.train.distributed.rollout_workers import RayRolloutPool
+
+        pool: RolloutPool = RayRolloutPool(
+            rollout_workers, env_id, cfg, seed, network, agent.framework, discrete, act_spec
+        )
+        run.envs.close()  # the learner steps no env itself
+    else:
+        pool = LocalRolloutPool(
+            RolloutCollector(
+                env_id,
+                0,
+                cfg.n_envs,
+                seed,
+                cfg.gamma,
+                discrete,
+                output_width(act_spec),
+                agent,
+                norm,
+                live_norm,
+                to_env,
+                cfg.n_envs,
+                envs=envs,
+            )
+        )
+    norm.update(pool.initial_obs())
     recent_returns = run.recent_returns
     global_step = 0
     bar = run.begin(agent, n_updates * batch_steps, progress)
@@ -103,25 +131,11 @@ def train_ppo(
             agent.set_learning_rate(lr)
 
             # ROLLOUT: act, and record log-probs and values now so the update needs no second forward pass.
-            for _ in range(cfg.n_steps):
-                obs = norm.normalize(raw_obs)
-                action, logp, value = agent.act(obs)
-                raw_obs, reward, terminated, truncated, info = envs.step(to_env(action))
-                ep_returns += reward  # raw: metrics and evaluations never see the scaled rewards
-                reward = reward.astype(np.float32) if scale is None else scale(reward, terminated | truncated)
-                # CRUCIAL: a time-limit truncation is not a terminal state; bootstrap it with V(final obs).
-                bootstrap = truncated & ~terminated
-                if bootstrap.any():
-                    final = np.stack([info["final_obs"][i] for i in np.flatnonzero(bootstrap)])
-                    reward[bootstrap] += gamma32 * agent.value(norm.normalize(final))
-                done = terminated | truncated
-                buffer.add(obs, action, logp, value, reward, done)
-                for i in np.flatnonzero(done):
-                    recent_returns.append(float(ep_returns[i]))
-                    ep_returns[i] = 0.0
-                norm.update(raw_obs)
-                global_step += cfg.n_envs
-            buffer.finish(agent.value(norm.normalize(raw_obs)), cfg.gamma, cfg.gae_lambda)
+            seg = pool.collect(cfg.n_steps, agent, norm)
+            assemble(seg, buffer, scale, None if live_norm else norm)
+            recent_returns.extend(ret for _, _, ret in seg.episodes)
+            global_step += batch_steps
+            buffer.finish(seg.last_values, cfg.gamma, cfg.gae_lambda)
 
             # UPDATE: n_epochs over shuffled minibatches; the backend does the gradient steps. Without a
             # target KL all epochs go to the backend at once (TF runs them in one compiled call).
@@ -151,4 +165,48 @@ def train_ppo(
             run.metrics.log(global_step, row)
     finally:
         run.close(bar)
+        pool.close()
     return run.finish(agent, global_step, network)
+
+
+def assemble(
+    seg: Segment, buffer: RolloutBuffer, scale: RewardScaler | None, norm: RunningNormalizer | None
+) -> None:
+    """The learner's side of a collected rollout, in step order over all envs: reward scaling, the
+    truncation bootstrap (added after scaling, as SB3 does), the buffer, and (`norm`, when statistics move
+    per rollout) the normalization statistics, updated with each step's observations in turn."""
+    for t in range(seg.rewards.shape[0]):
+        reward = seg.rewards[t].astype(np.float32) if scale is None else scale(seg.rewards[t], seg.dones[t])
+        boot = seg.boot_mask[t]
+        reward[boot] += seg.boot_values[t][boot]
+        buffer.add(seg.obs[t], seg.actions[t], seg.logprobs[t], seg.values[t], reward, seg.dones[t])
+        if norm is not None:
+            norm.update(seg.raw_obs[t])
+
+
+class RolloutPool(Protocol):
+    """Where the rollouts come from: the learner's own envs, or Ray actors holding a share each."""
+
+    def initial_obs(self) -> np.ndarray:
+        """The raw observations of every env after its first reset (the statistics' first update)."""
+
+    def collect(self, n_steps: int, agent: PPOAgent, norm: RunningNormalizer) -> Segment:
+        """n_steps of every env with the agent's current weights and `norm`'s current statistics."""
+
+    def close(self) -> None: ...
+
+
+class LocalRolloutPool:
+    """Every env in this process, acted on by the learner's own agent and normalizer."""
+
+    def __init__(self, collector: RolloutCollector):
+        self.collector = collector
+
+    def initial_obs(self) -> np.ndarray:
+        return self.collector.raw_obs
+
+    def collect(self, n_steps: int, agent: PPOAgent, norm: RunningNormalizer) -> Segment:
+        return self.collector.collect(n_steps)
+
+    def close(self) -> None:
+        self.collector.close()

@@ -4,7 +4,7 @@ tf.functions with fixed input signatures. The driver is train.core.ppo_driver, s
 Graph discipline: every compiled function has an `input_signature` of tensors (None only for the batch
 size, which really varies); nothing Python-valued that changes (clip range, learning rate) crosses into
 a graph, only tensors and variables; hyperparameters fixed for the run are graph constants; counters
-are tf.Variables; sampling draws from one tf.random.Generator seeded once. `trace_counts()` reports how
+are tf.Variables; the sampling noise is an input (per-env numpy generators, train.core.rollout_collector). `trace_counts()` reports how
 often each function traced, and tests assert once.
 """
 
@@ -61,7 +61,6 @@ class TFPPO:
 
         self.tf, self.cfg = tf, cfg
         keras.utils.set_random_seed(seed)  # once, before the layers' initializers draw
-        self.rng = tf.random.Generator.from_seed(seed)  # the one generator that sampling draws from
         self.policy = TFActorCritic.from_network_spec(network, seed)
         self.discrete, obs_dim, act_dim = network["discrete"], network["obs_dim"], network["act_dim"]
         self.optimizer = self.make_optimizer()
@@ -74,7 +73,12 @@ class TFPPO:
             tf.TensorSpec([None], tf.int64) if self.discrete else tf.TensorSpec([None, act_dim], tf.float32)
         )
         vec, scalar = tf.TensorSpec([None], tf.float32), tf.TensorSpec([], tf.float32)
-        self._act = tf.function(self._act_graph, input_signature=[obs_spec], reduce_retracing=False)
+        noise_spec = tf.TensorSpec(
+            [None, act_dim], tf.float32
+        )  # per-env draws (train.core.rollout_collector)
+        self._act = tf.function(
+            self._act_graph, input_signature=[obs_spec, noise_spec], reduce_retracing=False
+        )
         self._value = tf.function(self.policy.value, input_signature=[obs_spec])
         self._deterministic = tf.function(self._deterministic_graph, input_signature=[obs_spec])
         self._train_step = tf.function(
@@ -111,14 +115,15 @@ class TFPPO:
         return make_loss_fn(self.policy, self.cfg)
 
     # ---------------------------------------------------------------------------------- graphs
-    def _act_graph(self, obs):
+    def _act_graph(self, obs, noise):
+        # The sample's randomness is an input, drawn per env by the caller: Gumbel noise (argmax(logits + g)
+        # samples the softmax) or standard normal, so that a split of the envs over workers samples the same.
         tf = self.tf
         out = self.policy.actor(obs)
         if self.discrete:
-            seed = self.rng.make_seeds(1)[:, 0]
-            action = tf.random.stateless_categorical(out, 1, seed=seed, dtype=tf.int64)[:, 0]
+            action = tf.argmax(out + noise, axis=-1)
         else:
-            action = out + tf.exp(self.policy.log_std) * self.rng.normal(tf.shape(out))
+            action = out + tf.exp(self.policy.log_std) * noise
         logp, _ = self.policy.log_prob_entropy(out, action)
         return action, logp, self.policy.value(obs)
 
@@ -150,8 +155,8 @@ class TFPPO:
     # ----------------------------------------------------------------------------- the agent API
     # The per-step calls go to the concrete functions: the same single trace, minus the signature matching
     # that tf.function does on every call (a third of the call's cost here).
-    def act(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        action, logp, value = self._act_cf(self.tf.constant(obs))
+    def act(self, obs: np.ndarray, noise: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        action, logp, value = self._act_cf(self.tf.constant(obs), self.tf.constant(noise))
         return action.numpy(), logp.numpy(), value.numpy()
 
     def value(self, obs: np.ndarray) -> np.ndarray:

@@ -92,13 +92,19 @@ class ActorCritic(nn.Module):
         return self.critic(obs).squeeze(-1)
 
     @torch.no_grad()
-    def act(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Sample during the rollout, returning what the update needs: action, log-prob, value."""
-        dist = self.distribution(obs)
-        action = dist.sample()
-        logp = dist.log_prob(action)
-        if not self.discrete:
-            logp = logp.sum(-1)
+    def act(self, obs: torch.Tensor, noise: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Sample during the rollout, returning what the update needs: action, log-prob, value. `noise` is
+        the sample's randomness, drawn per env by the caller (train.core.rollout_collector): Gumbel noise
+        (argmax(logits + g) samples the softmax) or standard normal (mean + std * eps)."""
+        out = self.actor(obs)
+        if self.discrete:
+            action = (out + noise).argmax(-1)
+            logp = out.log_softmax(-1).gather(-1, action[:, None])[:, 0]
+        else:
+            action = out + self.log_std.exp() * noise
+            logp = (
+                Normal(out, self.log_std.exp().expand_as(out), validate_args=False).log_prob(action).sum(-1)
+            )
         return action, logp, self.value(obs)
 
     def evaluate_actions(

@@ -63,8 +63,8 @@ class TorchPPO:
     def _t(self, x: np.ndarray) -> torch.Tensor:
         return torch.as_tensor(x, device=self.dev)
 
-    def act(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        action, logp, value = self.policy.act(self._t(obs))
+    def act(self, obs: np.ndarray, noise: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        action, logp, value = self.policy.act(self._t(obs), self._t(noise))
         return action.cpu().numpy(), logp.cpu().numpy(), value.cpu().numpy()
 
     @torch.no_grad()

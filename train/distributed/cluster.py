@@ -1,0 +1,75 @@
+"""Joining or starting Ray, with errors that say what to do: Ray missing, or a cluster that does not answer."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import socket
+from collections.abc import Iterator
+from types import ModuleType
+from urllib.parse import urlsplit
+
+from rl2edge.errors import ConfigError
+
+_logger = logging.getLogger(__name__)
+
+CONNECT_TIMEOUT_S = 5.0
+
+
+def require_ray() -> ModuleType:
+    """The ray module, or a ConfigError naming the extra to install."""
+    try:
+        import ray
+    except ImportError:
+        raise ConfigError(
+            "this command runs on Ray, which is not installed: pip install 'rl2edge[ray]' "
+            "(on the workstation; the edge install never needs it)"
+        ) from None
+    return ray
+
+
+def check_address(address: str) -> None:
+    """Fail in seconds, not after Ray's own minute of retries, when nothing listens at host:port."""
+    if address == "auto":
+        return
+    parts = urlsplit(address if "://" in address else f"ray://{address}")
+    if not parts.hostname or parts.port is None:
+        raise ConfigError(
+            f"--address {address!r}: give host:port of the head node's GCS (ray start --head prints it, "
+            "default port 6379), ray://host:10001 for Ray Client, or auto"
+        )
+    try:
+        with socket.create_connection((parts.hostname, parts.port), timeout=CONNECT_TIMEOUT_S):
+            pass
+    except OSError as exc:
+        raise ConfigError(
+            f"no Ray cluster answers at {address} ({exc}); start one there with `ray start --head`, "
+            "check the port and the firewall, or leave --address out to run Ray on this machine"
+        ) from None
+
+
+@contextlib.contextmanager
+def ray_session(address: str | None = None, num_cpus: int | None = None) -> Iterator[ModuleType]:
+    """Ray, connected: to `address` when given, else an already initialized Ray (a test's cluster), else a
+    local one started here (and stopped on exit)."""
+    ray = require_ray()
+    if ray.is_initialized():
+        yield ray
+        return
+    if address:
+        check_address(address)
+    try:
+        ray.init(
+            address=address or None,
+            num_cpus=None if address else num_cpus,
+            include_dashboard=False,
+            logging_level=logging.WARNING,
+            configure_logging=False,
+        )
+    except ConnectionError as exc:
+        raise ConfigError(f"cannot join the Ray cluster at {address}: {exc}") from None
+    _logger.info("Ray: %s, %s CPUs", address or "local", ray.cluster_resources().get("CPU", 0))
+    try:
+        yield ray
+    finally:
+        ray.shutdown()

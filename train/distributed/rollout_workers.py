@@ -1,0 +1,118 @@
+"""PPO's (and A2C's) rollouts spread over Ray actors: each actor holds a contiguous share of the envs and
+a copy of the policy, and collects whole rollouts (one round trip per update, not per step, so that a
+worker on another machine costs one network exchange per rollout). Before each rollout the learner
+broadcasts its weights and normalization statistics; the segments come back in env order and are
+assembled as one process would have (train.core.rollout_collector says what makes that exact)."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import numpy as np
+
+from rl2edge.errors import ConfigError
+from rl2edge.train.core.normalization import RunningNormalizer
+from rl2edge.train.core.rollout_collector import RolloutCollector, Segment
+from rl2edge.train.core.spaces import output_width
+
+_logger = logging.getLogger(__name__)
+
+
+def env_slices(n_envs: int, workers: int) -> list[tuple[int, int]]:
+    """(first, count) of each worker's share: contiguous, sizes differing by at most one."""
+    if workers > n_envs:
+        raise ConfigError(
+            f"--rollout-workers {workers} is more than the {n_envs} envs of the run (n_envs); "
+            f"use at most {n_envs} workers or raise n_envs"
+        )
+    base, extra = divmod(n_envs, workers)
+    out, first = [], 0
+    for w in range(workers):
+        count = base + (w < extra)
+        out.append((first, count))
+        first += count
+    return out
+
+
+class RolloutWorker:
+    """One actor: its envs, a policy of the run's network, and the statistics it is sent."""
+
+    def __init__(
+        self,
+        env_id: str,
+        cfg: Any,
+        seed: int,
+        first: int,
+        count: int,
+        network: dict[str, Any],
+        framework: str,
+        act_spec: dict[str, Any],
+    ):
+        from rl2edge.specs import ActionTransform
+        from rl2edge.train.algos import get
+
+        logging.basicConfig(level=logging.WARNING)
+        self.agent = get(cfg.algo).agent_class(framework)(network, cfg, seed, "cpu")
+        norm = RunningNormalizer((network["obs_dim"],), clip=cfg.norm_obs_clip, enabled=cfg.normalize_obs)
+        self.collector = RolloutCollector(
+            env_id,
+            first,
+            count,
+            seed,
+            cfg.gamma,
+            network["discrete"],
+            output_width(act_spec),
+            self.agent,
+            norm,
+            False,
+            ActionTransform(act_spec).to_env,
+            cfg.n_envs,
+        )
+
+    def initial_obs(self) -> np.ndarray:
+        return self.collector.raw_obs
+
+    def collect(self, n_steps: int, state: Any, norm: RunningNormalizer) -> Segment:
+        self.agent.set_state(state)
+        self.collector.norm = norm
+        return self.collector.collect(n_steps)
+
+
+class RayRolloutPool:
+    """The learner's handle on the actors (train.core.ppo_driver.RolloutPool)."""
+
+    def __init__(
+        self,
+        workers: int,
+        env_id: str,
+        cfg: Any,
+        seed: int,
+        network: dict[str, Any],
+        framework: str,
+        discrete: bool,
+        act_spec: dict[str, Any],
+    ):
+        from rl2edge.train.distributed.cluster import require_ray
+
+        self.ray = ray = require_ray()
+        if not ray.is_initialized():
+            raise ConfigError("--rollout-workers needs a Ray session (rl2edge train starts one)")
+        if cfg.norm_obs_update != "rollout":
+            raise ConfigError("--rollout-workers needs norm_obs_update: rollout (rl2edge train sets it)")
+        slices = env_slices(cfg.n_envs, workers)
+        actor = ray.remote(num_cpus=1)(RolloutWorker)
+        self.actors = [actor.remote(env_id, cfg, seed, f, c, network, framework, act_spec) for f, c in slices]
+        _logger.info("rollout workers: %s envs each", [c for _, c in slices])
+
+    def initial_obs(self) -> np.ndarray:
+        return np.concatenate(self.ray.get([a.initial_obs.remote() for a in self.actors]))
+
+    def collect(self, n_steps: int, agent: Any, norm: RunningNormalizer) -> Segment:
+        state = self.ray.put(agent.get_state())  # once into the object store; every actor reads it
+        parts = self.ray.get([a.collect.remote(n_steps, state, norm) for a in self.actors])
+        return Segment.concat(parts)
+
+    def close(self) -> None:
+        for a in self.actors:
+            self.ray.kill(a)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -161,6 +162,11 @@ def _discrete(env_id: str) -> bool:
         env.close()
 
 
+def check_env(algo: str, env_id: str) -> None:
+    """The env can be made and its action space suits the algorithm (a clear error before any work)."""
+    get(algo).check_action_space(_discrete(env_id), env_id)
+
+
 def _load(path: str) -> Any:
     module, attr = path.split(":")
     return getattr(importlib.import_module(module), attr)
@@ -176,12 +182,15 @@ def train(
     progress: bool | None = None,
     agent_out: list[Any] | None = None,
     rollout_workers: int = 0,
+    on_evaluation: Callable[[int, Any], bool] | None = None,
 ) -> Any:
     """Train cfg.algo with `framework`'s agent: the one entry point of the CLI, the tests and the
     benchmarks. `agent_out`, when given, receives the agent (tests read its state and trace counts).
     `rollout_workers` > 0 (PPO, A2C) collects the rollouts on that many Ray actors, in a Ray session the
-    caller has started (train.distributed.cluster.ray_session)."""
+    caller has started (train.distributed.cluster.ray_session). `on_evaluation(step, result)` is called
+    after each periodic evaluation; False stops the run there (it still finishes: checkpoint, summary)."""
     algo = get(cfg.algo)
+    check_env(cfg.algo, env_id)
     extra: dict[str, Any] = {}
     if rollout_workers:
         if algo.driver != _PPO_DRIVER:
@@ -193,8 +202,9 @@ def train(
             )
             cfg = dataclasses.replace(cfg, norm_obs_update="rollout")
         extra["rollout_workers"] = rollout_workers
+    if on_evaluation is not None:
+        extra["on_evaluation"] = on_evaluation
     cls = algo.agent_class(framework)
-    algo.check_action_space(_discrete(env_id), env_id)
 
     def make_agent(network: dict[str, Any], cfg: Any, seed: int, device: str) -> Any:
         agent = cls(network, cfg, seed, device)

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from rl2edge.commands.common import table
+from rl2edge.errors import ConfigError
 from rl2edge.interrupts import check_interrupted
 
 _logger = logging.getLogger("rl2edge")
@@ -24,7 +25,9 @@ def add_parser(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
         "weights, no pickle), progress.csv and TensorBoard events.\nHyperparameters: the algorithm's defaults "
         "(SB3's), then the env's preset (train/presets/<algo>.yml, Zoo style), then --config FILE, then --steps.",
         epilog="examples:\n  rl2edge train --algo ppo --framework torch --env CartPole-v1 --steps 100000 --seed 0 --out runs/cp\n"
-        "  rl2edge train --algo sac --framework tf --env Pendulum-v1 --seed 0 --out runs/pd-sac   # preset: 20k steps",
+        "  rl2edge train --algo sac --framework tf --env Pendulum-v1 --seed 0 --out runs/pd-sac   # preset: 20k steps\n"
+        "  rl2edge train --algo ppo --env CartPole-v1 --seeds 0,1,2 --out runs/cp-seeds   # in parallel on Ray\n"
+        "  rl2edge train --algo ppo --env MyTwin-v0 --rollout-workers 4 --address head:6379   # rollouts on Ray",
     )
     t.add_argument("--algo", default="ppo", choices=list(ALGOS), help="algorithm (default: ppo)")
     t.add_argument("--framework", default="torch", choices=FRAMEWORKS, help="backend (default: torch)")
@@ -32,6 +35,24 @@ def add_parser(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
     t.add_argument("--steps", type=int, help="total env steps (default: the preset's n_timesteps)")
     t.add_argument(
         "--seed", type=int, default=0, help="seed; the same seed gives the same checkpoint (default: 0)"
+    )
+    t.add_argument(
+        "--seeds",
+        help="comma-separated seeds, trained in parallel on Ray (pip install 'rl2edge[ray]'); each run goes to "
+        "<out>/s<seed>, with the mean and spread of their final evaluations in <out>/seeds.md",
+    )
+    t.add_argument(
+        "--rollout-workers",
+        type=int,
+        default=0,
+        metavar="N",
+        help="PPO/A2C: spread the n_envs environments over N Ray actors, each stepping its share with a copy "
+        "of the policy (for slow simulators); the learner broadcasts the weights every update",
+    )
+    t.add_argument(
+        "--address",
+        help="with --seeds/--rollout-workers: join the Ray cluster at host:port (`ray start --head` prints it) "
+        "or auto; without it Ray starts on this machine",
     )
     t.add_argument("--config", help="YAML file of hyperparameters (flat, or keyed by env id as in the Zoo)")
     t.add_argument("--out", help="run directory (default: runs/<env>_<algo>_<framework>_s<seed>)")
@@ -46,19 +67,51 @@ def add_parser(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
     t.set_defaults(func=run)
 
 
+def parse_seeds(text: str) -> list[int]:
+    try:
+        seeds = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise ConfigError(f"--seeds {text!r}: give comma-separated integers, such as 0,1,2") from None
+    if not seeds or len(set(seeds)) != len(seeds):
+        raise ConfigError(f"--seeds {text!r}: give distinct comma-separated integers, such as 0,1,2")
+    return seeds
+
+
 def run(args: argparse.Namespace) -> int:
-    from rl2edge.fileio import atomic_directory, check_output_dir
-    from rl2edge.train.algos import build_config, train
+    from rl2edge.fileio import check_output_dir
+    from rl2edge.train.algos import build_config, check_env
     from rl2edge.train.core.envs import check_env_id
 
     check_env_id(args.env)
     overrides = {"n_timesteps": args.steps} if args.steps is not None else {}
     cfg = build_config(args.env, args.config, overrides, algo=args.algo)
+    seeds = parse_seeds(args.seeds) if args.seeds else None
+    check_env(args.algo, args.env)
+    if args.rollout_workers < 0:
+        raise ConfigError(f"--rollout-workers must be 0 or more, got {args.rollout_workers}")
+    if seeds and args.rollout_workers:
+        raise ConfigError("--seeds and --rollout-workers do not combine; use one of them")
+    if args.address and not (seeds or args.rollout_workers):
+        raise ConfigError("--address joins a Ray cluster for --seeds or --rollout-workers; add one of them")
+    tag = f"s{args.seed}" if not seeds else "seeds"
     run_dir = Path(
-        args.out
-        or f"runs/{args.env.replace('/', '_').replace(':', '_')}_{args.algo}_{args.framework}_s{args.seed}"
+        args.out or f"runs/{args.env.replace('/', '_').replace(':', '_')}_{args.algo}_{args.framework}_{tag}"
     )
     check_output_dir(run_dir, force=args.force, what="train")
+    if seeds:
+        return _run_seeds(args, cfg, seeds, run_dir)
+    if args.rollout_workers:
+        from rl2edge.train.distributed.cluster import ray_session
+
+        with ray_session(args.address, num_cpus=args.rollout_workers):
+            return _run_one(args, cfg, run_dir)
+    return _run_one(args, cfg, run_dir)
+
+
+def _run_one(args: argparse.Namespace, cfg: Any, run_dir: Path) -> int:
+    from rl2edge.fileio import atomic_directory
+    from rl2edge.train.algos import train
+
     _logger.info(
         "training %s/%s on %s for %d steps, seed %d -> %s",
         args.algo,
@@ -82,6 +135,7 @@ def run(args: argparse.Namespace) -> int:
             staging,
             device=args.device,
             progress=None if not args.no_progress else False,
+            rollout_workers=args.rollout_workers,
         )
         check_interrupted()
     print(
@@ -99,4 +153,28 @@ def run(args: argparse.Namespace) -> int:
         )
     )
     print(f"next: rl2edge export {run_dir} --quantize int8 --out artifacts/{run_dir.name}")
+    return 0
+
+
+def _run_seeds(args: argparse.Namespace, cfg: Any, seeds: list[int], out: Path) -> int:
+    from rl2edge.train.distributed.cluster import ray_session
+    from rl2edge.train.distributed.seeds import summary_rows, train_seeds
+
+    _logger.info(
+        "training %s/%s on %s for %d steps, seeds %s -> %s/s<seed>",
+        args.algo,
+        args.framework,
+        args.env,
+        cfg.n_timesteps,
+        ",".join(map(str, seeds)),
+        out,
+    )
+    with ray_session(args.address):
+        results = train_seeds(args.framework, args.env, cfg, seeds, out, device=args.device)
+    print(table(["seed", "run", "steps", "wall s", "eval return"], summary_rows(results)))
+    finals = [r.eval_mean for r in results]
+    print(
+        f"across {len(finals)} seeds: mean {sum(finals) / len(finals):.1f}, min {min(finals):.1f}, "
+        f"max {max(finals):.1f} ({out / 'seeds.md'})"
+    )
     return 0

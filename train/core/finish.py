@@ -145,8 +145,17 @@ class TrainingRun:
     """One run's shared parts. Made before the agent (the network spec needs the spaces); `begin` opens the
     metrics and the progress bar once the agent exists; `finish` ends it."""
 
-    def __init__(self, env_id: str, cfg: Any, seed: int, run_dir: Path):
+    def __init__(
+        self,
+        env_id: str,
+        cfg: Any,
+        seed: int,
+        run_dir: Path,
+        on_evaluation: Callable[[int, EvalResult], bool] | None = None,
+    ):
         self.env_id, self.cfg, self.seed, self.run_dir = env_id, cfg, seed, run_dir
+        self.on_evaluation = on_evaluation
+        self.stop_requested = False
         self.envs = make_vec_env(env_id, cfg.n_envs)
         self.obs_spec = observation_spec(self.envs.single_observation_space)
         self.act_spec = action_spec(self.envs.single_action_space)
@@ -185,6 +194,10 @@ class TrainingRun:
         row["eval_return_mean"], row["eval_return_std"] = result.mean, result.std
         _logger.info("step %d: eval return %.1f +- %.1f", global_step, result.mean, result.std)
         self.keeper.offer(result, global_step, agent, self.norm)
+        # A sweep's scheduler (train.distributed) may stop the run here; the driver then finishes it as usual.
+        if self.on_evaluation is not None and not self.on_evaluation(global_step, result):
+            _logger.info("step %d: stopped early by the sweep's scheduler", global_step)
+            self.stop_requested = True
 
     def close(self, bar: tqdm | None = None) -> None:
         if bar is not None:

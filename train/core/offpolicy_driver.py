@@ -21,6 +21,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from rl2edge.errors import ConfigError
+from rl2edge.train.core.evaluation import EvalResult
 from rl2edge.train.core.finish import TrainingRun, TrainResult
 from rl2edge.train.core.noise import GaussianNoise, OUNoise
 from rl2edge.train.core.nstep import NStepCollector
@@ -106,11 +107,12 @@ def train_offpolicy(
     make_agent: AgentFactory,
     device: str = "auto",
     progress: bool | None = None,
+    on_evaluation: Callable[[int, EvalResult], bool] | None = None,
 ) -> TrainResult:
     # SEEDING: once, here. Env seeds at the first reset; the agent factory seeds its framework before any
     # initializer draws; this numpy generator drives warm-up actions, noise, epsilon and batch sampling.
     rng = np.random.default_rng(seed)
-    run = TrainingRun(env_id, cfg, seed, run_dir)
+    run = TrainingRun(env_id, cfg, seed, run_dir, on_evaluation)
     envs, obs_spec, act_spec, norm, to_env = run.envs, run.obs_spec, run.act_spec, run.norm, run.to_env
     discrete, obs_shape = run.discrete, run.obs_shape
     if len(obs_spec["shape"]) != 1:
@@ -211,6 +213,8 @@ def train_offpolicy(
                 if evaluating:
                     run.evaluate_into(row, agent, global_step)
                 run.metrics.log(global_step, row)
+                if run.stop_requested:
+                    break
     finally:
         run.close(bar)
     return run.finish(agent, global_step, network)

@@ -15,6 +15,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from rl2edge.train.core.config import A2CConfig, PPOConfig
+from rl2edge.train.core.evaluation import EvalResult
 from rl2edge.train.core.finish import TrainingRun, TrainResult
 from rl2edge.train.core.normalization import RewardScaler, RunningNormalizer
 from rl2edge.train.core.rollout import Minibatch, RolloutBuffer, check_minibatch
@@ -66,6 +67,7 @@ def train_ppo(
     make_agent: AgentFactory,
     device: str = "auto",
     progress: bool | None = None,
+    on_evaluation: Callable[[int, EvalResult], bool] | None = None,
     rollout_workers: int = 0,
 ) -> TrainResult:
     """`rollout_workers` > 0 spreads the envs over that many Ray actors (train.distributed); the learner
@@ -73,7 +75,7 @@ def train_ppo(
     # SEEDING: once, here. Env seeds are given at the first reset; the agent factory seeds its framework
     # before it initializes anything; numpy's generator drives the minibatch order.
     rng = np.random.default_rng(seed)
-    run = TrainingRun(env_id, cfg, seed, run_dir)
+    run = TrainingRun(env_id, cfg, seed, run_dir, on_evaluation)
     envs, obs_spec, act_spec, norm, to_env = run.envs, run.obs_spec, run.act_spec, run.norm, run.to_env
     discrete, obs_shape = run.discrete, run.obs_shape
     network = {
@@ -163,6 +165,8 @@ def train_ppo(
             if run.evaluation_due(global_step):
                 run.evaluate_into(row, agent, global_step)
             run.metrics.log(global_step, row)
+            if run.stop_requested:
+                break
     finally:
         run.close(bar)
         pool.close()

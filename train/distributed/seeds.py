@@ -1,0 +1,146 @@
+"""`rl2edge train --seeds 0,1,2`: the same run on several seeds at once, one Ray task (one CPU) each.
+
+Each seed's run is exactly the run `rl2edge train --seed S` makes (same code, one thread, same seed), so
+the checkpoints are the same bit for bit on the same CPU. A run trains into a temporary folder on its
+node and comes back as an archive (no shared file system needed); the driver writes it to
+<out>/s<seed> atomically, then seeds.json and seeds.md: each seed's final evaluation, and their mean and
+spread (judging a policy on one seed is how a bad policy reaches a PLC).
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rl2edge.fileio import atomic_directory, write_bytes_atomic, write_json_atomic
+from rl2edge.tables import markdown_table
+from rl2edge.train.distributed.stepped_run import pack_directory, unpack_directory
+
+_logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class SeedResult:
+    seed: int
+    run_dir: Path
+    steps: int
+    wall_time_s: float
+    eval_mean: float
+    eval_std: float
+
+
+def _train_one(framework: str, env_id: str, cfg: Any, seed: int, device: str) -> tuple[dict[str, Any], bytes]:
+    """On a Ray worker: one seed's run, in a temporary folder; (its numbers, the folder as an archive)."""
+    from rl2edge.train.algos import train
+
+    logging.basicConfig(level=logging.WARNING)
+    tmp = Path(tempfile.mkdtemp(prefix=f"rl2edge-s{seed}-"))
+    try:
+        r = train(framework, env_id, cfg, seed, tmp / "run", device=device, progress=False)
+        numbers = {
+            "steps": r.steps,
+            "wall_time_s": r.wall_time_s,
+            "eval_mean": r.final_eval.mean,
+            "eval_std": r.final_eval.std,
+        }
+        return numbers, pack_directory(tmp / "run")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def train_seeds(
+    framework: str, env_id: str, cfg: Any, seeds: list[int], out: Path, device: str = "cpu"
+) -> list[SeedResult]:
+    """Train every seed in parallel on the connected Ray; write <out>/s<seed>, seeds.json and seeds.md."""
+    import ray
+
+    task = ray.remote(num_cpus=1, max_retries=1)(_train_one)
+    pending = {task.remote(framework, env_id, cfg, s, device): s for s in seeds}
+    results: list[SeedResult] = []
+    failed: dict[int, str] = {}
+    while pending:
+        done, _ = ray.wait(list(pending), num_returns=1)
+        seed = pending.pop(done[0])
+        try:
+            numbers, archive = ray.get(done[0])
+        except Exception as exc:  # a crashed seed does not lose the others
+            failed[seed] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+            _logger.error("seed %d failed: %s", seed, failed[seed])
+            continue
+        run_dir = out / f"s{seed}"
+        with atomic_directory(run_dir) as staging:
+            unpack_directory(archive, staging)
+        results.append(SeedResult(seed, run_dir, **numbers))
+        _logger.info(
+            "seed %d: eval %.1f +- %.1f -> %s", seed, numbers["eval_mean"], numbers["eval_std"], run_dir
+        )
+    results.sort(key=lambda r: r.seed)
+    write_summary(out, results, failed)
+    if failed:
+        from rl2edge.errors import Rl2EdgeError
+
+        raise Rl2EdgeError(
+            f"{len(failed)} of {len(seeds)} seeds failed ({'; '.join(f's{k}: {v}' for k, v in failed.items())}); "
+            f"the others are in {out}"
+        )
+    return results
+
+
+def spread(values: list[float]) -> dict[str, float]:
+    arr = np.asarray(values, np.float64)
+    return {
+        "mean": float(arr.mean()),
+        "std": float(arr.std()),
+        "min": float(arr.min()),
+        "max": float(arr.max()),
+    }
+
+
+def summary_rows(results: list[SeedResult]) -> list[list[str]]:
+    return [
+        [
+            f"s{r.seed}",
+            str(r.run_dir),
+            str(r.steps),
+            f"{r.wall_time_s:.1f}",
+            f"{r.eval_mean:.1f} +- {r.eval_std:.1f}",
+        ]
+        for r in results
+    ]
+
+
+def write_summary(out: Path, results: list[SeedResult], failed: dict[int, str]) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    finals = [r.eval_mean for r in results]
+    doc = {
+        "seeds": [
+            {
+                "seed": r.seed,
+                "run_dir": str(r.run_dir),
+                "steps": r.steps,
+                "wall_time_s": r.wall_time_s,
+                "eval_mean": r.eval_mean,
+                "eval_std": r.eval_std,
+            }
+            for r in results
+        ],
+        "final_eval_across_seeds": spread(finals) if finals else None,
+        "failed": {str(k): v for k, v in failed.items()},
+    }
+    write_json_atomic(out / "seeds.json", doc)
+    lines = [markdown_table(["seed", "run", "steps", "wall s", "final eval"], summary_rows(results))]
+    if finals:
+        s = doc["final_eval_across_seeds"]
+        lines.append(
+            f"\nAcross {len(finals)} seeds: mean {s['mean']:.1f}, std {s['std']:.1f}, "
+            f"min {s['min']:.1f}, max {s['max']:.1f}."
+        )
+    for k, v in failed.items():
+        lines.append(f"\nseed {k} failed: {v}")
+    write_bytes_atomic(out / "seeds.md", ("\n".join(lines) + "\n").encode())

@@ -134,6 +134,11 @@ def load_search_space(
             raise ConfigError(
                 f"{where}: {name!r} is not a {algo.upper()} hyperparameter; known: {', '.join(sorted(known))}"
             )
+    for name in ("n_timesteps", "eval_freq"):
+        if any(d.name == name for d in space.dimensions):
+            raise ConfigError(
+                f"{where}: {name} cannot be searched: ASHA compares trials on one step schedule"
+            )
     build_config(env_id, config_file, space.fixed, algo=algo)
     for dim in space.dimensions:
         for value in dim.corners():

@@ -11,6 +11,7 @@ a trial it stops still finishes as an ordinary run directory. The sweep's folder
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import os
@@ -54,6 +55,7 @@ class TrialRow:
     final_eval: float | None  # the checkpoint's evaluation (mean over seeds)
     run_dirs: list[str]
     error: str | None = None
+    node_id: str | None = None  # the Ray node of its last report
     history: list[tuple[int, float]] = field(default_factory=list)
 
 
@@ -61,9 +63,6 @@ def total_steps(spec: SweepSpec) -> tuple[int, int]:
     """(n_timesteps, eval_freq) of the trials (fixed for the sweep; the space may not search them)."""
     from rl2edge.train.algos import build_config
 
-    for name in ("n_timesteps", "eval_freq"):
-        if any(d.name == name for d in spec.space.dimensions):
-            raise ConfigError(f"{name} cannot be searched: ASHA compares trials on one step schedule; fix it")
     cfg = build_config(spec.env_id, spec.config_file, spec.space.fixed, algo=spec.algo)
     if not cfg.eval_freq:
         raise ConfigError("the sweep needs periodic evaluations (eval_freq > 0): ASHA stops trials on them")
@@ -142,6 +141,8 @@ def run_sweep(
     wall = time.perf_counter() - start
     rows = [_row(r, spec, out, max_t) for r in grid]
     report = summarize(spec, rows, max_t, wall, resumed=resume)
+    report["retried_trials"] = bar.recovered
+    report["trials_table"] = [dataclasses.asdict(r) for r in rows]
     from rl2edge.train.distributed.sweep_report import write_report
 
     write_report(out, report, rows)
@@ -186,6 +187,7 @@ def _row(result: Any, spec: SweepSpec, out: Path, max_t: int) -> TrialRow:
         final,
         [str(d) for d in dirs if (d / "summary.json").is_file()],
         error,
+        metrics.get("node_id"),
         history,
     )
 
@@ -243,6 +245,7 @@ class _ProgressCallback:
             total=total, desc="sweep", unit="trial", disable=None if progress is None else not progress
         )
         self.best = -math.inf
+        self.recovered: list[str] = []
 
         class _CB(Callback):
             def on_trial_result(
@@ -257,6 +260,10 @@ class _ProgressCallback:
 
             def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
                 outer.bar.update(1)
+
+            def on_trial_recover(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+                outer.recovered.append(trial.trial_id)
+                _logger.warning("trial %s failed (a crash or a lost node) and starts over", trial.trial_id)
 
         self.callback = _CB()
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import io
 import logging
 from pathlib import Path
@@ -68,6 +67,8 @@ def markdown(report: dict[str, Any], rows: list[Any]) -> str:
         "",
         markdown_table(headers, body),
     ]
+    if report.get("retried_trials"):
+        lines += ["", f"Retried after a crash or a lost node: {', '.join(report['retried_trials'])}."]
     best = report.get("best")
     if best:
         lines += [
@@ -109,7 +110,7 @@ def plot_png(report: dict[str, Any], rows: list[Any]) -> bytes:
 
 
 def write_report(out: Path, report: dict[str, Any], rows: list[Any]) -> None:
-    write_json_atomic(out / "sweep.json", {**report, "trials_table": [dataclasses.asdict(r) for r in rows]})
+    write_json_atomic(out / "sweep.json", report)
     write_bytes_atomic(out / "sweep.md", markdown(report, rows).encode())
     try:
         write_bytes_atomic(out / "sweep.png", plot_png(report, rows))

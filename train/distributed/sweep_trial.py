@@ -95,7 +95,7 @@ class SweepTrial(tune.Trainable):
             "eval_return": float(np.mean(returns)),
             "seed_returns": returns,
             "env_steps": max(e.step for e in events),
-            "final": done,
+            "node_id": ray.get_runtime_context().get_node_id(),
             "done": done,
         }
 

@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed
 STANDIN := tests/opcua_standin
 NODE_STAMP := $(STANDIN)/node_modules/.installed
 
-.PHONY: install demo test test-all test-edge test-isa wheel lint bench bench-loop bench-returns bench-a2c-rainbow clean
+.PHONY: install demo test test-all test-edge test-isa wheel lint bench bench-loop bench-returns bench-a2c-rainbow bench-ray clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -78,6 +78,11 @@ bench-a2c-rainbow: install
 	$(PY) benchmarks/train_throughput.py --algo rainbow --steps 50000
 
 # Loop latency over OPC UA alone (needs an artifact: `make demo` makes demo-out/artifacts/int8).
+# Ray: a 16-trial SAC sweep with ASHA (about 15 minutes on 2 cores) and PPO rollout scaling on a slow env.
+bench-ray: install
+	$(PY) benchmarks/sweep.py
+	$(PY) benchmarks/rollout_scaling.py
+
 bench-loop: install
 	$(PY) benchmarks/loop_latency.py --artifact demo-out/artifacts/int8
 

@@ -12,7 +12,7 @@ import pytest
 from tests.helpers import assert_clean_failure, rl2edge
 
 
-@pytest.mark.parametrize("cmd", ["train", "export", "evaluate"])
+@pytest.mark.parametrize("cmd", ["train", "tune", "export", "evaluate"])
 def test_help_has_an_example(cmd: str) -> None:
     proc = rl2edge(cmd, "--help")
     assert proc.returncode == 0 and "example" in proc.stdout and f"rl2edge {cmd}" in proc.stdout

@@ -167,6 +167,18 @@ def check_env(algo: str, env_id: str) -> None:
     get(algo).check_action_space(_discrete(env_id), env_id)
 
 
+def check_rollout_workers(cfg: Any, workers: int) -> None:
+    """--rollout-workers suits this run: an on-policy algorithm, and no more workers than envs."""
+    if get(cfg.algo).driver != _PPO_DRIVER:
+        on_policy = [a.name for a in ALGOS.values() if a.driver == _PPO_DRIVER]
+        raise ConfigError(f"--rollout-workers spreads on-policy rollouts: {_either(on_policy)} only")
+    if workers > cfg.n_envs:
+        raise ConfigError(
+            f"--rollout-workers {workers} is more than the {cfg.n_envs} envs of the run (n_envs); "
+            f"use at most {cfg.n_envs} workers or raise n_envs"
+        )
+
+
 def _load(path: str) -> Any:
     module, attr = path.split(":")
     return getattr(importlib.import_module(module), attr)
@@ -193,9 +205,7 @@ def train(
     check_env(cfg.algo, env_id)
     extra: dict[str, Any] = {}
     if rollout_workers:
-        if algo.driver != _PPO_DRIVER:
-            on_policy = [a.name for a in ALGOS.values() if a.driver == _PPO_DRIVER]
-            raise ConfigError(f"--rollout-workers spreads on-policy rollouts: {_either(on_policy)} only")
+        check_rollout_workers(cfg, rollout_workers)
         if cfg.norm_obs_update != "rollout":
             _logger.info(
                 "--rollout-workers: normalization statistics move once per rollout (norm_obs_update: rollout)"

@@ -79,7 +79,7 @@ def parse_seeds(text: str) -> list[int]:
 
 def run(args: argparse.Namespace) -> int:
     from rl2edge.fileio import check_output_dir
-    from rl2edge.train.algos import build_config, check_env
+    from rl2edge.train.algos import build_config, check_env, check_rollout_workers
     from rl2edge.train.core.envs import check_env_id
 
     check_env_id(args.env)
@@ -89,6 +89,8 @@ def run(args: argparse.Namespace) -> int:
     check_env(args.algo, args.env)
     if args.rollout_workers < 0:
         raise ConfigError(f"--rollout-workers must be 0 or more, got {args.rollout_workers}")
+    if args.rollout_workers:
+        check_rollout_workers(cfg, args.rollout_workers)
     if seeds and args.rollout_workers:
         raise ConfigError("--seeds and --rollout-workers do not combine; use one of them")
     if args.address and not (seeds or args.rollout_workers):

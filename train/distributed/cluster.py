@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import socket
 from collections.abc import Iterator
 from types import ModuleType
@@ -58,6 +59,9 @@ def ray_session(address: str | None = None, num_cpus: int | None = None) -> Iter
         return
     if address:
         check_address(address)
+    # A local Ray's workers import what the driver can from its working directory (a user's env module,
+    # `--env mypkg.env:Twin`); on a cluster, the env code must be installed on every node.
+    path = os.pathsep.join(p for p in (os.getcwd(), os.environ.get("PYTHONPATH", "")) if p)
     try:
         ray.init(
             address=address or None,
@@ -65,6 +69,7 @@ def ray_session(address: str | None = None, num_cpus: int | None = None) -> Iter
             include_dashboard=False,
             logging_level=logging.WARNING,
             configure_logging=False,
+            runtime_env=None if address else {"env_vars": {"PYTHONPATH": path}},
         )
     except ConnectionError as exc:
         raise ConfigError(f"cannot join the Ray cluster at {address}: {exc}") from None

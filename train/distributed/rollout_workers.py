@@ -21,11 +21,7 @@ _logger = logging.getLogger(__name__)
 
 def env_slices(n_envs: int, workers: int) -> list[tuple[int, int]]:
     """(first, count) of each worker's share: contiguous, sizes differing by at most one."""
-    if workers > n_envs:
-        raise ConfigError(
-            f"--rollout-workers {workers} is more than the {n_envs} envs of the run (n_envs); "
-            f"use at most {n_envs} workers or raise n_envs"
-        )
+    assert 0 < workers <= n_envs, "checked by train.algos.check_rollout_workers"
     base, extra = divmod(n_envs, workers)
     out, first = [], 0
     for w in range(workers):

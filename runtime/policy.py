@@ -175,6 +175,23 @@ class Policy:
             x = q.astype(self._backend.input_dtype)
         return x
 
+    def _validated_input(self, obs: np.ndarray) -> np.ndarray:
+        """model_input without its checks, for an observation already checked (any numeric dtype, the
+        artifact's number of values, finite)."""
+        x = np.asarray(obs)
+        if x.dtype == np.uint8 and self._u8_shift is not None:
+            return self._uint8_input(x.reshape(self.obs_shape))
+        x = x.astype(np.float32, copy=False).reshape(self.obs_shape)
+        if self._axes is not None:
+            x = x.transpose(self._axes)
+        x = x.reshape(self._model_shape)
+        if self._in_quant is not None:
+            q = np.rint(x * self._in_inv_scale)
+            q += self._in_zp
+            np.clip(q, self._in_lo, self._in_hi, out=q)
+            x = q.astype(self._backend.input_dtype)
+        return x
+
     def _uint8_input(self, arr: np.ndarray) -> np.ndarray:
         if arr.shape != self.obs_shape and arr.shape != (1, *self.obs_shape):
             raise ObservationError(
@@ -187,9 +204,9 @@ class Policy:
             return np.bitwise_xor(x, np.uint8(self._u8_shift)).view(np.int8).reshape(self._model_shape)
         return np.ascontiguousarray(x).reshape(self._model_shape)
 
-    def raw(self, obs: np.ndarray) -> np.ndarray:
+    def raw(self, obs: np.ndarray, validated: bool = False) -> np.ndarray:
         """Invoke without the final clamp (the head's own output, dequantized): for verification."""
-        x = self.model_input(obs)
+        x = self._validated_input(obs) if validated else self.model_input(obs)
         if self.noise is None:
             y = self._backend.run(x)
         else:
@@ -203,10 +220,12 @@ class Policy:
             y = (y.astype(np.float32) - zp) * scale
         return y
 
-    def predict(self, obs: np.ndarray) -> int | np.ndarray:
-        """Observation as the environment gives it -> action in the environment's units."""
+    def predict(self, obs: np.ndarray, validated: bool = False) -> int | np.ndarray:
+        """Observation as the environment gives it -> action in the environment's units. `validated`: the
+        caller has checked it already (numeric, obs_size values, finite: the serve loop's guard), so it is
+        not checked twice on the control path."""
         try:
-            y = self.raw(obs)
+            y = self.raw(obs, validated)
         except (ValueError, RuntimeError) as exc:
             raise BackendError(f"{self._backend.name} failed to run the model: {exc}") from None
         if self.discrete:

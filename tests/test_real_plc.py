@@ -333,4 +333,4 @@ def test_summary_is_strict_json_when_no_cycle_completed(cartpole_all, tmp_path: 
         time.sleep(3)
         assert stop(serve) == 0
     s = _strict_json(summary)
-    assert s["cycles"] == 0 and s["latency_ms"]["p50"] is None
+    assert s["cycles"] == 0 and s["latency_ms"]["p50"] is None and s["cpu_ms_per_cycle"] is None

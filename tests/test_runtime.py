@@ -74,6 +74,17 @@ def test_predict_accepts_env_dtypes_and_a_batch_of_one(artifact: Path) -> None:
     assert policy.predict([0, 0, 0, 0]) == a
 
 
+@pytest.mark.parametrize("mode", ["fp32", "int8"])
+def test_validated_predict_is_predict_without_the_checks(cartpole_all, mode: str) -> None:
+    # The serve loop checks observations itself and skips predict's own checks: the same input bytes
+    # reach the same interpreter, so the actions are equal exactly.
+    _, root = cartpole_all
+    policy = Policy.load(root / mode)
+    obs = np.random.default_rng(0).uniform(-0.3, 0.3, size=(200, 4))
+    assert [policy.predict(o, validated=True) for o in obs] == [policy.predict(o) for o in obs]
+    assert np.array_equal(policy.raw(obs[0], validated=True), policy.raw(obs[0]))
+
+
 @pytest.mark.parametrize("mode", ["fp32", "fp16", "int8"])
 def test_tflite_runtime_serves_what_litert_serves(
     cartpole_all, pendulum_int8, pendulum_fp32, mode: str

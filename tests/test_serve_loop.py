@@ -80,6 +80,7 @@ def test_lockstep_loop_gives_the_returns_of_evaluate(
     s = json.loads(summary.read_text())
     assert s["cycles"] > 0 and s["invalid"] == 0 and s["latency_ms"]["p50"] < 50
     assert s["mode"] == mode and s["write_rejected"] == 0
+    assert s["cpu_ms_per_cycle"] > 0 and s["spin_ms"] == 1.0
     assert (s["publishing_interval_ms"] is not None) == (mode == "subscription")
 
 
@@ -305,6 +306,9 @@ def test_guard_and_safe_action_without_network(cartpole_all) -> None:
         ControlLoop(policy, BridgeConfig("opc.tcp://127.0.0.1:1", node_map=bad), LoopConfig())
     with pytest.raises(ConfigError, match=r"opc\.tcp://"):
         ControlLoop(policy, BridgeConfig("http://plc"), LoopConfig())
+    for spin in (-1.0, 20.0, float("nan")):  # the spin must end before the next slot begins
+        with pytest.raises(ConfigError, match="--spin-ms"):
+            LoopConfig(period_ms=20, spin_ms=spin).check()
 
 
 def test_node_maps_load_and_refuse_mistakes(tmp_path: Path) -> None:

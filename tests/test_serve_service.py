@@ -286,11 +286,11 @@ HANG = """
 import sys, time
 from rl2edge.runtime.policy import Policy
 after, calls, predict = int(sys.argv[1]), [0], Policy.predict
-def hanging(self, obs):
+def hanging(self, obs, *args, **kwargs):
     calls[0] += 1
     if calls[0] > after:
         time.sleep(3600)  # a hung interpreter: the event loop blocks
-    return predict(self, obs)
+    return predict(self, obs, *args, **kwargs)
 Policy.predict = hanging
 from rl2edge.cli import main
 sys.exit(main(sys.argv[2:]))

@@ -47,6 +47,13 @@ def add_parser(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
         "number, and at least one per period",
     )
     s.add_argument("--deadline-ms", type=float, default=50.0, help="latency budget per cycle (default: 50)")
+    s.add_argument(
+        "--spin-ms",
+        type=float,
+        default=1.0,
+        help="cyclic mode: sleep until this long before each slot, then spin to it for a punctual start "
+        "(costs up to spin/period of one core; 0: sleep only; default: 1)",
+    )
     s.add_argument("--summary", help="JSON summary, rewritten at every stats interval and on exit")
     s.add_argument(
         "--timeout-ms", type=float, default=1000.0, help="bound on every OPC UA request (default: 1000)"
@@ -156,6 +163,7 @@ def run(args: argparse.Namespace) -> int:
         stats_interval_s=args.stats_interval,
         max_cycles=args.cycles,
         mode=args.mode,
+        spin_ms=args.spin_ms,
     )
     control = ControlLoop(policy, bridge, cfg)
     service = ServeService(

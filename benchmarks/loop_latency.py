@@ -33,7 +33,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.common import RESULTS, markdown_table, pyplot, save_figure, write_results
 from rl2edge.plc_bridge.client import BridgeConfig, PlcClient, plant_io_of
-from rl2edge.plc_bridge.latency import LatencyHistogram
 from rl2edge.plc_bridge.loop import ControlLoop, LoopConfig
 from rl2edge.plc_bridge.nodemap import NodeMap
 from rl2edge.plc_bridge.security import SecurityConfig, make_certificate
@@ -153,14 +152,51 @@ async def bare_paced(
 
 async def serve_loop(
     policy: Policy, bridge: BridgeConfig, cycles: int, period_ms: float, spin_ms: float
-) -> tuple[dict[str, Any], LatencyHistogram]:
-    """The real control loop for `cycles` cycles: its summary and its latency histogram."""
+) -> tuple[dict[str, Any], np.ndarray, np.ndarray]:
+    """The real control loop for `cycles` cycles: its summary, and each cycle's latency and start lateness."""
     loop = ControlLoop(
         policy,
         bridge,
         LoopConfig(period_ms=period_ms, max_cycles=cycles, stats_interval_s=3600, spin_ms=spin_ms),
     )
-    return await loop.run(asyncio.Event()), loop.latency
+    lat: list[float] = []
+    late: list[float] = []
+    loop.on_cycle = lambda ms, late_ms: (lat.append(ms), late.append(late_ms))
+    summary = await loop.run(asyncio.Event())
+    return summary, np.asarray(lat), np.asarray(late)
+
+
+def paced_and_served(
+    bridge: BridgeConfig, policy: Policy, n: int, period_ms: float, spin_ms: float, blocks: int
+) -> dict[str, dict[str, Any]]:
+    """The paced bare requests and the serve loop with and without its spin, in `blocks` interleaved blocks:
+    each block starts at its own phase of the PLC's cycle, so a phase that makes one block's requests meet
+    the PLC's own work cannot favour one form."""
+    forms: dict[str, dict[str, Any]] = {
+        k: {"lat": [], "late": [], "cpu": []} for k in ("paced", "serve_spin0", "serve_spin")
+    }
+    per = max(1, n // blocks)
+    for _ in range(blocks):
+        t, cpu = asyncio.run(bare_paced(bridge, policy, per, period_ms, spin_ms))
+        forms["paced"]["lat"].append(t)
+        forms["paced"]["cpu"].append(cpu)
+        for key, spin in (("serve_spin0", 0.0), ("serve_spin", spin_ms)):
+            summary, lat, late = asyncio.run(serve_loop(policy, bridge, per, period_ms, spin))
+            forms[key]["lat"].append(lat)
+            forms[key]["late"].append(late)
+            forms[key]["cpu"].append(summary["cpu_ms_per_cycle"])
+            forms[key]["misses"] = forms[key].get("misses", 0) + summary["deadline_misses"]
+    out = {}
+    for key, f in forms.items():
+        lat = np.concatenate(f["lat"])
+        out[key] = {
+            "latency": lat,
+            "stats": _stats(lat),
+            "cpu_ms_per_cycle": float(np.mean(f["cpu"])),
+            "lateness": _stats(np.concatenate(f["late"])) if f["late"] else None,
+            "deadline_misses": f.get("misses", 0),
+        }
+    return out
 
 
 def _stats(ms: np.ndarray) -> dict[str, float]:
@@ -182,6 +218,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     )
     ap.add_argument("--period-ms", type=float, default=20.0)
     ap.add_argument("--spin-ms", type=float, default=1.0, help="the loop's spin (serve --spin-ms), next to 0")
+    ap.add_argument("--blocks", type=int, default=5, help="interleaved blocks of the paced and served forms")
     ap.add_argument("--servers", default="asyncua,node-opcua", help="comma-separated: asyncua, node-opcua")
     ap.add_argument("--out", default=str(RESULTS))
     args = ap.parse_args(argv)
@@ -217,25 +254,19 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                     if node_map is not None:
                         bridge = BridgeConfig(url, node_map=node_map, security=client_sec[mode])
                     bare = asyncio.run(bare_round_trips(bridge, policy, args.cycles))
-                    paced, paced_cpu = asyncio.run(
-                        bare_paced(bridge, policy, args.cycles, args.period_ms, args.spin_ms)
+                    forms = paced_and_served(
+                        bridge, policy, args.cycles, args.period_ms, args.spin_ms, args.blocks
                     )
-                    loops = {}
-                    for spin in (0.0, args.spin_ms):
-                        loops[spin] = asyncio.run(
-                            serve_loop(policy, bridge, args.cycles, args.period_ms, spin)
-                        )
-                    served[(server, mode)] = loops[args.spin_ms][1]
                 key = f"{server}/{mode}"
-                hs, one, pc = _stats(bare["handshake"]), _stats(bare["one_write"]), _stats(paced)
+                hs, one, pc = _stats(bare["handshake"]), _stats(bare["one_write"]), forms["paced"]["stats"]
+                served[(server, mode)] = forms["serve_spin"]["latency"]
+                hist[key] = forms["paced"]["latency"]
                 results[key] = {
                     "bare_read_two_writes_ms": hs,
                     "bare_read_one_write_ms": one,
                     "handshake_cost_p50_ms": hs["p50"] - one["p50"],
-                    "bare_paced_ms": {**pc, "cpu_ms_per_cycle": paced_cpu},
-                    "serve_loop": {f"spin_{spin:g}ms": summary for spin, (summary, _) in loops.items()},
+                    **{k: {kk: vv for kk, vv in v.items() if kk != "latency"} for k, v in forms.items()},
                 }
-                hist[key] = paced
                 ref = REFERENCE_MS[mode] if server == "asyncua" else None
                 rows.append(
                     [server, mode, "bare Read + 1 Write, back to back", one["n"], *_fmt(one), "-", "-", "-",
@@ -256,21 +287,25 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 )
                 rows.append(
                     [server, mode, f"bare Read + 2 Writes, every {args.period_ms:g} ms", pc["n"], *_fmt(pc),
-                     f"{paced_cpu:.2f}", "-", "-", "-"]
+                     f"{forms['paced']['cpu_ms_per_cycle']:.2f}", "-", "-", "-"]
                 )  # fmt: skip
-                for spin, (summary, _) in loops.items():
-                    lat = summary["latency_ms"]
+                for k, label in (
+                    ("serve_spin0", "serve loop, spin 0 ms"),
+                    ("serve_spin", f"serve loop, spin {args.spin_ms:g} ms"),
+                ):
+                    f = forms[k]
+                    lat, late = f["stats"], f["lateness"]
                     ratio = (lat["p50"] / pc["p50"], lat["p99"] / pc["p99"])
-                    results[key]["serve_loop"][f"spin_{spin:g}ms"]["over_bare_paced"] = ratio
+                    results[key][k]["over_bare_paced"] = ratio
                     rows.append(
                         [
                             server,
                             mode,
-                            f"serve loop, spin {spin:g} ms",
-                            summary["cycles"],
+                            label,
+                            lat["n"],
                             *_fmt(lat),
-                            f"{summary['cpu_ms_per_cycle']:.2f}",
-                            f"{summary['start_lateness_ms']['p50']:.2f} / {summary['start_lateness_ms']['p99']:.2f}",
+                            f"{f['cpu_ms_per_cycle']:.2f}",
+                            f"{late['p50']:.2f} / {late['p99']:.2f}",
                             f"{ratio[0]:.2f} / {ratio[1]:.2f}"
                             + (" ok" if ratio[0] <= 1.3 and ratio[1] <= 1.5 else ""),
                             "-",
@@ -314,7 +349,7 @@ def _fmt(s: dict[str, float]) -> list[str]:
     return [f"{s['p50']:.2f}", f"{s['p99']:.2f}", f"{s['max']:.2f}"]
 
 
-def _plot(bare: dict[str, np.ndarray], served: dict[tuple[str, str], Any], path: Path) -> None:
+def _plot(bare: dict[str, np.ndarray], served: dict[tuple[str, str], np.ndarray], path: Path) -> None:
     plt = pyplot()
     if plt is None:
         print(f"matplotlib is not installed: no {path.name}")
@@ -333,11 +368,8 @@ def _plot(bare: dict[str, np.ndarray], served: dict[tuple[str, str], Any], path:
                 color=f"C{i}",
                 label=f"bare Read + 2 Writes paced, {mode}",
             )
-            # the loop's own fixed-bucket histogram, regrouped onto the same bins
-            h = served[(server, mode)]
-            centers = np.sqrt(h.edges[:-1] * h.edges[1:])
-            counts, _ = np.histogram(centers, bins=bins, weights=h.counts[1:-1])
-            ax.stairs(counts, bins, color=f"C{i}", linewidth=1.8, label=f"serve loop, {mode}")
+            counts, _ = np.histogram(served[(server, mode)], bins=bins)
+            ax.stairs(counts, bins, color=f"C{i}", linewidth=1.8, label=f"serve loop (spin), {mode}")
         ax.axvline(50, color="red", label="50 ms budget")
         ax.set_xscale("log")
         ax.set_xlabel("latency (ms)")

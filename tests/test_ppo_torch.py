@@ -97,3 +97,42 @@ def test_box_actions_on_a_user_env(tmp_path: Path) -> None:
     assert meta["action_space"]["type"] == "box" and meta["network"]["discrete"] is False
     summary = json.loads((run / "summary.json").read_text())
     assert np.isfinite(summary["final_eval"]["mean_return"])
+
+
+def test_lean_clip_and_log_probs_are_torchs_own() -> None:
+    # The update's hand-written pieces against torch's: clip_grad_norm does clip_grad_norm_'s ops (so the
+    # same bits); evaluate_actions' written-out formulas match torch.distributions within float32 rounding
+    # of a few ops (1e-6 on log-probs of order 1).
+    import torch
+    from torch.distributions import Categorical, Normal
+
+    from rl2edge.train.torch_backend.nets import ActorCritic, clip_grad_norm
+
+    torch.manual_seed(0)
+    for discrete in (True, False):
+        net = ActorCritic(4, 3 if discrete else 2, discrete, [64, 64])
+        if not discrete:
+            net.log_std.data[:] = torch.tensor([-0.5, 0.3])
+        obs = torch.randn(256, 4)
+        actions = torch.randint(0, 3, (256,)) if discrete else torch.randn(256, 2)
+        logp, ent, values = net.evaluate_actions(obs, actions)
+        out = net.actor(obs)
+        if discrete:
+            ref = Categorical(logits=out)
+            ref_logp, ref_ent = ref.log_prob(actions), ref.entropy()
+        else:
+            ref = Normal(out, net.log_std.exp().expand_as(out))
+            ref_logp, ref_ent = ref.log_prob(actions).sum(-1), ref.entropy().sum(-1)
+        torch.testing.assert_close(logp, ref_logp, atol=1e-6, rtol=1e-6)
+        torch.testing.assert_close(ent, ref_ent, atol=1e-6, rtol=1e-6)
+
+        ((logp.mean() + values.mean()) * 50).backward()  # large gradients: the clip acts
+        params = list(net.parameters())
+        grads = [p.grad.clone() for p in params]
+        clip_grad_norm(params, 0.5)
+        mine = [p.grad.clone() for p in params]
+        for p, g in zip(params, grads, strict=True):
+            p.grad = g.clone()
+        torch.nn.utils.clip_grad_norm_(params, 0.5)
+        assert all(torch.equal(a, p.grad) for a, p in zip(mine, params, strict=True))
+        assert torch.linalg.vector_norm(torch.stack([g.norm() for g in mine])) < 0.5 + 1e-5

@@ -54,6 +54,22 @@ def mlp(
     return nn.Sequential(*layers)
 
 
+def run_mlp(seq: nn.Sequential, x: torch.Tensor) -> torch.Tensor:
+    """seq(x) without nn.Module's call machinery (hooks, tracing checks): PPO runs these small nets
+    some 10^5 times a run, where that machinery cost as much as the arithmetic. No layer here has hooks."""
+    for layer in seq:
+        x = layer.forward(x)
+    return x
+
+
+def clip_grad_norm(params: list[nn.Parameter], max_norm: float) -> None:
+    """torch.nn.utils.clip_grad_norm_'s arithmetic (the same ops, so the same bits) without its per-call
+    wrappers and checks: one norm per tensor, their norm, and one scale of every gradient."""
+    grads = [p.grad for p in params if p.grad is not None]
+    total = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))
+    torch._foreach_mul_(grads, torch.clamp(max_norm / (total + 1e-6), max=1.0))
+
+
 class ActorCritic(nn.Module):
     def __init__(
         self,
@@ -89,14 +105,14 @@ class ActorCritic(nn.Module):
         return Normal(out, self.log_std.exp().expand_as(out), validate_args=False)
 
     def value(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.critic(obs).squeeze(-1)
+        return run_mlp(self.critic, obs).squeeze(-1)
 
     @torch.no_grad()
     def act(self, obs: torch.Tensor, noise: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Sample during the rollout, returning what the update needs: action, log-prob, value. `noise` is
         the sample's randomness, drawn per env by the caller (train.core.rollout_collector): Gumbel noise
         (argmax(logits + g) samples the softmax) or standard normal (mean + std * eps)."""
-        out = self.actor(obs)
+        out = run_mlp(self.actor, obs)
         if self.discrete:
             action = (out + noise).argmax(-1)
             logp = out.log_softmax(-1).gather(-1, action[:, None])[:, 0]
@@ -110,10 +126,19 @@ class ActorCritic(nn.Module):
     def evaluate_actions(
         self, obs: torch.Tensor, actions: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        dist = self.distribution(obs)
-        logp, entropy = dist.log_prob(actions), dist.entropy()
-        if not self.discrete:
-            logp, entropy = logp.sum(-1), entropy.sum(-1)
+        # The distributions' formulas written out (torch.distributions builds objects and checks per call):
+        # the categorical's log-softmax, gathered, and its entropy; the diagonal Gaussian's log-density
+        # and entropy summed over the action's dimensions.
+        out = run_mlp(self.actor, obs)
+        if self.discrete:
+            logp_all = out.log_softmax(-1)
+            logp = logp_all.gather(-1, actions[:, None])[:, 0]
+            entropy = -(logp_all.exp() * logp_all).sum(-1)
+        else:
+            log_std = self.log_std.expand_as(out)
+            z = (actions - out) * torch.exp(-log_std)
+            logp = (-0.5 * z * z - log_std - 0.5 * LOG_2PI).sum(-1)
+            entropy = (0.5 + 0.5 * LOG_2PI + log_std).sum(-1)
         return logp, entropy, self.value(obs)
 
     def deterministic(self, obs: torch.Tensor) -> torch.Tensor:

@@ -12,7 +12,7 @@ from torch import nn
 
 from rl2edge.train.core.config import PPOConfig
 from rl2edge.train.core.rollout import Minibatch
-from rl2edge.train.torch_backend.nets import ActorCritic
+from rl2edge.train.torch_backend.nets import ActorCritic, clip_grad_norm
 from rl2edge.train.torch_backend.setup import setup_torch
 from rl2edge.train.torch_backend.weights import save_safetensors, state_copy
 
@@ -52,6 +52,7 @@ class TorchPPO:
         dev = setup_torch(seed, device)
         self.cfg, self.dev, self.device = cfg, dev, str(dev)
         self.policy = ActorCritic.from_network_spec(network).to(dev)
+        self.params = list(self.policy.parameters())
         self.optimizer = self.make_optimizer()
 
     def make_optimizer(self) -> torch.optim.Optimizer:
@@ -102,7 +103,7 @@ class TorchPPO:
         loss, stats = self.loss(mb, clip)
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
-        nn.utils.clip_grad_norm_(self.policy.parameters(), self.cfg.max_grad_norm)
+        clip_grad_norm(self.params, self.cfg.max_grad_norm)
         self.optimizer.step()
         return stats  # on the device: one sync per update, not five per minibatch
 

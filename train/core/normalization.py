@@ -36,7 +36,12 @@ class RunningNormalizer:
         if not self.enabled:
             return
         batch = np.asarray(batch, np.float64).reshape(-1, *self.shape)
-        b_mean, b_var, b_count = batch.mean(axis=0), batch.var(axis=0), batch.shape[0]
+        # np.mean and np.var's own arithmetic (sum / n; the mean of squared deviations), without their
+        # generic wrappers: this runs after every vector step of training
+        b_count = batch.shape[0]
+        b_mean = batch.sum(axis=0) / b_count
+        dev = batch - b_mean
+        b_var = (dev * dev).sum(axis=0) / b_count
         delta = b_mean - self.mean
         total = self.count + b_count
         m2 = self.var * self.count + b_var * b_count + delta**2 * self.count * b_count / total

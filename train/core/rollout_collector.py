@@ -39,12 +39,15 @@ class PerEnvNoise:
             np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(_NOISE_KEY, i))) for i in indices
         ]
         self.width, self.discrete = width, discrete
-        self.out = np.empty((len(self.gens), width), np.float32)
 
-    def draw(self) -> np.ndarray:
-        for row, gen in zip(self.out, self.gens, strict=True):
-            row[:] = gen.gumbel(size=self.width) if self.discrete else gen.standard_normal(self.width)
-        return self.out.copy()
+    def draw(self, n_steps: int) -> np.ndarray:
+        """[n_steps, m, width]: each env's next n_steps draws in one call. A generator's values come in the
+        same sequence whether drawn one step at a time or n at once, so the split does not change them."""
+        out = np.empty((n_steps, len(self.gens), self.width), np.float32)
+        for i, gen in enumerate(self.gens):
+            size = (n_steps, self.width)
+            out[:, i] = gen.gumbel(size=size) if self.discrete else gen.standard_normal(size)
+        return out
 
 
 @dataclass
@@ -106,9 +109,10 @@ class RolloutCollector:
         m, norm, agent = self.count, self.norm, self.agent
         obs_l, act_l, logp_l, val_l, rew_l, done_l, bm_l, bv_l, raw_l = ([] for _ in range(9))
         episodes: list[tuple[int, int, float]] = []
+        noise = self.noise.draw(n_steps)
         for t in range(n_steps):
             obs = norm.normalize(self.raw_obs)
-            action, logp, value = self._padded(agent.act, obs, self.noise.draw())
+            action, logp, value = self._padded(agent.act, obs, noise[t])
             raw_obs, reward, terminated, truncated, info = self.envs.step(self.to_env(action))
             self.ep_returns += reward
             # CRUCIAL: a time-limit truncation is not a terminal state; the learner bootstraps it with

@@ -18,10 +18,12 @@ in ../shared/REFERENCE.md (SB3 2.9.2, Zoo CartPole PPO preset: 4201 env steps/s,
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +38,7 @@ REFERENCE = {"CartPole-v1": {"sb3_steps_per_s": 4201, "sb3_return": "500 +- 0"}}
 
 # Each contender runs in its own fresh process, so no framework's threads or allocators affect another's.
 _RUNNER = r"""
-import json, sys, time, warnings
+import json, os, sys, time, warnings
 from pathlib import Path
 warnings.filterwarnings("ignore")
 who, algo, env_id, steps, seed, out = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]), Path(sys.argv[6])
@@ -52,11 +54,18 @@ if who == "sb3":
     from stable_baselines3.common.env_util import make_vec_env
     p = load_preset(algo, env_id)
     lin = lambda v: (lambda f: f * float(str(v)[4:])) if str(v).startswith("lin_") else v
-    kw = {k: lin(v) for k, v in p.items() if k not in ("n_envs", "n_timesteps", "normalize_obs", "policy", "net_arch")}
+    p.update(overrides)
+    skip = ("n_envs", "n_timesteps", "normalize_obs", "policy", "net_arch", "noise_type", "noise_std")
+    kw = {k: lin(v) for k, v in p.items() if k not in skip}
     if "net_arch" in p:
         kw["policy_kwargs"] = {"net_arch": p["net_arch"]}
-    cls = {"ppo": sb3.PPO, "a2c": sb3.A2C, "dqn": sb3.DQN}[algo]
-    model = cls("MlpPolicy", make_vec_env(env_id, n_envs=p.get("n_envs", 1), seed=seed), seed=seed, device="cpu", **kw)
+    venv = make_vec_env(env_id, n_envs=p.get("n_envs", 1), seed=seed)
+    if p.get("noise_type") == "normal":  # TD3/DDPG presets: Gaussian action noise, as SB3 takes it
+        from stable_baselines3.common.noise import NormalActionNoise
+        n = venv.action_space.shape[0]
+        kw["action_noise"] = NormalActionNoise(np.zeros(n), float(p["noise_std"]) * np.ones(n))
+    cls = {"ppo": sb3.PPO, "a2c": sb3.A2C, "dqn": sb3.DQN, "sac": sb3.SAC, "td3": sb3.TD3}[algo]
+    model = cls("MlpPolicy", venv, seed=seed, device="cpu", **kw)
     t0 = time.perf_counter()
     model.learn(steps)
     wall = time.perf_counter() - t0
@@ -65,8 +74,22 @@ if who == "sb3":
 else:
     cfg = build_config(env_id, overrides={**overrides, "n_timesteps": steps, "eval_freq": 0, "eval_episodes": 1}, algo=algo)
     out.mkdir(parents=True, exist_ok=True)
+    prof = None
+    if os.environ.get("RL2EDGE_PROFILE"):
+        import cProfile
+        prof = cProfile.Profile()
+        prof.enable()
     r = train("torch" if who == "torch" else "tf", env_id, cfg, seed, out, device="cpu", progress=False)
     wall, done = r.wall_time_s, r.steps
+    if prof is not None:
+        import pstats
+        prof.disable()
+        st = pstats.Stats(prof).stats
+        top = sorted(st.items(), key=lambda kv: -kv[1][2])[:12]
+        rows = [{"function": f"{Path(k[0]).name}:{k[1]}({k[2]})", "ncalls": v[1], "tottime_s": v[2],
+                 "cumtime_s": v[3]} for k, v in top]
+        print(json.dumps({"profile": rows, "wall_s": wall, "steps": done}))
+        sys.exit(0)
     if who == "torch":
         from rl2edge.export.source import source_from_checkpoint
         act = source_from_checkpoint(out).act
@@ -91,8 +114,15 @@ def contenders(algo: str, env_id: str) -> dict[str, tuple[str, str, str, dict[st
             "tf": (f"rl2edge {name} (TF)", "tf", algo, {}),
             "sb3": (f"Stable-Baselines3 {name}", "sb3", algo, {}),
         }
+    if algo in ("sac", "td3", "dqn"):
+        name = algo.upper()
+        return {
+            "torch": (f"rl2edge {name} (torch)", "torch", algo, {}),
+            "tf": (f"rl2edge {name} (TF)", "tf", algo, {}),
+            "sb3": (f"Stable-Baselines3 {name}", "sb3", algo, {}),
+        }
     if algo != "rainbow":
-        raise SystemExit(f"--algo {algo}: choose ppo, a2c or rainbow")
+        raise SystemExit(f"--algo {algo}: choose ppo, a2c, sac, td3, dqn or rainbow")
     from rl2edge.train.core.config import load_preset
 
     off = {**load_preset("dqn", env_id), **RAINBOW_OFF, "double_q": False}  # SB3's DQN has no double Q
@@ -106,7 +136,13 @@ def contenders(algo: str, env_id: str) -> dict[str, tuple[str, str, str, dict[st
 
 
 def run_one(
-    key: str, spec: tuple[str, str, str, dict[str, Any]], env_id: str, steps: int, seed: int, tmp: Path
+    key: str,
+    spec: tuple[str, str, str, dict[str, Any]],
+    env_id: str,
+    steps: int,
+    seed: int,
+    tmp: Path,
+    profile: bool = False,
 ) -> dict[str, Any]:
     _, who, algo, overrides = spec
     proc = subprocess.run(
@@ -125,22 +161,105 @@ def run_one(
         capture_output=True,
         text=True,
         cwd=ROOT,
-        env={"TF_CPP_MIN_LOG_LEVEL": "3", **__import__("os").environ},
+        env={
+            "TF_CPP_MIN_LOG_LEVEL": "3",
+            **__import__("os").environ,
+            **({"RL2EDGE_PROFILE": "1"} if profile else {}),
+        },
     )
     if proc.returncode != 0:
         raise RuntimeError(f"{key} failed:\n{proc.stderr[-3000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+def _mlp_flops(dims: list[int], batch: int) -> float:
+    """Forward FLOPs of a dense MLP: 2 per multiply-add."""
+    return 2.0 * batch * sum(a * b for a, b in itertools.pairwise(dims))
+
+
+def _matmul_gflops(lib: str, b: int, width: int, n: int = 400) -> float:
+    """One thread's GFLOP/s on a [b, width] x [width, width] matmul, the best of 3 timings of n."""
+    if lib == "torch":
+        import torch
+
+        torch.set_num_threads(1)
+        x, w = torch.randn(b, width), torch.randn(width, width)
+        mm = lambda: x @ w  # noqa: E731
+    elif lib == "tensorflow":
+        import tensorflow as tf
+
+        tf.config.threading.set_intra_op_parallelism_threads(1)
+        tf.config.threading.set_inter_op_parallelism_threads(1)
+        x, w = tf.random.normal([b, width]), tf.random.normal([width, width])
+        mm = lambda: tf.matmul(x, w).numpy()  # noqa: E731
+    else:
+        x, w = np.random.rand(b, width).astype(np.float32), np.random.rand(width, width).astype(np.float32)
+        mm = lambda: x @ w  # noqa: E731
+    best = float("inf")
+    for _ in range(3):
+        t0 = time.perf_counter()
+        for _ in range(n):
+            mm()
+        best = min(best, time.perf_counter() - t0)
+    return 2.0 * b * width * width * n / best / 1e9
+
+
+def roofline(algo: str, env_id: str, steps: int) -> dict[str, Any]:
+    """FLOPs per gradient step of the dense layers (backward counted as twice the forward), the gradient
+    steps of a run, and a bare single-thread matmul's GFLOP/s at the run's largest layer shape."""
+    import gymnasium as gym
+
+    from rl2edge.train.algos import build_config
+
+    cfg = build_config(env_id, overrides={"n_timesteps": steps}, algo=algo)
+    env = gym.make(env_id)
+    obs = int(np.prod(env.observation_space.shape))
+    act = int(env.action_space.n) if hasattr(env.action_space, "n") else int(env.action_space.shape[0])
+    h, b = list(cfg.net_arch), cfg.batch_size
+    if algo == "dqn":
+        fq = _mlp_flops([obs, *h, act], b)
+        per_step, formula = 4 * fq, "Q forward + backward (3F) and the target's forward (F)"
+    else:
+        fa = _mlp_flops([obs, *h, 2 * act if algo == "sac" else act], b)
+        fc = _mlp_flops([obs + act, *h, 1], b)
+        # The work the algorithm needs: critic step = targets (F_a + 2 F_c) + twins forward and backward
+        # (6 F_c); actor step = actor forward and backward (3 F_a) + the critics forward and backward to
+        # their action input only (2 F_c each). An implementation that also computes the critics' weight
+        # gradients in the actor step (SB3's) does 2 F_c more per critic.
+        if algo == "sac":
+            per_step, formula = 4 * fa + 12 * fc, "4 F_actor + 12 F_critic"
+        else:  # TD3: one critic in the actor step, every policy_delay critic steps
+            d = cfg.policy_delay
+            per_step, formula = fa + 8 * fc + (3 * fa + 2 * fc) / d, f"F_a + 8 F_c + (3 F_a + 2 F_c) / {d}"
+    per_env_step = (cfg.gradient_steps if cfg.gradient_steps > 0 else cfg.train_freq) / cfg.train_freq
+    grad_steps = max(0, steps - cfg.learning_starts) * per_env_step
+    width = max(h)
+    bare = {k: _matmul_gflops(k, b, width) for k in ("torch", "tensorflow", "numpy")}
+    return {
+        "bare_matmul_gflops_by_library": bare,
+        "gflop_per_gradient_step": per_step / 1e9,
+        "formula": formula,
+        "gradient_steps": grad_steps,
+        "bare_matmul_gflops": max(bare.values()),
+        "matmul_shape": f"[{b}, {width}] x [{width}, {width}]",
+    }
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--algo", default="ppo", help="ppo, a2c or rainbow")
+    ap.add_argument("--algo", default="ppo", help="ppo, a2c, sac, td3, dqn or rainbow")
     ap.add_argument("--env", default="CartPole-v1")
     ap.add_argument("--steps", type=int, default=100_000)
     ap.add_argument(
         "--repeats", type=int, default=1, help="rounds; each runs every contender once, interleaved"
     )
     ap.add_argument("--who", help="comma-separated contenders (default: all of --algo's)")
+    ap.add_argument(
+        "--profile",
+        action="store_true",
+        help="after the timed rounds, run each rl2edge contender once more under cProfile and put its top "
+        "entries (by own time) in the markdown",
+    )
     ap.add_argument("--out", default=str(RESULTS))
     args = ap.parse_args(argv)
     specs = contenders(args.algo, args.env)
@@ -159,6 +278,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                     f"round {r}: {names[w]}: {res['steps_per_s']:.0f} steps/s, return {res['mean_return']:.1f}",
                     flush=True,
                 )
+        profiles = {}
+        if args.profile:
+            for w in who:
+                if specs[w][1] != "sb3":
+                    profiles[w] = run_one(
+                        w, specs[w], args.env, args.steps, 0, Path(tmp) / "prof", profile=True
+                    )
     rows, summary = [], {}
     for w in who:
         sps = np.array([x["steps_per_s"] for x in runs[w]])
@@ -202,7 +328,40 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             else ""
         )
     )
+    roof = roofline(args.algo, args.env, args.steps) if args.algo in ("sac", "td3", "dqn") else None
+    if roof is not None:
+        gflop = roof["gflop_per_gradient_step"] * roof["gradient_steps"]
+        lines = []
+        for w in who:
+            wall = float(np.median([x["wall_s"] for x in runs[w]]))
+            achieved = gflop / wall
+            summary[w]["achieved_gflops"] = achieved
+            lines.append(
+                f"{names[w]} {achieved:.2f} GFLOP/s ({100 * achieved / roof['bare_matmul_gflops']:.0f}%)"
+            )
+        md += (
+            f"\n\nRoofline: {roof['gflop_per_gradient_step']:.3f} GFLOP per gradient step ({roof['formula']}; dense "
+            f"layers, 2 FLOPs per multiply-add, backward as twice the forward), {roof['gradient_steps']:.0f} gradient "
+            f"steps per run. A bare one-thread matmul {roof['matmul_shape']} runs at "
+            + ", ".join(f"{v:.1f} ({k})" for k, v in roof["bare_matmul_gflops_by_library"].items())
+            + f" GFLOP/s on this core, best {roof['bare_matmul_gflops']:.1f}; over each run's whole wall time (env steps, "
+            "replay sampling and Python included): " + ", ".join(lines) + "."
+        )
+    for w, prof in profiles.items():
+        md += (
+            f"\n\nWhere the time goes: {names[w]}, one run under cProfile ({prof['wall_s']:.1f} s of training with "
+            "the profiler's own overhead), the top entries by own time:\n\n"
+            + markdown_table(
+                ["function", "calls", "own s", "cumulative s"],
+                [
+                    [p["function"], p["ncalls"], f"{p['tottime_s']:.2f}", f"{p['cumtime_s']:.2f}"]
+                    for p in prof["profile"]
+                ],
+            )
+        )
     data = {
+        "profiles": profiles,
+        "roofline": roof,
         "algo": args.algo,
         "env_id": args.env,
         "steps": args.steps,

@@ -132,11 +132,69 @@ def test_asha_sweep_stops_a_trial_early_and_its_best_run_exports(tmp_path: Path)
     assert proc.returncode == 0 and json.loads(proc.stdout.strip().splitlines()[-1])["mean_return"] > 0
 
 
-def test_resume_continues_an_interrupted_sweep(tmp_path: Path) -> None:
+def test_each_configuration_trains_on_every_seed(tmp_path: Path) -> None:
+    # --seeds in a sweep: every trial trains each seed (the first in the trial's actor, the others in
+    # child actors of its placement group) and reports their mean; each seed is a run directory.
     out = tmp_path / "sweep"
-    proc = rl2edge("tune", "--env", "CartPole-v1", "--space", _space_file(tmp_path), "--trials", "2",
-                   "--out", out, "--resume")  # fmt: skip
+    text = CARTPOLE_SPACE.replace("n_timesteps: 8192", "n_timesteps: 2048").replace(
+        "eval_freq: 2048", "eval_freq: 1024"
+    )
+    proc = rl2edge(
+        "tune", "--env", "CartPole-v1", "--space", _space_file(tmp_path, text), "--trials", "2",
+        "--seeds", "0,1", "--out", out, "--no-progress",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads((out / "sweep.json").read_text())
+    for row in report["trials_table"]:
+        dirs = [Path(d) for d in row["run_dirs"]]
+        assert [d.name for d in dirs] == ["s0", "s1"] and all((d / "checkpoint.json").is_file() for d in dirs)
+        finals = [json.loads((d / "summary.json").read_text())["final_eval"]["mean_return"] for d in dirs]
+        assert row["final_eval"] == pytest.approx(sum(finals) / 2)
+        seeds = [json.loads((d / "checkpoint.json").read_text())["seed"] for d in dirs]
+        assert seeds == [0, 1]
+
+
+def test_resume_continues_an_interrupted_sweep(tmp_path: Path) -> None:
+    import signal
+    import subprocess
+
+    from tests.helpers import EXE
+
+    out = tmp_path / "sweep"
+    args = [
+        "tune",
+        "--env",
+        "CartPole-v1",
+        "--space",
+        str(_space_file(tmp_path)),
+        "--trials",
+        "4",
+        "--out",
+        str(out),
+    ]
+    proc = rl2edge(*args, "--resume")
     assert_clean_failure(proc, "no sweep to continue")
+    # Ctrl-C once the first trial has finished: Tune saves its state, the unfinished trials are named
+    sweep = subprocess.Popen(
+        [EXE, *args, "--no-progress"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    deadline = time.monotonic() + 240
+    while not (out / "trials").is_dir() or not any((out / "trials").iterdir()):
+        assert sweep.poll() is None and time.monotonic() < deadline, sweep.communicate()
+        time.sleep(0.2)
+    sweep.send_signal(signal.SIGINT)
+    _, err = sweep.communicate(timeout=240)
+    assert sweep.returncode == 130, err[-3000:]
+    assert "--resume" in err and "Traceback" not in err
+    first = json.loads((out / "sweep.json").read_text())
+    assert first["status"]["interrupted"] >= 1
+    proc = rl2edge(*args, "--resume", "--no-progress")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads((out / "sweep.json").read_text())
+    assert report["resumed"] and len(report["trials_table"]) == 4 and report["status"]["interrupted"] == 0
+    assert report["status"]["complete"] + report["status"]["stopped early"] == 4
+    for row in report["trials_table"]:
+        assert (Path(row["run_dirs"][0]) / "checkpoint.json").is_file()
 
 
 def test_seeds_give_exactly_the_checkpoints_of_single_runs(tmp_path: Path) -> None:

@@ -12,6 +12,7 @@ a trial it stops still finishes as an ordinary run directory. The sweep's folder
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import math
 import os
@@ -84,6 +85,7 @@ def run_sweep(
 
     max_t, eval_freq = total_steps(spec)
     out = out.resolve()
+    out.mkdir(parents=True, exist_ok=True)
     exp_dir = out / EXPERIMENT
     if resume and not tune.Tuner.can_restore(str(exp_dir)):
         raise ConfigError(f"--resume: no sweep to continue in {out} (no Tune experiment state in {exp_dir})")
@@ -139,21 +141,33 @@ def run_sweep(
     finally:
         bar.close()
     wall = time.perf_counter() - start
-    rows = [_row(r, spec, out, max_t) for r in grid]
+    # TERMINATED: Tune ended the trial (its last step, or ASHA); a trial the sweep stopped around (SIGINT)
+    # is left PAUSED, PENDING or RUNNING in the saved state, and --resume runs it
+    finished = {
+        t.trial_id for t in tune.ExperimentAnalysis(grid.experiment_path).trials if t.status == "TERMINATED"
+    }
+    rows = [_row(r, spec, out, max_t, finished) for r in grid]
     report = summarize(spec, rows, max_t, wall, resumed=resume)
     report["retried_trials"] = bar.recovered
     report["trials_table"] = [dataclasses.asdict(r) for r in rows]
     from rl2edge.train.distributed.sweep_report import write_report
 
     write_report(out, report, rows)
+    interrupted = [r.trial_id for r in rows if r.status == "interrupted"]
+    if interrupted:  # Tune stopped on SIGINT and saved its state: say how to go on, exit as interrupted
+        _logger.error(
+            "the sweep was interrupted with %d trial(s) unfinished (%s); continue it with the same command and "
+            "--resume",
+            len(interrupted),
+            ", ".join(interrupted),
+        )
+        raise KeyboardInterrupt
     if not any(r.final_eval is not None for r in rows):
         raise Rl2EdgeError(f"no trial of the sweep finished a run; see {out / 'sweep.md'}")
     return report
 
 
-def _row(result: Any, spec: SweepSpec, out: Path, max_t: int) -> TrialRow:
-    import json
-
+def _row(result: Any, spec: SweepSpec, out: Path, max_t: int, finished: set[str]) -> TrialRow:
     import pandas as pd
 
     config = result.config or {}
@@ -177,7 +191,11 @@ def _row(result: Any, spec: SweepSpec, out: Path, max_t: int) -> TrialRow:
             f"{type(result.error).__name__}: {str(result.error).strip().splitlines()[-1]}",
         )
     else:
-        status, error = ("complete" if steps is not None and steps >= max_t else "stopped early"), None
+        if trial_id not in finished:
+            status, error = "interrupted", None
+        else:
+            status = "complete" if steps is not None and steps >= max_t else "stopped early"
+            error = None
     return TrialRow(
         trial_id,
         hp,
@@ -214,7 +232,9 @@ def summarize(
         "seeds": list(spec.seeds),
         "fixed": spec.space.fixed,
         "trials": len(rows),
-        "status": {s: sum(r.status == s for r in rows) for s in ("complete", "stopped early", "error")},
+        "status": {
+            s: sum(r.status == s for r in rows) for s in ("complete", "stopped early", "error", "interrupted")
+        },
         "max_steps_per_trial": max_t,
         "wall_time_s": wall,
         "resumed": resumed,

@@ -54,7 +54,9 @@ def markdown(report: dict[str, Any], rows: list[Any]) -> str:
         f"# Sweep: {report['algo'].upper()} ({report['framework']}) on {report['env_id']}",
         "",
         f"{report['trials']} trials x {len(report['seeds'])} seed(s) x up to {report['max_steps_per_trial']} env "
-        f"steps; {st['complete']} complete, {st['stopped early']} stopped early by ASHA, {st['error']} failed. "
+        f"steps; {st['complete']} complete, {st['stopped early']} stopped early by ASHA, {st['error']} failed"
+        + (f", {st['interrupted']} interrupted (continue with --resume)" if st.get("interrupted") else "")
+        + ". "
         f"Wall time {report['wall_time_s']:.0f} s.",
         "",
         f"ASHA ran {report['env_steps_run']} of {report['env_steps_without_early_stopping']} env steps "

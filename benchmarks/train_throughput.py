@@ -86,7 +86,7 @@ else:
         prof.disable()
         st = pstats.Stats(prof).stats
         top = sorted(st.items(), key=lambda kv: -kv[1][2])[:12]
-        rows = [{"function": f"{Path(k[0]).name}:{k[1]}({k[2]})", "ncalls": v[1], "tottime_s": v[2],
+        rows = [{"function": k[2] if k[0] == "~" else f"{Path(k[0]).name}:{k[1]}({k[2]})", "ncalls": v[1], "tottime_s": v[2],
                  "cumtime_s": v[3]} for k, v in top]
         print(json.dumps({"profile": rows, "wall_s": wall, "steps": done}))
         sys.exit(0)

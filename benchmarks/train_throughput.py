@@ -234,7 +234,19 @@ def roofline(algo: str, env_id: str, steps: int) -> dict[str, Any]:
     per_env_step = (cfg.gradient_steps if cfg.gradient_steps > 0 else cfg.train_freq) / cfg.train_freq
     grad_steps = max(0, steps - cfg.learning_starts) * per_env_step
     width = max(h)
-    bare = {k: _matmul_gflops(k, b, width) for k in ("torch", "tensorflow", "numpy")}
+    # in a fresh process: one thread for each library, whatever this process has initialized already
+    code = (
+        "import json, sys; sys.path.insert(0, sys.argv[1]); from benchmarks.train_throughput import _matmul_gflops; "
+        f"print(json.dumps({{k: _matmul_gflops(k, {b}, {width}) for k in ('torch', 'tensorflow', 'numpy')}}))"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code, str(ROOT)],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**__import__("os").environ, "TF_CPP_MIN_LOG_LEVEL": "3", "OMP_NUM_THREADS": "1"},
+    )
+    bare = json.loads(proc.stdout.strip().splitlines()[-1])
     return {
         "bare_matmul_gflops_by_library": bare,
         "gflop_per_gradient_step": per_step / 1e9,

@@ -24,8 +24,26 @@ def test_loop_latency_benchmark_smoke(cartpole_all, tmp_path: Path) -> None:
     }
     assert "machine" in saved
     for row in data["results"].values():
-        assert row["serve_loop"]["cycles"] == 15 and row["serve_loop"]["write_rejected"] == 0
+        for form in ("paced", "serve_spin0", "serve_spin"):  # 5 interleaved blocks of 3 cycles each
+            assert row[form]["stats"]["n"] == 15 and row[form]["cpu_ms_per_cycle"] > 0
+        assert row["serve_spin"]["deadline_misses"] == 0 and len(row["serve_spin"]["over_bare_paced"]) == 2
         assert row["bare_read_two_writes_ms"]["n"] == 15 and row["bare_read_one_write_ms"]["n"] == 15
+
+
+def test_offpolicy_throughput_has_a_roofline(tmp_path: Path) -> None:
+    from benchmarks.train_throughput import main
+
+    data = main(["--algo", "dqn", "--steps", "1300", "--who", "torch", "--out", str(tmp_path)])
+    roof = data["roofline"]
+    assert (
+        roof["gradient_steps"] == 300 * 128 / 256
+    )  # (steps - learning_starts) x gradient_steps / train_freq
+    assert roof["gflop_per_gradient_step"] > 0 and set(roof["bare_matmul_gflops_by_library"]) == {
+        "torch",
+        "tensorflow",
+        "numpy",
+    }
+    assert "Roofline" in (tmp_path / "train_throughput_dqn.md").read_text()
 
 
 def test_train_throughput_benchmark_smoke(tmp_path: Path) -> None:

@@ -149,43 +149,30 @@ class Policy:
         """Discrete actions: the first and last valid index."""
         return self._lo, self._hi
 
-    def model_input(self, obs: np.ndarray) -> np.ndarray:
-        """The validated observation as the model takes it: float32 or quantized, in the model's layout."""
+    def model_input(self, obs: np.ndarray, validated: bool = False) -> np.ndarray:
+        """The validated observation as the model takes it: float32 or quantized, in the model's layout.
+        `validated`: the caller has checked it (numeric, the artifact's number of values, finite; the serve
+        loop's guard), so the checks are not made twice on the control path."""
         arr = np.asarray(obs)
         if arr.dtype == np.uint8 and self._u8_shift is not None:
             return self._uint8_input(arr)
-        if arr.dtype.kind not in "fiu":
-            raise ObservationError(
-                f"observation dtype {arr.dtype} is not numeric; expected {self.obs_shape} float32"
-            )
-        if arr.shape != self.obs_shape and arr.shape != (1, *self.obs_shape):
-            raise ObservationError(
-                f"observation shape {arr.shape} does not match the artifact's {self.obs_shape}"
-            )
+        if not validated:
+            if arr.dtype.kind not in "fiu":
+                raise ObservationError(
+                    f"observation dtype {arr.dtype} is not numeric; expected {self.obs_shape} float32"
+                )
+            if arr.shape != self.obs_shape and arr.shape != (1, *self.obs_shape):
+                raise ObservationError(
+                    f"observation shape {arr.shape} does not match the artifact's {self.obs_shape}"
+                )
         x = arr.astype(np.float32, copy=False)
-        if arr.dtype.kind == "f" and not np.isfinite(x).all():  # integers are finite: no pass over a frame
+        # integers are finite: no pass over a frame
+        if not validated and arr.dtype.kind == "f" and not np.isfinite(x).all():
             raise ObservationError("observation contains NaN or Inf")
         if self._axes is not None:
             x = x.reshape(self.obs_shape).transpose(self._axes)
         x = x.reshape(self._model_shape)
         if self._in_quant is not None:  # per-call cost matters here: constants precomputed in __init__
-            q = np.rint(x * self._in_inv_scale)
-            q += self._in_zp
-            np.clip(q, self._in_lo, self._in_hi, out=q)
-            x = q.astype(self._backend.input_dtype)
-        return x
-
-    def _validated_input(self, obs: np.ndarray) -> np.ndarray:
-        """model_input without its checks, for an observation already checked (any numeric dtype, the
-        artifact's number of values, finite)."""
-        x = np.asarray(obs)
-        if x.dtype == np.uint8 and self._u8_shift is not None:
-            return self._uint8_input(x.reshape(self.obs_shape))
-        x = x.astype(np.float32, copy=False).reshape(self.obs_shape)
-        if self._axes is not None:
-            x = x.transpose(self._axes)
-        x = x.reshape(self._model_shape)
-        if self._in_quant is not None:
             q = np.rint(x * self._in_inv_scale)
             q += self._in_zp
             np.clip(q, self._in_lo, self._in_hi, out=q)
@@ -206,7 +193,7 @@ class Policy:
 
     def raw(self, obs: np.ndarray, validated: bool = False) -> np.ndarray:
         """Invoke without the final clamp (the head's own output, dequantized): for verification."""
-        x = self._validated_input(obs) if validated else self.model_input(obs)
+        x = self.model_input(obs, validated)
         if self.noise is None:
             y = self._backend.run(x)
         else:

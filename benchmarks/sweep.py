@@ -40,7 +40,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
     from rl2edge.train.distributed.cluster import ray_session
     from rl2edge.train.distributed.search_space import load_search_space
-    from rl2edge.train.distributed.sweep import SweepSpec, run_sweep
+    from rl2edge.train.distributed.sweep import SweepSpec, TrialRow, run_sweep
     from rl2edge.train.distributed.sweep_report import markdown, plot_png
 
     space = load_search_space(args.space, args.algo, args.env)
@@ -51,7 +51,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         with ray_session(num_cpus=args.num_cpus) as ray:
             cpus = ray.cluster_resources().get("CPU", 0)
             report = run_sweep(spec, work / "sweep", progress=True)
-        rows = [_Row(**r) for r in report["trials_table"]]
+        rows = [TrialRow(**r) for r in report["trials_table"]]
         md = markdown(report, rows).replace(str(work), "<workdir>")
         head = (
             f"Ray {cpus:.0f} CPUs, search space `{Path(args.space).relative_to(ROOT) if Path(args.space).is_relative_to(ROOT) else args.space}`"
@@ -70,12 +70,6 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         f"ASHA saved {100 * report['asha_saved_fraction']:.0f}% of env steps"
     )
     return report
-
-
-class _Row:
-    def __init__(self, **kw: Any):
-        self.__dict__.update(kw)
-        self.history = [tuple(h) for h in kw.get("history", [])]
 
 
 if __name__ == "__main__":

@@ -100,7 +100,7 @@ def train_ppo(
         from rl2edge.train.distributed.rollout_workers import RayRolloutPool
 
         pool: RolloutPool = RayRolloutPool(
-            rollout_workers, env_id, cfg, seed, network, agent.framework, discrete, act_spec
+            rollout_workers, env_id, cfg, seed, network, agent.framework, act_spec
         )
         run.envs.close()  # the learner steps no env itself
     else:

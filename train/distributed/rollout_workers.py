@@ -86,7 +86,6 @@ class RayRolloutPool:
         seed: int,
         network: dict[str, Any],
         framework: str,
-        discrete: bool,
         act_spec: dict[str, Any],
     ):
         from rl2edge.train.distributed.cluster import require_ray

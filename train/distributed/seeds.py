@@ -18,9 +18,10 @@ from typing import Any
 
 import numpy as np
 
-from rl2edge.fileio import atomic_directory, write_bytes_atomic, write_json_atomic
+from rl2edge.errors import Rl2EdgeError
+from rl2edge.fileio import write_bytes_atomic, write_json_atomic
 from rl2edge.tables import markdown_table
-from rl2edge.train.distributed.stepped_run import pack_directory, unpack_directory
+from rl2edge.train.distributed.stepped_run import pack_directory, store_directory
 
 _logger = logging.getLogger(__name__)
 
@@ -74,8 +75,7 @@ def train_seeds(
             _logger.error("seed %d failed: %s", seed, failed[seed])
             continue
         run_dir = out / f"s{seed}"
-        with atomic_directory(run_dir) as staging:
-            unpack_directory(archive, staging)
+        store_directory(archive, run_dir)
         results.append(SeedResult(seed, run_dir, **numbers))
         _logger.info(
             "seed %d: eval %.1f +- %.1f -> %s", seed, numbers["eval_mean"], numbers["eval_std"], run_dir
@@ -83,8 +83,6 @@ def train_seeds(
     results.sort(key=lambda r: r.seed)
     write_summary(out, results, failed)
     if failed:
-        from rl2edge.errors import Rl2EdgeError
-
         raise Rl2EdgeError(
             f"{len(failed)} of {len(seeds)} seeds failed ({'; '.join(f's{k}: {v}' for k, v in failed.items())}); "
             f"the others are in {out}"

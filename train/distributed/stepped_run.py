@@ -95,7 +95,9 @@ def pack_directory(path: Path) -> bytes:
     return buf.getvalue()
 
 
-def unpack_directory(data: bytes, dest: Path) -> None:
-    """Unpack `pack_directory`'s archive into `dest` (an empty staging folder)."""
-    with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
-        tar.extractall(dest, filter="data")
+def store_directory(data: bytes, dest: Path) -> None:
+    """`pack_directory`'s archive as the directory `dest`, written atomically (replacing what was there)."""
+    from rl2edge.fileio import atomic_directory
+
+    with atomic_directory(dest) as staging, tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
+        tar.extractall(staging, filter="data")

@@ -20,9 +20,8 @@ import numpy as np
 import ray
 from ray import tune
 
-from rl2edge.fileio import atomic_directory
 from rl2edge.train.distributed.search_space import SearchSpace
-from rl2edge.train.distributed.stepped_run import Event, SteppedRun, pack_directory, unpack_directory
+from rl2edge.train.distributed.stepped_run import Event, SteppedRun, pack_directory, store_directory
 
 _logger = logging.getLogger(__name__)
 
@@ -47,8 +46,7 @@ class RunSink:
         self.root = Path(root)
 
     def put(self, rel: str, archive: bytes) -> str:
-        with atomic_directory(self.root / rel) as staging:
-            unpack_directory(archive, staging)
+        store_directory(archive, self.root / rel)
         return str(self.root / rel)
 
 

@@ -18,6 +18,7 @@ from rl2edge.train.core.config import A2CConfig, PPOConfig
 from rl2edge.train.core.evaluation import EvalResult
 from rl2edge.train.core.finish import TrainingRun, TrainResult
 from rl2edge.train.core.normalization import RewardScaler, RunningNormalizer
+from rl2edge.train.core.numpy_policy import RolloutWeights
 from rl2edge.train.core.rollout import Minibatch, RolloutBuffer, check_minibatch
 from rl2edge.train.core.rollout_collector import RolloutCollector, Segment
 from rl2edge.train.core.spaces import obs_dim, output_width
@@ -33,11 +34,12 @@ class PPOAgent(Protocol):
     framework: str
     device: str
 
-    def act(self, obs: np.ndarray, noise: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Sample actions with the given per-env noise (Gumbel or standard normal, [B, width]); return
-        (actions, log-probs, values), recorded for the update."""
+    def rollout_weights(self) -> RolloutWeights:
+        """The current weights as numpy arrays: the rollout acts with them (train.core.numpy_policy)."""
 
-    def value(self, obs: np.ndarray) -> np.ndarray: ...
+    def act(self, obs: np.ndarray, noise: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The framework's own sampling with the given per-env noise (Gumbel or standard normal,
+        [B, width]): (actions, log-probs, values). The reference the numpy rollout policy is tested against."""
 
     def deterministic(self, obs: np.ndarray) -> np.ndarray:
         """Argmax index (discrete) or the mean in [-1, 1]-scaled units (Box)."""
@@ -111,8 +113,7 @@ def train_ppo(
                 cfg.n_envs,
                 seed,
                 cfg.gamma,
-                discrete,
-                output_width(act_spec),
+                network,
                 agent,
                 norm,
                 live_norm,

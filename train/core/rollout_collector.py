@@ -4,10 +4,11 @@ runs, whether that process is the learner (all envs) or a Ray rollout worker (it
 What makes a split of the envs over workers give the learner the very same rollout as one process:
 - each env's sampling noise comes from its own generator, keyed by (seed, env index), never from a
   framework's global generator whose draws depend on the batch size;
-- every forward pass runs on a batch of the run's full n_envs rows (a share is padded with zeros): CPU
-  matmul kernels are chosen by the row count, and a 2-row batch rounds differently from an 8-row one in
-  the last bit (measured: 1e-9 in the logits, 5e-7 in the weights after 8 PPO updates). Within one row
-  count, each row's result does not depend on the other rows;
+- every forward pass runs on a batch of the run's full n_envs rows, each env at its own row (a share
+  sits among zero rows): CPU matmul kernels are chosen by the row count, and a 2-row batch rounds
+  differently from an 8-row one in the last bit (measured: 1e-9 in the logits, 5e-7 in the weights after
+  8 PPO updates); within a row count, the edge rows of a kernel's row block take another accumulation
+  order (6e-8 after a few updates). With both fixed, a row's result does not depend on the other rows;
 - env i is reset with seed + i, as one vector env of all the envs would be;
 - rewards come back raw; reward scaling and the truncation bootstrap are applied by the learner, in step
   order over all envs (train.core.ppo_driver.assemble);
@@ -26,6 +27,7 @@ import numpy as np
 
 from rl2edge.train.core.envs import make_vec_env
 from rl2edge.train.core.normalization import RunningNormalizer
+from rl2edge.train.core.numpy_policy import NumpyActorCritic
 
 _NOISE_KEY = 0xAC7  # separates the action noise streams from every other use of the run's seed
 
@@ -78,9 +80,11 @@ class Segment:
 
 
 class RolloutCollector:
-    """Steps envs `first .. first + count - 1` of a run with `agent`, acting on observations normalized by
-    `norm`; `to_env` maps the agent's actions to the env's units. `live_norm`: update `norm` after every step (one process, SB3's per-step statistics); else
-    leave it alone and return the raw observations for the learner to update its statistics with."""
+    """Steps envs `first .. first + count - 1` of a run with the agent's current weights (acting through
+    train.core.numpy_policy, loaded from `agent.rollout_weights()` at each rollout's start) on observations
+    normalized by `norm`; `to_env` maps the actions to the env's units. `live_norm`: update `norm` after
+    every step (one process, SB3's per-step statistics); else leave it alone and return the raw
+    observations for the learner to update its statistics with."""
 
     def __init__(
         self,
@@ -89,8 +93,7 @@ class RolloutCollector:
         count: int,
         seed: int,
         gamma: float,
-        discrete: bool,
-        width: int,
+        network: dict[str, Any],
         agent: Any,
         norm: RunningNormalizer,
         live_norm: bool,
@@ -101,18 +104,20 @@ class RolloutCollector:
         self.envs = envs if envs is not None else make_vec_env(env_id, count)
         self.first, self.count, self.gamma32, self.pad_to = first, count, np.float32(gamma), pad_to
         self.agent, self.norm, self.live_norm, self.to_env = agent, norm, live_norm, to_env
-        self.noise = PerEnvNoise(seed, range(first, first + count), width, discrete)
+        self.policy = NumpyActorCritic(network)
+        self.noise = PerEnvNoise(seed, range(first, first + count), network["act_dim"], network["discrete"])
         self.ep_returns = np.zeros(count)
         self.raw_obs, _ = self.envs.reset(seed=seed + first)  # env j of the slice: seed + first + j
 
     def collect(self, n_steps: int) -> Segment:
-        m, norm, agent = self.count, self.norm, self.agent
+        m, norm, policy = self.count, self.norm, self.policy
+        policy.load(self.agent.rollout_weights())
         obs_l, act_l, logp_l, val_l, rew_l, done_l, bm_l, bv_l, raw_l = ([] for _ in range(9))
         episodes: list[tuple[int, int, float]] = []
         noise = self.noise.draw(n_steps)
         for t in range(n_steps):
             obs = norm.normalize(self.raw_obs)
-            action, logp, value = self._padded(agent.act, obs, noise[t])
+            action, logp, value = self._padded(policy.act, obs, noise[t])
             raw_obs, reward, terminated, truncated, info = self.envs.step(self.to_env(action))
             self.ep_returns += reward
             # CRUCIAL: a time-limit truncation is not a terminal state; the learner bootstraps it with
@@ -121,7 +126,7 @@ class RolloutCollector:
             boot_values = np.zeros(m, np.float32)
             if boot.any():
                 final = np.stack([info["final_obs"][i] for i in np.flatnonzero(boot)])
-                boot_values[boot] = self.gamma32 * self._padded(agent.value, norm.normalize(final))
+                boot_values[boot] = self.gamma32 * self._padded(policy.value, norm.normalize(final))
             done = terminated | truncated
             for i in np.flatnonzero(done):
                 episodes.append((t, self.first + int(i), float(self.ep_returns[i])))
@@ -137,7 +142,7 @@ class RolloutCollector:
                 strict=True,
             ):
                 lst.append(x)
-        last_values = self._padded(agent.value, norm.normalize(self.raw_obs)).astype(np.float32)
+        last_values = self._padded(policy.value, norm.normalize(self.raw_obs)).astype(np.float32)
         return Segment(
             np.stack(obs_l),
             np.stack(act_l),
@@ -153,13 +158,20 @@ class RolloutCollector:
         )
 
     def _padded(self, fn: Callable[..., Any], *arrays: np.ndarray) -> Any:
-        """fn on the arrays padded with zero rows to pad_to rows, cut back to the real rows."""
+        """fn on the slice's rows placed at their envs' own rows (first ..) of pad_to zero rows, cut back.
+        Same row count and same row position: BLAS kernels take rows in blocks and give a block's edge rows
+        another accumulation order (OpenBLAS, 3 rows: env 2 as row 0 of 3 differs from env 2 as row 2)."""
         n = arrays[0].shape[0]
         if n == self.pad_to:
             return fn(*arrays)
-        pad = [np.concatenate([a, np.zeros((self.pad_to - n, *a.shape[1:]), a.dtype)]) for a in arrays]
+        rows = slice(self.first, self.first + n)
+        pad = []
+        for a in arrays:
+            full = np.zeros((self.pad_to, *a.shape[1:]), a.dtype)
+            full[rows] = a
+            pad.append(full)
         out = fn(*pad)
-        return tuple(o[:n] for o in out) if isinstance(out, tuple) else out[:n]
+        return tuple(o[rows] for o in out) if isinstance(out, tuple) else out[rows]
 
     def close(self) -> None:
         self.envs.close()

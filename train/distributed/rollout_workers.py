@@ -14,7 +14,6 @@ import numpy as np
 from rl2edge.errors import ConfigError
 from rl2edge.train.core.normalization import RunningNormalizer
 from rl2edge.train.core.rollout_collector import RolloutCollector, Segment
-from rl2edge.train.core.spaces import output_width
 
 _logger = logging.getLogger(__name__)
 
@@ -57,8 +56,7 @@ class RolloutWorker:
             count,
             seed,
             cfg.gamma,
-            network["discrete"],
-            output_width(act_spec),
+            network,
             self.agent,
             norm,
             False,

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from rl2edge.train.core.config import PPOConfig
+from rl2edge.train.core.numpy_policy import RolloutWeights
 from rl2edge.train.core.rollout import Minibatch
 from rl2edge.train.tf_backend.setup import configure_tensorflow
 from rl2edge.train.tf_backend.weights import save_keras_weights, state_copy
@@ -158,6 +159,15 @@ class TFPPO:
     def act(self, obs: np.ndarray, noise: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         action, logp, value = self._act_cf(self.tf.constant(obs), self.tf.constant(noise))
         return action.numpy(), logp.numpy(), value.numpy()
+
+    def rollout_weights(self) -> RolloutWeights:
+        """The weights the rollout acts with (train.core.numpy_policy): Dense kernels are [in, out]."""
+        from rl2edge.train.tf_backend.nets import dense_layers
+
+        layers = lambda seq: [(d.kernel.numpy(), d.bias.numpy()) for d in dense_layers(seq)]  # noqa: E731
+        p = self.policy
+        log_std = None if p.log_std is None else p.log_std.numpy()
+        return RolloutWeights(layers(p.actor), layers(p.critic), log_std)
 
     def value(self, obs: np.ndarray) -> np.ndarray:
         return self._value_cf(self.tf.constant(obs)).numpy()

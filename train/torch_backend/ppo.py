@@ -11,6 +11,7 @@ import torch
 from torch import nn
 
 from rl2edge.train.core.config import PPOConfig
+from rl2edge.train.core.numpy_policy import RolloutWeights
 from rl2edge.train.core.rollout import Minibatch
 from rl2edge.train.torch_backend.nets import ActorCritic, clip_grad_norm
 from rl2edge.train.torch_backend.setup import setup_torch
@@ -67,6 +68,17 @@ class TorchPPO:
     def act(self, obs: np.ndarray, noise: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         action, logp, value = self.policy.act(self._t(obs), self._t(noise))
         return action.cpu().numpy(), logp.cpu().numpy(), value.cpu().numpy()
+
+    def rollout_weights(self) -> RolloutWeights:
+        """The weights the rollout acts with (train.core.numpy_policy), kernels [in, out]."""
+        layers = lambda seq: [  # noqa: E731
+            (m.weight.detach().cpu().numpy().T, m.bias.detach().cpu().numpy())
+            for m in seq
+            if isinstance(m, nn.Linear)
+        ]
+        p = self.policy
+        log_std = None if p.discrete else p.log_std.detach().cpu().numpy()
+        return RolloutWeights(layers(p.actor), layers(p.critic), log_std)
 
     @torch.no_grad()
     def value(self, obs: np.ndarray) -> np.ndarray:

@@ -11,8 +11,8 @@ hyperparameters. --algo rainbow: SB3's DQN on rl2edge's DQN preset, next to Rain
 switched off on that same preset (DQN's work per step, Rainbow's code path), and Rainbow with every
 component on, on its own preset (train_freq 1: 256x the gradient steps per env step of DQN's preset).
 
-Writes benchmarks/results/train_throughput[_<algo>].{json,md,png}. One torch thread for every contender, as
-in ../shared/REFERENCE.md (SB3 2.9.2, Zoo CartPole PPO preset: 4201 env steps/s, 23.8 s, 500 +- 0).
+Writes benchmarks/results/train_throughput[_<algo>][_t<N>].{json,md,png}. One thread per op for every
+contender by default (--threads N for more), as in ../shared/REFERENCE.md (SB3 2.9.2, Zoo CartPole PPO preset: 4201 env steps/s, 23.8 s, 500 +- 0).
 """
 
 from __future__ import annotations
@@ -42,9 +42,9 @@ import json, os, sys, time, warnings
 from pathlib import Path
 warnings.filterwarnings("ignore")
 who, algo, env_id, steps, seed, out = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]), Path(sys.argv[6])
-overrides = json.loads(sys.argv[7])
+overrides, threads = json.loads(sys.argv[7]), int(sys.argv[8])
 import torch
-torch.set_num_threads(1)
+torch.set_num_threads(threads)
 from rl2edge.train.algos import build_config, train
 from rl2edge.train.core.config import load_preset
 from rl2edge.train.core.evaluation import evaluate
@@ -79,7 +79,7 @@ else:
         import cProfile
         prof = cProfile.Profile()
         prof.enable()
-    r = train("torch" if who == "torch" else "tf", env_id, cfg, seed, out, device="cpu", progress=False)
+    r = train("torch" if who == "torch" else "tf", env_id, cfg, seed, out, device="cpu", progress=False, threads=threads)
     wall, done = r.wall_time_s, r.steps
     if prof is not None:
         import pstats
@@ -143,6 +143,7 @@ def run_one(
     seed: int,
     tmp: Path,
     profile: bool = False,
+    threads: int = 1,
 ) -> dict[str, Any]:
     _, who, algo, overrides = spec
     proc = subprocess.run(
@@ -157,6 +158,7 @@ def run_one(
             str(seed),
             str(tmp / f"{key}-{seed}"),
             json.dumps(overrides),
+            str(threads),
         ],
         capture_output=True,
         text=True,
@@ -164,6 +166,7 @@ def run_one(
         env={
             "TF_CPP_MIN_LOG_LEVEL": "3",
             **__import__("os").environ,
+            "OMP_NUM_THREADS": str(threads),
             **({"RL2EDGE_PROFILE": "1"} if profile else {}),
         },
     )
@@ -177,18 +180,19 @@ def _mlp_flops(dims: list[int], batch: int) -> float:
     return 2.0 * batch * sum(a * b for a, b in itertools.pairwise(dims))
 
 
-def _matmul_gflops(lib: str, b: int, width: int, n: int = 400) -> float:
-    """One thread's GFLOP/s on a [b, width] x [width, width] matmul, the best of 3 timings of n."""
+def _matmul_gflops(lib: str, b: int, width: int, n: int = 400, threads: int = 1) -> float:
+    """GFLOP/s on a [b, width] x [width, width] matmul with `threads` threads (numpy: OpenBLAS's
+    OMP_NUM_THREADS, set by the caller), the best of 3 timings of n."""
     if lib == "torch":
         import torch
 
-        torch.set_num_threads(1)
+        torch.set_num_threads(threads)
         x, w = torch.randn(b, width), torch.randn(width, width)
         mm = lambda: x @ w  # noqa: E731
     elif lib == "tensorflow":
         import tensorflow as tf
 
-        tf.config.threading.set_intra_op_parallelism_threads(1)
+        tf.config.threading.set_intra_op_parallelism_threads(threads)
         tf.config.threading.set_inter_op_parallelism_threads(1)
         x, w = tf.random.normal([b, width]), tf.random.normal([width, width])
         mm = lambda: tf.matmul(x, w).numpy()  # noqa: E731
@@ -204,9 +208,9 @@ def _matmul_gflops(lib: str, b: int, width: int, n: int = 400) -> float:
     return 2.0 * b * width * width * n / best / 1e9
 
 
-def roofline(algo: str, env_id: str, steps: int) -> dict[str, Any]:
+def roofline(algo: str, env_id: str, steps: int, threads: int = 1) -> dict[str, Any]:
     """FLOPs per gradient step of the dense layers (backward counted as twice the forward), the gradient
-    steps of a run, and a bare single-thread matmul's GFLOP/s at the run's largest layer shape."""
+    steps of a run, and a bare matmul's GFLOP/s at the run's largest layer shape and thread count."""
     import gymnasium as gym
 
     from rl2edge.train.algos import build_config
@@ -234,17 +238,18 @@ def roofline(algo: str, env_id: str, steps: int) -> dict[str, Any]:
     per_env_step = (cfg.gradient_steps if cfg.gradient_steps > 0 else cfg.train_freq) / cfg.train_freq
     grad_steps = max(0, steps - cfg.learning_starts) * per_env_step
     width = max(h)
-    # in a fresh process: one thread for each library, whatever this process has initialized already
+    # in a fresh process: the run's threads for each library, whatever this process has initialized already
     code = (
         "import json, sys; sys.path.insert(0, sys.argv[1]); from benchmarks.train_throughput import _matmul_gflops; "
-        f"print(json.dumps({{k: _matmul_gflops(k, {b}, {width}) for k in ('torch', 'tensorflow', 'numpy')}}))"
+        f"print(json.dumps({{k: _matmul_gflops(k, {b}, {width}, threads={threads}) "
+        "for k in ('torch', 'tensorflow', 'numpy')}))"
     )
     proc = subprocess.run(
         [sys.executable, "-c", code, str(ROOT)],
         capture_output=True,
         text=True,
         check=True,
-        env={**__import__("os").environ, "TF_CPP_MIN_LOG_LEVEL": "3", "OMP_NUM_THREADS": "1"},
+        env={**__import__("os").environ, "TF_CPP_MIN_LOG_LEVEL": "3", "OMP_NUM_THREADS": str(threads)},
     )
     bare = json.loads(proc.stdout.strip().splitlines()[-1])
     return {
@@ -272,6 +277,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         help="after the timed rounds, run each rl2edge contender once more under cProfile and put its top "
         "entries (by own time) in the markdown",
     )
+    ap.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="CPU threads per op for every contender (rl2edge's --threads, SB3's torch threads); results "
+        "go to train_throughput_<algo>_t<N> when not 1",
+    )
     ap.add_argument("--out", default=str(RESULTS))
     args = ap.parse_args(argv)
     specs = contenders(args.algo, args.env)
@@ -284,7 +296,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(args.repeats):
             for w in who:
-                res = run_one(w, specs[w], args.env, args.steps, r, Path(tmp))
+                res = run_one(w, specs[w], args.env, args.steps, r, Path(tmp), threads=args.threads)
                 runs[w].append(res)
                 print(
                     f"round {r}: {names[w]}: {res['steps_per_s']:.0f} steps/s, return {res['mean_return']:.1f}",
@@ -295,7 +307,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             for w in who:
                 if specs[w][1] != "sb3":
                     profiles[w] = run_one(
-                        w, specs[w], args.env, args.steps, 0, Path(tmp) / "prof", profile=True
+                        w,
+                        specs[w],
+                        args.env,
+                        args.steps,
+                        0,
+                        Path(tmp) / "prof",
+                        profile=True,
+                        threads=args.threads,
                     )
     rows, summary = [], {}
     for w in who:
@@ -324,8 +343,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         else f"train/presets/{args.algo}.yml"
     )
     md = (
-        f"{args.algo.upper()} on {args.env}, preset {preset}, {args.steps} steps, {args.repeats} round(s), one "
-        "torch thread, each run in a fresh process; return: 20 deterministic episodes, seeds 0..19.\n\n"
+        f"{args.algo.upper()} on {args.env}, preset {preset}, {args.steps} steps, {args.repeats} round(s), "
+        f"{_threads_text(args.threads)} per op for every contender, each run in a fresh process; return: 20 deterministic episodes, seeds 0..19.\n\n"
         + markdown_table(["contender", "env steps/s (median)", "wall s", "mean return", "runs"], rows)
         + (
             "\n\nsteps/s relative to SB3 in this run: "
@@ -340,7 +359,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             else ""
         )
     )
-    roof = roofline(args.algo, args.env, args.steps) if args.algo in ("sac", "td3", "dqn") else None
+    roof = (
+        roofline(args.algo, args.env, args.steps, args.threads)
+        if args.algo in ("sac", "td3", "dqn")
+        else None
+    )
     if roof is not None:
         gflop = roof["gflop_per_gradient_step"] * roof["gradient_steps"]
         lines = []
@@ -354,9 +377,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         md += (
             f"\n\nRoofline: {roof['gflop_per_gradient_step']:.3f} GFLOP per gradient step ({roof['formula']}; dense "
             f"layers, 2 FLOPs per multiply-add, backward as twice the forward), {roof['gradient_steps']:.0f} gradient "
-            f"steps per run. A bare one-thread matmul {roof['matmul_shape']} runs at "
+            f"steps per run. A bare matmul {roof['matmul_shape']} with {_threads_text(args.threads)} runs at "
             + ", ".join(f"{v:.1f} ({k})" for k, v in roof["bare_matmul_gflops_by_library"].items())
-            + f" GFLOP/s on this core, best {roof['bare_matmul_gflops']:.1f}; over each run's whole wall time (env steps, "
+            + f" GFLOP/s here, best {roof['bare_matmul_gflops']:.1f}; over each run's whole wall time (env steps, "
             "replay sampling and Python included): " + ", ".join(lines) + "."
         )
     for w, prof in profiles.items():
@@ -378,14 +401,21 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "env_id": args.env,
         "steps": args.steps,
         "repeats": args.repeats,
+        "threads": args.threads,
         "results": summary,
         "ratio_to_sb3": ratios,
     }
     name = "train_throughput" if args.algo == "ppo" else f"train_throughput_{args.algo}"
+    if args.threads != 1:
+        name += f"{'_ppo' if args.algo == 'ppo' else ''}_t{args.threads}"
     write_results(name, data, md, Path(args.out))
     _plot(summary, names, Path(args.out) / f"{name}.png", args.env, args.algo)
     print(md)
     return data
+
+
+def _threads_text(n: int) -> str:
+    return "one thread" if n == 1 else f"{n} threads"
 
 
 def _plot(summary: dict[str, Any], names: dict[str, str], path: Path, env_id: str, algo: str) -> None:

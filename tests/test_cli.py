@@ -175,6 +175,10 @@ def test_bad_values_are_one_line_errors_before_anything_runs(cartpole_all, tmp_p
         (["certs", "--out", tmp_path, "--name", ""], "a plain name"),
         (["certs", "--out", tmp_path, "--name", "../../x"], "a plain name"),
         (["certs", "--out", tmp_path, "--name", "plc", "--days", "-5"], "at least 1 day"),
+        (
+            ["train", "--algo", "sac", "--env", "Pendulum-v1", "--threads", "0", "--out", tmp_path / "t"],
+            "--threads 0",
+        ),
     ]
     for args, fragment in cases:
         bad_map.write_text(ok_map.replace("obs_range_tolerance: 0.05", "obs_range_tolerance: abc"))

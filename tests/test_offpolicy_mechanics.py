@@ -268,3 +268,74 @@ def test_tf_eager_and_graph_leave_the_same_weights_and_adam_slots(algo: str) -> 
     for opt_e, opt_g in zip(eager.optimizers, graph.optimizers, strict=True):
         for a, b in zip(opt_e.variables, opt_g.variables, strict=True):
             np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=0, atol=1e-6, err_msg=a.path)
+
+
+# ------------------------------------------------------------------------ actor loss through critics
+def test_actor_loss_through_frozen_critics_gives_the_actor_its_gradient_and_the_critics_none() -> None:
+    """torch: the actor's loss runs through the critics with their weights out of autograd (`frozen`): the
+    actor's gradient is the same (the same input-gradient ops), no critic weight gradient is computed,
+    and the flags come back, also when the block raises."""
+    import torch
+
+    from rl2edge.train.torch_backend.nets import frozen
+
+    agent = _agent("torch", "sac")
+    obs = torch.as_tensor(_batch(1, b=32).obs[0])
+
+    def grads(freeze: bool) -> tuple[list, list]:
+        for p in [*agent.actor.parameters(), *agent.critic.parameters()]:
+            p.grad = None
+        torch.manual_seed(5)  # the same sample's noise
+        pi, logp = agent.actor.sample(obs)
+        if freeze:
+            with frozen(agent.critic):
+                loss = (0.1 * logp - torch.min(*agent.critic(obs, pi))).mean()
+        else:
+            loss = (0.1 * logp - torch.min(*agent.critic(obs, pi))).mean()
+        loss.backward()
+        return [p.grad.clone() for p in agent.actor.parameters()], [p.grad for p in agent.critic.parameters()]
+
+    actor_all, critic_all = grads(freeze=False)
+    actor_frozen, critic_frozen = grads(freeze=True)
+    assert all(g is not None for g in critic_all) and all(g is None for g in critic_frozen)
+    for a, b in zip(actor_all, actor_frozen, strict=True):
+        assert torch.equal(a, b)
+    assert all(p.requires_grad for p in agent.critic.parameters())
+    with pytest.raises(RuntimeError), frozen(agent.critic):
+        raise RuntimeError("inside")
+    assert all(p.requires_grad for p in agent.critic.parameters())
+    # TD3's actor loss takes Q_1 alone: the same values as the first of all critics
+    td3 = _agent("torch", "td3")
+    act = torch.as_tensor(_batch(1, b=32).actions[0])
+    assert torch.equal(td3.critic.first(obs, act), td3.critic(obs, act)[0])
+
+
+# ------------------------------------------------------------------------------------ CPU threads
+def test_threads_reach_the_framework_and_a_fixed_count_reproduces_the_run(tmp_path: Path) -> None:
+    """`train(threads=2)`: torch's intra-op threads while the agent trains; the same seed and thread count
+    twice gives the same weights (a 2-thread matmul splits its work the same way every time); the next
+    run without it is back at one thread."""
+    import torch
+
+    from rl2edge.train.algos import train
+    from tests.helpers import assert_same_weights
+
+    cfg = build_config(
+        "Pendulum-v1",
+        overrides={"n_timesteps": 400, "learning_starts": 100, "eval_freq": 0, "eval_episodes": 1,
+                   "net_arch": [256, 256]},
+        algo="sac",
+    )  # fmt: skip
+    seen = []
+
+    class Probe(list):
+        def append(self, agent) -> None:
+            seen.append(torch.get_num_threads())
+            super().append(agent)
+
+    for name, threads in (("a", 2), ("b", 2), ("c", 1)):
+        (tmp_path / name).mkdir()
+        train("torch", "Pendulum-v1", cfg, 0, tmp_path / name, device="cpu", progress=False,
+              agent_out=Probe(), threads=threads)  # fmt: skip
+    assert seen == [2, 2, 1]
+    assert_same_weights(tmp_path / "a", tmp_path / "b")

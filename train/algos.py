@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from rl2edge.errors import CheckpointError, ConfigError
+from rl2edge.train.core.threads import set_cpu_threads
 
 _logger = logging.getLogger(__name__)
 
@@ -195,12 +196,15 @@ def train(
     agent_out: list[Any] | None = None,
     rollout_workers: int = 0,
     on_evaluation: Callable[[int, Any], bool] | None = None,
+    threads: int = 1,
 ) -> Any:
     """Train cfg.algo with `framework`'s agent: the one entry point of the CLI, the tests and the
     benchmarks. `agent_out`, when given, receives the agent (tests read its state and trace counts).
     `rollout_workers` > 0 (PPO, A2C) collects the rollouts on that many Ray actors, in a Ray session the
     caller has started (train.distributed.cluster.ray_session). `on_evaluation(step, result)` is called
-    after each periodic evaluation; False stops the run there (it still finishes: checkpoint, summary)."""
+    after each periodic evaluation; False stops the run there (it still finishes: checkpoint, summary).
+    `threads`: CPU threads per op for the framework (train.core.threads)."""
+    set_cpu_threads(threads)
     algo = get(cfg.algo)
     check_env(cfg.algo, env_id)
     extra: dict[str, Any] = {}

@@ -62,6 +62,14 @@ def add_parser(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
         choices=["auto", "cpu", "cuda"],
         help="auto takes the GPU when there is one",
     )
+    t.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        metavar="N",
+        help="CPU threads per op for torch/TensorFlow (default 1: fastest for 64-wide nets such as PPO's "
+        "and DQN's; 2 or more pay for SAC's and TD3's 256-wide layers, see benchmarks/train_throughput.py)",
+    )
     t.add_argument("--force", action="store_true", help="replace a non-empty --out directory")
     t.add_argument("--no-progress", action="store_true", help="no progress bar")
     t.set_defaults(func=run)
@@ -81,6 +89,7 @@ def run(args: argparse.Namespace) -> int:
     from rl2edge.fileio import check_output_dir
     from rl2edge.train.algos import build_config, check_env, check_rollout_workers
     from rl2edge.train.core.envs import check_env_id
+    from rl2edge.train.core.threads import set_cpu_threads
 
     check_env_id(args.env)
     overrides = {"n_timesteps": args.steps} if args.steps is not None else {}
@@ -89,6 +98,7 @@ def run(args: argparse.Namespace) -> int:
     check_env(args.algo, args.env)
     if args.rollout_workers < 0:
         raise ConfigError(f"--rollout-workers must be 0 or more, got {args.rollout_workers}")
+    set_cpu_threads(args.threads)  # checks it before anything starts
     if args.rollout_workers:
         check_rollout_workers(cfg, args.rollout_workers)
     if seeds and args.rollout_workers:
@@ -138,6 +148,7 @@ def _run_one(args: argparse.Namespace, cfg: Any, run_dir: Path) -> int:
             device=args.device,
             progress=None if not args.no_progress else False,
             rollout_workers=args.rollout_workers,
+            threads=args.threads,
         )
         check_interrupted()
     print(
@@ -172,7 +183,9 @@ def _run_seeds(args: argparse.Namespace, cfg: Any, seeds: list[int], out: Path) 
         out,
     )
     with ray_session(args.address):
-        results = train_seeds(args.framework, args.env, cfg, seeds, out, device=args.device)
+        results = train_seeds(
+            args.framework, args.env, cfg, seeds, out, device=args.device, threads=args.threads
+        )
     print(table(["seed", "run", "steps", "wall s", "eval return"], summary_rows(results)))
     finals = [r.eval_mean for r in results]
     print(

@@ -36,14 +36,16 @@ class SeedResult:
     eval_std: float
 
 
-def _train_one(framework: str, env_id: str, cfg: Any, seed: int, device: str) -> tuple[dict[str, Any], bytes]:
+def _train_one(
+    framework: str, env_id: str, cfg: Any, seed: int, device: str, threads: int
+) -> tuple[dict[str, Any], bytes]:
     """On a Ray worker: one seed's run, in a temporary folder; (its numbers, the folder as an archive)."""
     from rl2edge.train.algos import train
 
     logging.basicConfig(level=logging.WARNING)
     tmp = Path(tempfile.mkdtemp(prefix=f"rl2edge-s{seed}-"))
     try:
-        r = train(framework, env_id, cfg, seed, tmp / "run", device=device, progress=False)
+        r = train(framework, env_id, cfg, seed, tmp / "run", device=device, progress=False, threads=threads)
         numbers = {
             "steps": r.steps,
             "wall_time_s": r.wall_time_s,
@@ -56,13 +58,20 @@ def _train_one(framework: str, env_id: str, cfg: Any, seed: int, device: str) ->
 
 
 def train_seeds(
-    framework: str, env_id: str, cfg: Any, seeds: list[int], out: Path, device: str = "cpu"
+    framework: str,
+    env_id: str,
+    cfg: Any,
+    seeds: list[int],
+    out: Path,
+    device: str = "cpu",
+    threads: int = 1,
 ) -> list[SeedResult]:
-    """Train every seed in parallel on the connected Ray; write <out>/s<seed>, seeds.json and seeds.md."""
+    """Train every seed in parallel on the connected Ray, each a task of `threads` CPUs; write
+    <out>/s<seed>, seeds.json and seeds.md."""
     import ray
 
-    task = ray.remote(num_cpus=1, max_retries=1)(_train_one)
-    pending = {task.remote(framework, env_id, cfg, s, device): s for s in seeds}
+    task = ray.remote(num_cpus=threads, max_retries=1)(_train_one)
+    pending = {task.remote(framework, env_id, cfg, s, device, threads): s for s in seeds}
     results: list[SeedResult] = []
     failed: dict[int, str] = {}
     while pending:

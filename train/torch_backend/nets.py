@@ -14,7 +14,8 @@ the unscale), TD3's tanh output (the head unscales), DQN's Q-values (the head ta
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -205,6 +206,26 @@ class Critics(nn.Module):
     def forward(self, obs: torch.Tensor, action: torch.Tensor) -> list[torch.Tensor]:
         x = torch.cat([obs, action], dim=-1)
         return [q(x).squeeze(-1) for q in self.qs]
+
+    def first(self, obs: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
+        """Q_1 alone (TD3's actor loss), without the other critics' forward passes."""
+        return self.qs[0](torch.cat([obs, action], dim=-1)).squeeze(-1)
+
+
+@contextmanager
+def frozen(module: nn.Module) -> Iterator[None]:
+    """The module's parameters out of autograd for a block. A loss that passes through a network it does
+    not train (the actor's loss through the critics) then gets the input gradients it needs and no weight
+    gradients for that network: SAC's actor step does 2 of its critics' 256x256 weight-gradient matmuls
+    fewer (TF's tape.gradient(actor_loss, actor_vars) prunes them the same way)."""
+    params = [p for p in module.parameters() if p.requires_grad]
+    for p in params:
+        p.requires_grad_(False)
+    try:
+        yield
+    finally:
+        for p in params:
+            p.requires_grad_(True)
 
 
 class QNetwork(nn.Module):

@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from rl2edge.train.core.offpolicy_config import SACConfig
-from rl2edge.train.torch_backend.nets import Critics, SACActor, polyak_update
+from rl2edge.train.torch_backend.nets import Critics, SACActor, frozen, polyak_update
 from rl2edge.train.torch_backend.offpolicy_base import TorchOffPolicyBase
 
 
@@ -72,7 +72,8 @@ class TorchSAC(TorchOffPolicyBase):
         critic_loss.backward()
         self.critic_opt.step()
 
-        actor_loss = (alpha * logp - torch.min(*self.critic(obs, pi))).mean()
+        with frozen(self.critic):
+            actor_loss = (alpha * logp - torch.min(*self.critic(obs, pi))).mean()
         self.actor_opt.zero_grad(set_to_none=True)
         actor_loss.backward()
         self.actor_opt.step()

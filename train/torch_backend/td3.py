@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from rl2edge.train.core.offpolicy_config import TD3Config
-from rl2edge.train.torch_backend.nets import Critics, TD3Actor, polyak_update
+from rl2edge.train.torch_backend.nets import Critics, TD3Actor, frozen, polyak_update
 from rl2edge.train.torch_backend.offpolicy_base import TorchOffPolicyBase
 
 
@@ -70,7 +70,8 @@ class TorchTD3(TorchOffPolicyBase):
 
         actor_loss = torch.full((), float("nan"), device=self.dev)
         if self.n_updates % cfg.policy_delay == 0:
-            actor_loss = -self.critic(obs, self.actor(obs))[0].mean()
+            with frozen(self.critic):
+                actor_loss = -self.critic.first(obs, self.actor(obs)).mean()
             self.actor_opt.zero_grad(set_to_none=True)
             actor_loss.backward()
             self.actor_opt.step()

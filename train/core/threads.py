@@ -1,0 +1,26 @@
+"""How many CPU threads a training process's framework gives one op (torch's intra-op threads, TF's
+intra-op pool): a process setting, read when an agent is made.
+
+One thread is the default: on the 64-wide nets of PPO and DQN a second thread costs more in hand-off than
+it saves, and one thread's results do not depend on how the work was split. On 256-wide layers (SAC, TD3)
+a second core nearly doubles a matmul (torch [256,256]x[256,256]: 109 -> 213 GFLOP/s on this project's
+2-core machine); benchmarks/train_throughput.py --threads measures whole runs.
+"""
+
+from __future__ import annotations
+
+from rl2edge.errors import ConfigError
+
+_threads = 1
+
+
+def set_cpu_threads(n: int) -> None:
+    """Set before the agent is made. TensorFlow takes it only before its first op in the process."""
+    global _threads
+    if not isinstance(n, int) or n < 1:
+        raise ConfigError(f"--threads {n!r}: give a whole number of CPU threads, 1 or more")
+    _threads = n
+
+
+def cpu_threads() -> int:
+    return _threads

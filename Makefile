@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed
 STANDIN := tests/opcua_standin
 NODE_STAMP := $(STANDIN)/node_modules/.installed
 
-.PHONY: install demo test test-all test-edge test-isa wheel lint bench bench-loop bench-returns bench-a2c-rainbow bench-ray clean
+.PHONY: install demo test test-all test-edge test-isa wheel lint bench bench-loop bench-returns bench-a2c-rainbow bench-ray bench-throughput clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -85,6 +85,16 @@ bench-ray: install
 
 bench-loop: install
 	$(PY) benchmarks/loop_latency.py --artifact demo-out/artifacts/int8
+
+# Training throughput next to SB3 with the roofline line: PPO with its profile, SAC (20k) and TD3 (13k)
+# at one and at two threads per op. About 40 minutes on 2 cores.
+bench-throughput: install
+	$(PY) benchmarks/train_throughput.py --algo ppo --profile
+	$(PY) benchmarks/train_throughput.py --algo sac --env Pendulum-v1 --steps 20000
+	$(PY) benchmarks/train_throughput.py --algo sac --env Pendulum-v1 --steps 20000 --threads 2
+	$(PY) benchmarks/train_throughput.py --algo td3 --env Pendulum-v1 --steps 13000
+	$(PY) benchmarks/train_throughput.py --algo td3 --env Pendulum-v1 --steps 13000 --threads 2
+	$(PY) benchmarks/train_throughput.py --algo dqn --steps 50000
 
 lint: install
 	$(PY) -m ruff check .

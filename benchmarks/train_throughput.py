@@ -66,6 +66,8 @@ if who == "sb3":
         kw["action_noise"] = NormalActionNoise(np.zeros(n), float(p["noise_std"]) * np.ones(n))
     cls = {"ppo": sb3.PPO, "a2c": sb3.A2C, "dqn": sb3.DQN, "sac": sb3.SAC, "td3": sb3.TD3}[algo]
     model = cls("MlpPolicy", venv, seed=seed, device="cpu", **kw)
+    from stable_baselines3.common.logger import configure
+    model.set_logger(configure(str(out / "sb3_log"), []))  # not a new folder in the system's temp dir
     t0 = time.perf_counter()
     model.learn(steps)
     wall = time.perf_counter() - t0

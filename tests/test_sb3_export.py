@@ -22,6 +22,7 @@ def _train_sb3(
 ) -> tuple[Path, Path | None]:
     import stable_baselines3 as sb3
     from stable_baselines3.common.env_util import make_vec_env
+    from stable_baselines3.common.logger import configure
     from stable_baselines3.common.vec_env import VecNormalize
 
     venv = make_vec_env(env_id, n_envs=1, seed=0)
@@ -30,8 +31,10 @@ def _train_sb3(
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         model = getattr(sb3, algo)("MlpPolicy", venv, seed=0, device="cpu", **kw)
+        out.mkdir(parents=True, exist_ok=True)
+        # SB3's default logger makes a folder in the system's temp dir on every learn(); keep it here
+        model.set_logger(configure(str(out / "sb3_log"), []))
         model.learn(steps)
-    out.mkdir(parents=True, exist_ok=True)
     model.save(out / "model.zip")
     vn = None
     if vecnormalize:

@@ -288,6 +288,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     )
     ap.add_argument("--out", default=str(RESULTS))
     args = ap.parse_args(argv)
+    if args.threads < 1:
+        ap.error(f"--threads {args.threads}: give 1 or more")
     specs = contenders(args.algo, args.env)
     who = args.who.split(",") if args.who else list(specs)
     unknown = set(who) - set(specs)

@@ -203,7 +203,7 @@ def test_tf_a2c_traces_once_and_torch_a2c_trains(tmp_path: Path) -> None:
     (tmp_path / "tf").mkdir()
     train("tf", "CartPole-v1", cfg, 0, tmp_path / "tf", device="cpu", progress=False, agent_out=agents)
     counts = agents[0].trace_counts()
-    assert counts == {"act": 1, "value": 1, "deterministic": 1, "train_step": 0, "train_many": 1}
+    assert counts == {"act": 1, "deterministic": 1, "train_step": 0, "train_many": 1}
     assert int(agents[0].updates.numpy()) == 2000 // (
         8 * N_STEPS
     )  # the preset's 8 envs: one step per rollout

@@ -41,6 +41,10 @@ def loaded_after(statement: str) -> set[str]:
             {"torch", "tensorflow", "export", "runtime"},
         ),
         ("import rl2edge.train.torch_backend.ppo", {"tensorflow", "export", "runtime"}),
+        (  # a Ray rollout worker acts with numpy: no framework in the actor
+            "import rl2edge.train.distributed.rollout_workers, rl2edge.specs",
+            {"torch", "tensorflow", "ray", "export", "runtime"},
+        ),
         ("import rl2edge.cli", {"torch", "tensorflow", "train", "export", "runtime", "numpy"}),
         (  # the algorithm table and every config class: the CLI's choices, no framework
             "import rl2edge.train.algos as a; [r.config_class() for r in a.ALGOS.values()]",

@@ -310,6 +310,28 @@ def test_actor_loss_through_frozen_critics_gives_the_actor_its_gradient_and_the_
     assert torch.equal(td3.critic.first(obs, act), td3.critic(obs, act)[0])
 
 
+@pytest.mark.parametrize("algo", ["sac", "td3"])
+def test_torch_actor_steps_run_the_critics_frozen(algo: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """In the agents' own update: the critic step runs the critics trainable, the actor step frozen."""
+    from rl2edge.train.torch_backend.nets import Critics
+
+    agent = _agent("torch", algo, **({"policy_delay": 1} if algo == "td3" else {}))
+    seen: list[tuple[str, bool]] = []
+    for name in ("forward", "first"):
+        real = getattr(Critics, name)
+
+        def spy(self, *args, _real=real, _name=name):
+            if self is agent.critic:
+                seen.append((_name, all(p.requires_grad for p in self.parameters())))
+            return _real(self, *args)
+
+        monkeypatch.setattr(Critics, name, spy)
+    agent.train(_batch(2, b=16))
+    actor_call = "first" if algo == "td3" else "forward"
+    assert seen == [("forward", True), (actor_call, False)] * 2
+    assert all(p.requires_grad for p in agent.critic.parameters())
+
+
 # ------------------------------------------------------------------------------------ CPU threads
 def test_threads_reach_the_framework_and_a_fixed_count_reproduces_the_run(tmp_path: Path) -> None:
     """`train(threads=2)`: torch's intra-op threads while the agent trains; the same seed and thread count
@@ -333,9 +355,10 @@ def test_threads_reach_the_framework_and_a_fixed_count_reproduces_the_run(tmp_pa
             seen.append(torch.get_num_threads())
             super().append(agent)
 
-    for name, threads in (("a", 2), ("b", 2), ("c", 1)):
+    for name, threads in (("a", 2), ("b", 2), ("c", None)):
         (tmp_path / name).mkdir()
+        kw = {} if threads is None else {"threads": threads}
         train("torch", "Pendulum-v1", cfg, 0, tmp_path / name, device="cpu", progress=False,
-              agent_out=Probe(), threads=threads)  # fmt: skip
+              agent_out=Probe(), **kw)  # fmt: skip
     assert seen == [2, 2, 1]
     assert_same_weights(tmp_path / "a", tmp_path / "b")

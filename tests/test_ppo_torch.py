@@ -41,8 +41,9 @@ def test_checkpoint_holds_the_contract(cartpole_run: Path) -> None:
 
 def test_update_uses_recorded_logprobs_and_values(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The update never re-evaluates the rollout to recover old log-probs: the first minibatch of each
-    update sees ratio == 1 (within 1e-6: the rollout's log-probs come from the numpy policy, measured
-    2.4e-7 from torch's), and evaluate_actions runs once per minibatch, nothing more."""
+    update sees ratio == 1 (within 1e-5: the rollout's log-probs come from the numpy policy, measured
+    2.4e-7 from torch's here; tests/test_numpy_policy.py's tolerance), and evaluate_actions runs once per
+    minibatch, nothing more."""
     calls, first_ratios = {"evaluate": 0, "updates": 0}, []
     real_eval, real_loss = ActorCritic.evaluate_actions, ppo_module.ppo_loss
 
@@ -69,7 +70,7 @@ def test_update_uses_recorded_logprobs_and_values(tmp_path: Path, monkeypatch: p
         n_epochs=epochs,
     )
     assert calls["evaluate"] == per_update * updates
-    assert first_ratios and max(first_ratios) < 1e-6
+    assert first_ratios and max(first_ratios) < 1e-5
 
 
 def test_clipped_surrogate_is_the_pessimistic_min_not_a_clipped_ratio() -> None:

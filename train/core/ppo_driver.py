@@ -101,9 +101,7 @@ def train_ppo(
     if rollout_workers:
         from rl2edge.train.distributed.rollout_workers import RayRolloutPool
 
-        pool: RolloutPool = RayRolloutPool(
-            rollout_workers, env_id, cfg, seed, network, agent.framework, act_spec
-        )
+        pool: RolloutPool = RayRolloutPool(rollout_workers, env_id, cfg, seed, network, act_spec)
         run.envs.close()  # the learner steps no env itself
     else:
         pool = LocalRolloutPool(
@@ -114,7 +112,6 @@ def train_ppo(
                 seed,
                 cfg.gamma,
                 network,
-                agent,
                 norm,
                 live_norm,
                 to_env,
@@ -211,7 +208,7 @@ class LocalRolloutPool:
         return self.collector.raw_obs
 
     def collect(self, n_steps: int, agent: PPOAgent, norm: RunningNormalizer) -> Segment:
-        return self.collector.collect(n_steps)
+        return self.collector.collect(n_steps, agent.rollout_weights())
 
     def close(self) -> None:
         self.collector.close()

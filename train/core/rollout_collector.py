@@ -4,8 +4,9 @@ runs, whether that process is the learner (all envs) or a Ray rollout worker (it
 What makes a split of the envs over workers give the learner the very same rollout as one process:
 - each env's sampling noise comes from its own generator, keyed by (seed, env index), never from a
   framework's global generator whose draws depend on the batch size;
-- every forward pass runs on a batch of the run's full n_envs rows, each env at its own row (a share
-  sits among zero rows): CPU matmul kernels are chosen by the row count, and a 2-row batch rounds
+- every forward pass runs on one BLAS thread (OpenBLAS splits a matmul differently on 2 threads, and
+  the last bits change with it), on a batch of the run's full n_envs rows, each env at its own row (a
+  share sits among zero rows): CPU matmul kernels are chosen by the row count, and a 2-row batch rounds
   differently from an 8-row one in the last bit (measured: 1e-9 in the logits, 5e-7 in the weights after
   8 PPO updates); within a row count, the edge rows of a kernel's row block take another accumulation
   order (6e-8 after a few updates). With both fixed, a row's result does not depend on the other rows;
@@ -24,10 +25,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from threadpoolctl import ThreadpoolController
 
 from rl2edge.train.core.envs import make_vec_env
 from rl2edge.train.core.normalization import RunningNormalizer
-from rl2edge.train.core.numpy_policy import NumpyActorCritic
+from rl2edge.train.core.numpy_policy import NumpyActorCritic, RolloutWeights
 
 _NOISE_KEY = 0xAC7  # separates the action noise streams from every other use of the run's seed
 
@@ -80,9 +82,9 @@ class Segment:
 
 
 class RolloutCollector:
-    """Steps envs `first .. first + count - 1` of a run with the agent's current weights (acting through
-    train.core.numpy_policy, loaded from `agent.rollout_weights()` at each rollout's start) on observations
-    normalized by `norm`; `to_env` maps the actions to the env's units. `live_norm`: update `norm` after
+    """Steps envs `first .. first + count - 1` of a run with the weights each rollout is given (the agent's
+    `rollout_weights()`, acted with through train.core.numpy_policy: no framework needed here) on
+    observations normalized by `norm`; `to_env` maps the actions to the env's units. `live_norm`: update `norm` after
     every step (one process, SB3's per-step statistics); else leave it alone and return the raw
     observations for the learner to update its statistics with."""
 
@@ -94,7 +96,6 @@ class RolloutCollector:
         seed: int,
         gamma: float,
         network: dict[str, Any],
-        agent: Any,
         norm: RunningNormalizer,
         live_norm: bool,
         to_env: Callable[[np.ndarray], np.ndarray],
@@ -103,15 +104,20 @@ class RolloutCollector:
     ):
         self.envs = envs if envs is not None else make_vec_env(env_id, count)
         self.first, self.count, self.gamma32, self.pad_to = first, count, np.float32(gamma), pad_to
-        self.agent, self.norm, self.live_norm, self.to_env = agent, norm, live_norm, to_env
+        self.norm, self.live_norm, self.to_env = norm, live_norm, to_env
         self.policy = NumpyActorCritic(network)
+        self._blas = ThreadpoolController().select(user_api="blas")  # numpy's, found once
         self.noise = PerEnvNoise(seed, range(first, first + count), network["act_dim"], network["discrete"])
         self.ep_returns = np.zeros(count)
         self.raw_obs, _ = self.envs.reset(seed=seed + first)  # env j of the slice: seed + first + j
 
-    def collect(self, n_steps: int) -> Segment:
+    def collect(self, n_steps: int, weights: RolloutWeights) -> Segment:
+        self.policy.load(weights)
+        with self._blas.limit(limits=1):  # the same bits whatever the machine's core count
+            return self._collect(n_steps)
+
+    def _collect(self, n_steps: int) -> Segment:
         m, norm, policy = self.count, self.norm, self.policy
-        policy.load(self.agent.rollout_weights())
         obs_l, act_l, logp_l, val_l, rew_l, done_l, bm_l, bv_l, raw_l = ([] for _ in range(9))
         episodes: list[tuple[int, int, float]] = []
         noise = self.noise.draw(n_steps)
@@ -124,9 +130,12 @@ class RolloutCollector:
             # gamma * V(final obs), which only this process can compute (it holds the final obs).
             boot = truncated & ~terminated
             boot_values = np.zeros(m, np.float32)
-            if boot.any():
-                final = np.stack([info["final_obs"][i] for i in np.flatnonzero(boot)])
-                boot_values[boot] = self.gamma32 * self._padded(policy.value, norm.normalize(final))
+            if boot.any():  # the final observations at their envs' own rows, as every forward pass
+                final = np.zeros_like(self.raw_obs)
+                for i in np.flatnonzero(boot):
+                    final[i] = info["final_obs"][i]
+                values = self._padded(policy.value, norm.normalize(final))
+                boot_values[boot] = self.gamma32 * values[boot]
             done = terminated | truncated
             for i in np.flatnonzero(done):
                 episodes.append((t, self.first + int(i), float(self.ep_returns[i])))

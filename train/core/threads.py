@@ -3,8 +3,8 @@ intra-op pool): a process setting, read when an agent is made.
 
 One thread is the default: on the 64-wide nets of PPO and DQN a second thread costs more in hand-off than
 it saves, and one thread's results do not depend on how the work was split. On 256-wide layers (SAC, TD3)
-a second core nearly doubles a matmul (torch [256,256]x[256,256]: 109 -> 213 GFLOP/s on this project's
-2-core machine); benchmarks/train_throughput.py --threads measures whole runs.
+a second core nearly doubles torch's matmul ([256,256]x[256,256]: 110 -> 197 GFLOP/s on this
+project's 2-core machine, benchmarks/results/train_throughput_sac_t2.md); benchmarks/train_throughput.py --threads measures whole runs.
 """
 
 from __future__ import annotations

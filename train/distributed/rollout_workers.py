@@ -1,7 +1,8 @@
 """PPO's (and A2C's) rollouts spread over Ray actors: each actor holds a contiguous share of the envs and
 a copy of the policy, and collects whole rollouts (one round trip per update, not per step, so that a
 worker on another machine costs one network exchange per rollout). Before each rollout the learner
-broadcasts its weights and normalization statistics; the segments come back in env order and are
+broadcasts its weights (numpy arrays: the actors import neither torch nor TensorFlow) and normalization
+statistics; the segments come back in env order and are
 assembled as one process would have (train.core.rollout_collector says what makes that exact)."""
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import numpy as np
 
 from rl2edge.errors import ConfigError
 from rl2edge.train.core.normalization import RunningNormalizer
+from rl2edge.train.core.numpy_policy import RolloutWeights
 from rl2edge.train.core.rollout_collector import RolloutCollector, Segment
 
 _logger = logging.getLogger(__name__)
@@ -31,7 +33,8 @@ def env_slices(n_envs: int, workers: int) -> list[tuple[int, int]]:
 
 
 class RolloutWorker:
-    """One actor: its envs, a policy of the run's network, and the statistics it is sent."""
+    """One actor: its envs, acting with the weights and statistics it is sent each rollout (numpy only:
+    no torch or TensorFlow in the actor)."""
 
     def __init__(
         self,
@@ -41,14 +44,11 @@ class RolloutWorker:
         first: int,
         count: int,
         network: dict[str, Any],
-        framework: str,
         act_spec: dict[str, Any],
     ):
         from rl2edge.specs import ActionTransform
-        from rl2edge.train.algos import get
 
         logging.basicConfig(level=logging.WARNING)
-        self.agent = get(cfg.algo).agent_class(framework)(network, cfg, seed, "cpu")
         norm = RunningNormalizer((network["obs_dim"],), clip=cfg.norm_obs_clip, enabled=cfg.normalize_obs)
         self.collector = RolloutCollector(
             env_id,
@@ -57,7 +57,6 @@ class RolloutWorker:
             seed,
             cfg.gamma,
             network,
-            self.agent,
             norm,
             False,
             ActionTransform(act_spec).to_env,
@@ -67,10 +66,9 @@ class RolloutWorker:
     def initial_obs(self) -> np.ndarray:
         return self.collector.raw_obs
 
-    def collect(self, n_steps: int, state: Any, norm: RunningNormalizer) -> Segment:
-        self.agent.set_state(state)
+    def collect(self, n_steps: int, weights: RolloutWeights, norm: RunningNormalizer) -> Segment:
         self.collector.norm = norm
-        return self.collector.collect(n_steps)
+        return self.collector.collect(n_steps, weights)
 
 
 class RayRolloutPool:
@@ -83,7 +81,6 @@ class RayRolloutPool:
         cfg: Any,
         seed: int,
         network: dict[str, Any],
-        framework: str,
         act_spec: dict[str, Any],
     ):
         from rl2edge.train.distributed.cluster import require_ray
@@ -95,15 +92,15 @@ class RayRolloutPool:
             raise ConfigError("--rollout-workers needs norm_obs_update: rollout (rl2edge train sets it)")
         slices = env_slices(cfg.n_envs, workers)
         actor = ray.remote(num_cpus=1)(RolloutWorker)
-        self.actors = [actor.remote(env_id, cfg, seed, f, c, network, framework, act_spec) for f, c in slices]
+        self.actors = [actor.remote(env_id, cfg, seed, f, c, network, act_spec) for f, c in slices]
         _logger.info("rollout workers: %s envs each", [c for _, c in slices])
 
     def initial_obs(self) -> np.ndarray:
         return np.concatenate(self.ray.get([a.initial_obs.remote() for a in self.actors]))
 
     def collect(self, n_steps: int, agent: Any, norm: RunningNormalizer) -> Segment:
-        state = self.ray.put(agent.get_state())  # once into the object store; every actor reads it
-        parts = self.ray.get([a.collect.remote(n_steps, state, norm) for a in self.actors])
+        weights = self.ray.put(agent.rollout_weights())  # once into the object store; every actor reads it
+        parts = self.ray.get([a.collect.remote(n_steps, weights, norm) for a in self.actors])
         return Segment.concat(parts)
 
     def close(self) -> None:

@@ -1,6 +1,7 @@
-"""`rl2edge train --seeds 0,1,2`: the same run on several seeds at once, one Ray task (one CPU) each.
+"""`rl2edge train --seeds 0,1,2`: the same run on several seeds at once, one Ray task (of `--threads`
+CPUs, default one) each.
 
-Each seed's run is exactly the run `rl2edge train --seed S` makes (same code, one thread, same seed), so
+Each seed's run is exactly the run `rl2edge train --seed S` makes (same code, thread count and seed), so
 the checkpoints are the same bit for bit on the same CPU. A run trains into a temporary folder on its
 node and comes back as an archive (no shared file system needed); the driver writes it to
 <out>/s<seed> atomically, then seeds.json and seeds.md: each seed's final evaluation, and their mean and
@@ -18,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from rl2edge.errors import Rl2EdgeError
+from rl2edge.errors import ConfigError, Rl2EdgeError
 from rl2edge.fileio import write_bytes_atomic, write_json_atomic
 from rl2edge.tables import markdown_table
 from rl2edge.train.distributed.stepped_run import pack_directory, store_directory
@@ -70,6 +71,12 @@ def train_seeds(
     <out>/s<seed>, seeds.json and seeds.md."""
     import ray
 
+    biggest = max((n["Resources"].get("CPU", 0) for n in ray.nodes() if n.get("Alive")), default=0)
+    if threads > biggest:  # Ray would wait for such a node forever
+        raise ConfigError(
+            f"--threads {threads}: the largest node of this Ray cluster has {biggest:g} CPUs, and each seed's "
+            "run must fit on one node; choose fewer threads"
+        )
     task = ray.remote(num_cpus=threads, max_retries=1)(_train_one)
     pending = {task.remote(framework, env_id, cfg, s, device, threads): s for s in seeds}
     results: list[SeedResult] = []

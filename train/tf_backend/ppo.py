@@ -80,13 +80,11 @@ class TFPPO:
         self._act = tf.function(
             self._act_graph, input_signature=[obs_spec, noise_spec], reduce_retracing=False
         )
-        self._value = tf.function(self.policy.value, input_signature=[obs_spec])
         self._deterministic = tf.function(self._deterministic_graph, input_signature=[obs_spec])
         self._train_step = tf.function(
             self._train_graph, input_signature=[obs_spec, act_spec, vec, vec, vec, vec, scalar]
         )
         self._act_cf = self._act.get_concrete_function()
-        self._value_cf = self._value.get_concrete_function()
         self._deterministic_cf = self._deterministic.get_concrete_function()
         # All of an update's minibatches in one call, compiled with XLA: on a small net the per-call
         # overhead, not the arithmetic, is what costs (a TF call is ~0.5 ms on a 2-core machine).
@@ -169,9 +167,6 @@ class TFPPO:
         log_std = None if p.log_std is None else p.log_std.numpy()
         return RolloutWeights(layers(p.actor), layers(p.critic), log_std)
 
-    def value(self, obs: np.ndarray) -> np.ndarray:
-        return self._value_cf(self.tf.constant(obs)).numpy()
-
     def deterministic(self, obs: np.ndarray) -> np.ndarray:
         return self._deterministic_cf(self.tf.constant(obs)).numpy()
 
@@ -200,7 +195,6 @@ class TFPPO:
             name: fn.experimental_get_tracing_count()
             for name, fn in (
                 ("act", self._act),
-                ("value", self._value),
                 ("deterministic", self._deterministic),
                 ("train_step", self._train_step),
                 ("train_many", self._train_many),

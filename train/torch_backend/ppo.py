@@ -81,10 +81,6 @@ class TorchPPO:
         return RolloutWeights(layers(p.actor), layers(p.critic), log_std)
 
     @torch.no_grad()
-    def value(self, obs: np.ndarray) -> np.ndarray:
-        return self.policy.value(self._t(obs)).cpu().numpy()
-
-    @torch.no_grad()
     def deterministic(self, obs: np.ndarray) -> np.ndarray:
         return self.policy.deterministic(self._t(obs)).cpu().numpy()
 

@@ -75,7 +75,8 @@ def train_seeds(
     if threads > biggest:  # Ray would wait for such a node forever
         raise ConfigError(
             f"--threads {threads}: the largest node of this Ray cluster has {biggest:g} CPUs, and each seed's "
-            "run must fit on one node; choose fewer threads"
+            "run must fit on one node (nodes an autoscaler has not started yet are not counted); choose "
+            "fewer threads"
         )
     task = ray.remote(num_cpus=threads, max_retries=1)(_train_one)
     pending = {task.remote(framework, env_id, cfg, s, device, threads): s for s in seeds}

@@ -34,7 +34,7 @@ from rl2edge.export.graph_spec import (
 from rl2edge.export.noise_verify import check_noise_off, verify_distribution
 from rl2edge.export.report import ExportReport, FileRow
 from rl2edge.export.source import ExportSource, source_from_checkpoint
-from rl2edge.export.tflite_convert import FLOAT_OPS, MODES, convert
+from rl2edge.export.tflite_convert import FLOAT_OPS, MODES, convert, uint8_input_saved_model
 from rl2edge.export.tolerances import DEFAULT, RETURN_DROP_WARNING, Tolerances
 from rl2edge.export.verify import (
     compare_actions,
@@ -186,6 +186,12 @@ def _export(
     bar.update()
     _stage(bar, "export: SavedModel")
     saved_model = source.write_saved_model(work, onnx_path)
+    # uint8 observations (image frames): the float files take them as they are, the cast inside the graph
+    saved_uint8 = (
+        uint8_input_saved_model(saved_model, work / "saved_model_uint8")
+        if source.observation_space.get("dtype") == "uint8" and source.noise is None
+        else None
+    )
     bar.update()
 
     report = ExportReport(
@@ -202,7 +208,7 @@ def _export(
     for mode in built:
         _stage(bar, f"export: TFLite {mode}")
         art = _shipped_dir(mode, opts, work, staging)
-        manifest = {**common, **_make_file(source, mode, saved_model, got, art, onnx_path)}
+        manifest = {**common, **_make_file(source, mode, saved_model, saved_uint8, got, art, onnx_path)}
         shown = (
             out / art.relative_to(staging) / "policy.tflite"
             if art.is_relative_to(staging)
@@ -286,10 +292,17 @@ def _common_manifest(
 
 
 def _make_file(
-    source: ExportSource, mode: str, saved_model: Any, got: _Collected, art: Path, onnx_path: Path | None
+    source: ExportSource,
+    mode: str,
+    saved_model: Path,
+    saved_uint8: Path | None,
+    got: _Collected,
+    art: Path,
+    onnx_path: Path | None,
 ) -> dict[str, Any]:
     """Convert the SavedModel to `mode` into art/policy.tflite (with the ONNX file beside it); the
-    manifest's model and quantization sections."""
+    manifest's model and quantization sections. `saved_uint8`: the same graph behind a uint8 input, which
+    the float modes are made from where there is one (int8 has its own integer input)."""
     art.mkdir(parents=True, exist_ok=True)
     flat = source.observation_space.get("layout", "flat") == "flat"
     if mode == "int8" and flat and not source.norm.enabled:
@@ -301,7 +314,11 @@ def _make_file(
         got.data.calibration if flat else pin_uint8_range(got.data.calibration, source.observation_space)
     )
     model = convert(
-        saved_model, mode, calibration, float_io_ops=flat, extra=_noise_calibration(source, got.data)
+        saved_uint8 if saved_uint8 is not None and mode != "int8" else saved_model,
+        mode,
+        calibration,
+        float_io_ops=flat,
+        extra=_noise_calibration(source, got.data),
     )
     write_bytes_atomic(art / "policy.tflite", model)
     if onnx_path is not None:

@@ -60,6 +60,11 @@ class Policy:
                 self._u8_shift = 0x80  # x - 128 as int8 is x XOR 0x80 viewed as int8
             elif backend.input_dtype == np.uint8 and self._in_quant[1] == 0:
                 self._u8_shift = 0
+        # Float files of uint8 observations take uint8 and cast inside the graph (export's
+        # uint8_input_saved_model): uint8 frames pass as they are.
+        self._uint8_model = self._in_quant is None and backend.input_dtype == np.uint8
+        # the shifted frame of each call, written in place (the interpreter copies it in on set_tensor)
+        self._u8_buffer = np.empty(self._model_shape, np.uint8) if self._u8_shift else None
         # Image observations: the env gives e.g. HWC, torch/ONNX models take NCHW, TFLite models NHWC.
         self._axes = _transpose_axes(obs.get("layout", "flat"), _model_layout(manifest, backend))
         self.noise: dict | None = (manifest.data.get("folded") or {}).get("noise")
@@ -153,9 +158,13 @@ class Policy:
         """The validated observation as the model takes it: float32 or quantized, in the model's layout.
         `validated`: the caller has checked it (numeric, the artifact's number of values, finite; the serve
         loop's guard), so the checks are not made twice on the control path."""
+        return self._input(obs, validated, reuse=False)
+
+    def _input(self, obs: np.ndarray, validated: bool, reuse: bool) -> np.ndarray:
+        """model_input; `reuse`: a shifted uint8 frame may be written into the buffer of the last call."""
         arr = np.asarray(obs)
-        if arr.dtype == np.uint8 and self._u8_shift is not None:
-            return self._uint8_input(arr)
+        if arr.dtype == np.uint8 and (self._u8_shift is not None or self._uint8_model):
+            return self._uint8_input(arr, reuse)
         if not validated:
             if arr.dtype.kind not in "fiu":
                 raise ObservationError(
@@ -172,6 +181,8 @@ class Policy:
         if self._axes is not None:
             x = x.reshape(self.obs_shape).transpose(self._axes)
         x = x.reshape(self._model_shape)
+        if self._uint8_model:
+            return _as_uint8(x)
         if self._in_quant is not None:  # per-call cost matters here: constants precomputed in __init__
             q = np.rint(x * self._in_inv_scale)
             q += self._in_zp
@@ -179,7 +190,7 @@ class Policy:
             x = q.astype(self._backend.input_dtype)
         return x
 
-    def _uint8_input(self, arr: np.ndarray) -> np.ndarray:
+    def _uint8_input(self, arr: np.ndarray, reuse: bool) -> np.ndarray:
         if arr.shape != self.obs_shape and arr.shape != (1, *self.obs_shape):
             raise ObservationError(
                 f"observation shape {arr.shape} does not match the artifact's {self.obs_shape}"
@@ -188,12 +199,14 @@ class Policy:
         if self._axes is not None:
             x = x.transpose(self._axes)
         if self._u8_shift:
-            return np.bitwise_xor(x, np.uint8(self._u8_shift)).view(np.int8).reshape(self._model_shape)
+            out = self._u8_buffer if reuse else np.empty(self._model_shape, np.uint8)
+            np.bitwise_xor(x.reshape(self._model_shape), np.uint8(self._u8_shift), out=out)
+            return out.view(np.int8)
         return np.ascontiguousarray(x).reshape(self._model_shape)
 
     def raw(self, obs: np.ndarray, validated: bool = False) -> np.ndarray:
         """Invoke without the final clamp (the head's own output, dequantized): for verification."""
-        x = self.model_input(obs, validated)
+        x = self._input(obs, validated, reuse=True)
         if self.noise is None:
             y = self._backend.run(x)
         else:
@@ -216,7 +229,7 @@ class Policy:
         except (ValueError, RuntimeError) as exc:
             raise BackendError(f"{self._backend.name} failed to run the model: {exc}") from None
         if self.discrete:
-            return int(np.clip(int(np.asarray(y).reshape(-1)[0]), self._lo, self._hi))
+            return min(max(int(y.flat[0]), self._lo), self._hi)  # Python ints: np.clip costs 3 us here
         a = np.asarray(y, np.float32).reshape(self.action_low.shape)
         if not np.isfinite(a).all():  # clipping would pass NaN through to the actuator
             raise BackendError(f"the model returned a non-finite action {a.tolist()}")
@@ -227,6 +240,19 @@ def _model_layout(manifest: Manifest, backend: TFLiteBackend | OnnxBackend) -> s
     if isinstance(backend, OnnxBackend):
         return (manifest.data.get("onnx") or {}).get("input_layout")
     return (manifest.model.get("input") or {}).get("layout")
+
+
+def _as_uint8(x: np.ndarray) -> np.ndarray:
+    """Observations of a uint8 space given in another dtype (a PLC's REAL nodes): rounded to the integers
+    the env would have given; a value outside 0..255 is not an observation of this space."""
+    q = np.rint(x)
+    lo, hi = q.min(), q.max()
+    if lo < 0 or hi > 255:
+        raise ObservationError(
+            f"observation values {float(lo):g}..{float(hi):g} lie outside 0..255, the range of the uint8 "
+            "observations this model takes"
+        )
+    return q.astype(np.uint8)
 
 
 def _transpose_axes(obs_layout: str, model_layout: str | None) -> tuple[int, ...] | None:

@@ -141,7 +141,8 @@ def test_onnx_file_runs_through_the_runtime_too(cartpole_run, cartpole_all) -> N
 def test_image_observations_export_nchw_torch_nhwc_tflite(tmp_path: Path) -> None:
     """A Nature-CNN on 84x84x4 frames as the env gives them (HWC): the torch graph and its ONNX file take
     NCHW, onnx2tf makes the TFLite input NHWC, the manifest says so, and the runtime takes the env's frame.
-    Its int8 file is integer end to end: the runtime quantizes the frame with the model's own parameters."""
+    Its int8 file is integer end to end: the runtime quantizes the frame with the model's own parameters.
+    Its float files (fp32, fp16, dynamic) take the uint8 frame itself and cast it inside the graph."""
     from benchmarks.synthetic import FrameEnv, synthetic_source
     from rl2edge.export.pipeline import export_source
 
@@ -149,9 +150,9 @@ def test_image_observations_export_nchw_torch_nhwc_tflite(tmp_path: Path) -> Non
     export_source(
         source,
         tmp_path / "cnn",
-        ExportOptions(quantize="int8", calib_episodes=1, eval_episodes=1, progress=False),
+        ExportOptions(quantize="all", calib_episodes=1, eval_episodes=1, progress=False),
     )
-    m = load_manifest(tmp_path / "cnn").data
+    m = load_manifest(tmp_path / "cnn" / "int8").data
     assert m["observation"]["layout"] == "HWC" and m["observation"]["shape"] == [84, 84, 4]
     assert m["model"]["input"]["layout"] == "NHWC" and m["model"]["input"]["shape"] == [1, 84, 84, 4]
     assert m["onnx"]["input_layout"] == "NCHW"
@@ -164,11 +165,11 @@ def test_image_observations_export_nchw_torch_nhwc_tflite(tmp_path: Path) -> Non
     # spread, some 50 output quantization steps (spread / 255 each) away from a tie.
     stacked = np.stack(frames)
     margins, spread = source.margins(stacked), float(np.ptp(source.pre_head(stacked), axis=1).mean())
-    onnx = Policy.load(tmp_path / "cnn", backend="onnxruntime")  # the fp32 graph, NCHW
+    onnx = Policy.load(tmp_path / "cnn" / "int8", backend="onnxruntime")  # the fp32 graph, NCHW
     fp32_decisive = margins >= Tolerances().discrete_margin
     assert fp32_decisive.mean() > 0.9
     assert np.array_equal(np.array([onnx.predict(f) for f in frames])[fp32_decisive], expected[fp32_decisive])
-    int8 = Policy.load(tmp_path / "cnn")
+    int8 = Policy.load(tmp_path / "cnn" / "int8")
     # the calibration pins the input's range to the space's 0..255: scale 1, zero point -128, so uint8
     # frames pass as their bits shifted by 128, the same integers the float path quantizes them to
     quant = m["model"]["input"]["quantization"]
@@ -179,3 +180,38 @@ def test_image_observations_export_nchw_torch_nhwc_tflite(tmp_path: Path) -> Non
     decisive = margins >= 0.25 * spread
     assert decisive.mean() >= 0.5, (margins, spread)
     assert np.array_equal(np.array([int8.predict(f) for f in frames])[decisive], expected[decisive])
+    _check_uint8_float_files(tmp_path / "cnn", frames, expected, fp32_decisive, decisive)
+
+
+def _check_uint8_float_files(
+    root: Path,
+    frames: list[np.ndarray],
+    expected: np.ndarray,
+    fp32_decisive: np.ndarray,
+    decisive: np.ndarray,
+) -> None:
+    """The float files of a uint8 space: a uint8 input whose first op casts it to float32 (exact for every
+    uint8 value), so predict passes the frame as it is. Frames given as floats (a PLC's REAL nodes) become
+    the same integers; values outside 0..255 are refused, not wrapped."""
+    import tensorflow as tf
+
+    from rl2edge.errors import ObservationError
+
+    for mode, agree_on in (("fp32", fp32_decisive), ("fp16", decisive), ("dynamic", decisive)):
+        m = load_manifest(root / mode).data
+        assert m["model"]["input"]["dtype"] == "uint8" and m["model"]["input"]["quantization"] is None, mode
+        interp = tf.lite.Interpreter(model_path=str(root / mode / "policy.tflite"))
+        obs_index = interp.get_input_details()[0]["index"]
+        readers = [op for op in interp._get_ops_details() if obs_index in op["inputs"]]
+        assert [op["op_name"] for op in readers] == ["CAST"], (mode, readers)
+        assert interp.get_tensor_details()[readers[0]["outputs"][0]]["dtype"] == np.float32
+        policy = Policy.load(root / mode)
+        assert policy.model_input(frames[0]).dtype == np.uint8
+        actions = np.array([policy.predict(f) for f in frames])
+        assert np.array_equal(actions[agree_on], expected[agree_on]), mode
+        as_float = np.array([policy.predict(f.astype(np.float32)) for f in frames])
+        assert np.array_equal(as_float, actions), mode
+        assert np.array_equal(policy.model_input(frames[0].astype(np.float32) + 0.3), frames[0][None])
+        for bad in (-1.0, 256.0):
+            with pytest.raises(ObservationError, match=r"outside 0\.\.255"):
+                policy.predict(np.full(frames[0].shape, bad, np.float32))

@@ -81,7 +81,8 @@ else:
         import cProfile
         prof = cProfile.Profile()
         prof.enable()
-    r = train("torch" if who == "torch" else "tf", env_id, cfg, seed, out, device="cpu", progress=False, threads=threads)
+    r = train("tf" if who == "tf" else "torch", env_id, cfg, seed, out, device="cpu", progress=False, threads=threads,
+              compile_update=who == "torch-compile")
     wall, done = r.wall_time_s, r.steps
     if prof is not None:
         import pstats
@@ -92,7 +93,7 @@ else:
                  "cumtime_s": v[3]} for k, v in top]
         print(json.dumps({"profile": rows, "wall_s": wall, "steps": done}))
         sys.exit(0)
-    if who == "torch":
+    if who != "tf":
         from rl2edge.export.source import source_from_checkpoint
         act = source_from_checkpoint(out).act
     else:
@@ -113,6 +114,8 @@ def contenders(algo: str, env_id: str) -> dict[str, tuple[str, str, str, dict[st
         name = algo.upper()
         return {
             "torch": (f"rl2edge {name} (torch)", "torch", algo, {}),
+            # train --compile: the wall time includes compiling, as a user's run does
+            "torch-compile": (f"rl2edge {name} (torch, --compile)", "torch-compile", algo, {}),
             "tf": (f"rl2edge {name} (TF)", "tf", algo, {}),
             "sb3": (f"Stable-Baselines3 {name}", "sb3", algo, {}),
         }

@@ -168,6 +168,24 @@ def check_env(algo: str, env_id: str) -> None:
     get(algo).check_action_space(_discrete(env_id), env_id)
 
 
+# torch agents with a compile_update(): the on-policy ones, whose update is one loss over a minibatch
+COMPILED_UPDATE = ("ppo", "a2c")
+
+
+def check_compile(algo: str, framework: str) -> None:
+    """--compile suits this run: a torch agent whose update has a compiled form."""
+    if framework != "torch":
+        raise ConfigError(
+            "--compile is torch.compile of the torch trainers' update; TensorFlow's PPO and A2C already run "
+            "their update as one XLA call (jit_compile)"
+        )
+    if algo not in COMPILED_UPDATE:
+        raise ConfigError(
+            f"--compile: {algo.upper()}'s torch update has no compiled form yet; it is there for "
+            f"{_either(a.upper() for a in COMPILED_UPDATE)}"
+        )
+
+
 def check_rollout_workers(cfg: Any, workers: int) -> None:
     """--rollout-workers suits this run: an on-policy algorithm, and no more workers than envs."""
     if get(cfg.algo).driver != _PPO_DRIVER:
@@ -197,16 +215,20 @@ def train(
     rollout_workers: int = 0,
     on_evaluation: Callable[[int, Any], bool] | None = None,
     threads: int = 1,
+    compile_update: bool = False,
 ) -> Any:
     """Train cfg.algo with `framework`'s agent: the one entry point of the CLI, the tests and the
     benchmarks. `agent_out`, when given, receives the agent (tests read its state and trace counts).
     `rollout_workers` > 0 (PPO, A2C) collects the rollouts on that many Ray actors, in a Ray session the
     caller has started (train.distributed.cluster.ray_session). `on_evaluation(step, result)` is called
     after each periodic evaluation; False stops the run there (it still finishes: checkpoint, summary).
-    `threads`: CPU threads per op for the framework (train.core.threads)."""
+    `threads`: CPU threads per op for the framework (train.core.threads). `compile_update`: torch PPO/A2C
+    run their forward pass and loss as one torch.compile graph (TorchPPO.compile_update)."""
     set_cpu_threads(threads)
     algo = get(cfg.algo)
     check_env(cfg.algo, env_id)
+    if compile_update:
+        check_compile(cfg.algo, framework)
     extra: dict[str, Any] = {}
     if rollout_workers:
         check_rollout_workers(cfg, rollout_workers)
@@ -222,6 +244,8 @@ def train(
 
     def make_agent(network: dict[str, Any], cfg: Any, seed: int, device: str) -> Any:
         agent = cls(network, cfg, seed, device)
+        if compile_update:
+            agent.compile_update()
         if agent_out is not None:
             agent_out.append(agent)
         return agent

@@ -38,7 +38,7 @@ class SeedResult:
 
 
 def _train_one(
-    framework: str, env_id: str, cfg: Any, seed: int, device: str, threads: int
+    framework: str, env_id: str, cfg: Any, seed: int, device: str, threads: int, compile_update: bool
 ) -> tuple[dict[str, Any], bytes]:
     """On a Ray worker: one seed's run, in a temporary folder; (its numbers, the folder as an archive)."""
     from rl2edge.train.algos import train
@@ -46,7 +46,17 @@ def _train_one(
     logging.basicConfig(level=logging.WARNING)
     tmp = Path(tempfile.mkdtemp(prefix=f"rl2edge-s{seed}-"))
     try:
-        r = train(framework, env_id, cfg, seed, tmp / "run", device=device, progress=False, threads=threads)
+        r = train(
+            framework,
+            env_id,
+            cfg,
+            seed,
+            tmp / "run",
+            device=device,
+            progress=False,
+            threads=threads,
+            compile_update=compile_update,
+        )
         numbers = {
             "steps": r.steps,
             "wall_time_s": r.wall_time_s,
@@ -66,6 +76,7 @@ def train_seeds(
     out: Path,
     device: str = "cpu",
     threads: int = 1,
+    compile_update: bool = False,
 ) -> list[SeedResult]:
     """Train every seed in parallel on the connected Ray, each a task of `threads` CPUs; write
     <out>/s<seed>, seeds.json and seeds.md."""
@@ -79,7 +90,7 @@ def train_seeds(
             "fewer threads"
         )
     task = ray.remote(num_cpus=threads, max_retries=1)(_train_one)
-    pending = {task.remote(framework, env_id, cfg, s, device, threads): s for s in seeds}
+    pending = {task.remote(framework, env_id, cfg, s, device, threads, compile_update): s for s in seeds}
     results: list[SeedResult] = []
     failed: dict[int, str] = {}
     while pending:

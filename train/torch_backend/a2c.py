@@ -46,8 +46,13 @@ class TorchA2C(TorchPPO):
         )
 
     def loss(self, mb: Minibatch, clip: float) -> tuple[torch.Tensor, torch.Tensor]:
-        logp, entropy, values = self.policy.evaluate_actions(self._t(mb.obs), self._t(mb.actions))
-        loss, pg_loss, v_loss, ent = a2c_loss(
-            logp, entropy, values, self._t(mb.advantages), self._t(mb.returns), self.cfg
+        return self._loss_tensors(
+            self._t(mb.obs), self._t(mb.actions), self._t(mb.advantages), self._t(mb.returns)
         )
+
+    def _loss_tensors(  # type: ignore[override]  # A2C's loss takes no rollout log-probs, values or clip
+        self, obs: torch.Tensor, actions: torch.Tensor, adv: torch.Tensor, returns: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        logp, entropy, values = self.policy.evaluate_actions(obs, actions)
+        loss, pg_loss, v_loss, ent = a2c_loss(logp, entropy, values, adv, returns, self.cfg)
         return loss, torch.stack([pg_loss, v_loss, ent]).detach()

@@ -18,7 +18,7 @@ from rl2edge.train.torch_backend.setup import setup_torch
 from rl2edge.train.torch_backend.weights import save_safetensors, state_copy
 
 
-def clipped_surrogate(adv: torch.Tensor, ratio: torch.Tensor, clip: float) -> torch.Tensor:
+def clipped_surrogate(adv: torch.Tensor, ratio: torch.Tensor, clip: float | torch.Tensor) -> torch.Tensor:
     """PPO's policy loss: the min of the unclipped and clipped objectives. Clipping the ratio alone
     (tf.clip_by_value(ratio) * adv) would also pass gradients where the min should cut them off."""
     return -torch.min(adv * ratio, adv * ratio.clamp(1 - clip, 1 + clip)).mean()
@@ -32,7 +32,7 @@ def ppo_loss(
     old_values: torch.Tensor,
     adv: torch.Tensor,
     returns: torch.Tensor,
-    clip: float,
+    clip: float | torch.Tensor,
     cfg: PPOConfig,
 ) -> tuple[torch.Tensor, ...]:
     log_ratio = logp - old_logp
@@ -55,6 +55,18 @@ class TorchPPO:
         self.policy = ActorCritic.from_network_spec(network).to(dev)
         self.params = list(self.policy.parameters())
         self.optimizer = self.make_optimizer()
+        self.compiled = False
+
+    def compile_update(self) -> None:
+        """`train --compile`: the forward pass and the loss as one torch.compile graph (fullgraph, static
+        shapes), and through AOTAutograd its backward; the gradient clip and the optimizer step stay eager.
+        The clip range goes in as a 0-d tensor, not a Python float, so that its schedule does not make a
+        new graph every update (one graph per minibatch shape: tests/test_compile.py counts them).
+        Measured on one CPU core (CartPole's 64x64 nets, minibatch 256): 930 against 1187 us per
+        gradient step, after some 17 s of compiling; it pays after some 65k gradient steps there, and
+        it is meant for GPUs, where per-kernel launch costs dominate small nets."""
+        self._loss_tensors = torch.compile(self._loss_tensors, fullgraph=True, dynamic=False)
+        self.compiled = True
 
     def make_optimizer(self) -> torch.optim.Optimizer:
         # fused Adam: one kernel for all parameters; 15% more env steps/s on the small CPU nets we train.
@@ -90,17 +102,30 @@ class TorchPPO:
 
     def loss(self, mb: Minibatch, clip: float) -> tuple[torch.Tensor, torch.Tensor]:
         """The loss to minimize and the stats row (kept on the device)."""
-        logp, entropy, values = self.policy.evaluate_actions(self._t(mb.obs), self._t(mb.actions))
-        loss, pg_loss, v_loss, ent, ratio, log_ratio = ppo_loss(
-            logp,
-            entropy,
-            values,
+        return self._loss_tensors(
+            self._t(mb.obs),
+            self._t(mb.actions),
             self._t(mb.old_logprobs),
             self._t(mb.old_values),
             self._t(mb.advantages),
             self._t(mb.returns),
-            clip,
-            self.cfg,
+            # float64, as the Python float of the eager path: 1 - clip rounds the same way in both
+            torch.tensor(clip, dtype=torch.float64, device=self.dev) if self.compiled else clip,
+        )
+
+    def _loss_tensors(
+        self,
+        obs: torch.Tensor,
+        actions: torch.Tensor,
+        old_logp: torch.Tensor,
+        old_values: torch.Tensor,
+        adv: torch.Tensor,
+        returns: torch.Tensor,
+        clip: float | torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        logp, entropy, values = self.policy.evaluate_actions(obs, actions)
+        loss, pg_loss, v_loss, ent, ratio, log_ratio = ppo_loss(
+            logp, entropy, values, old_logp, old_values, adv, returns, clip, self.cfg
         )
         with torch.no_grad():
             kl = ((ratio - 1) - log_ratio).mean()

@@ -4,8 +4,9 @@ stand-in (typed scalars in its own namespace, a lockstep plant), each in its own
 would be. Next to each serve loop, the bare requests it must make: one Read and the two Writes of the
 handshake (action + heartbeat + status, then the answered sequence number), back to back (interleaved
 with the one-Write form that the handshake replaced, whose difference is the handshake's cost) and paced
-on the loop's period (the floor the loop is held to). The serve loop runs with its spin (sleep, then spin
-the last --spin-ms to the slot) and without, each with its CPU time per cycle.
+on the loop's period (the floor the loop is held to, woken as the loop wakes). The serve loop runs with its
+lead (--spin-ms: woken that long before the slot, a warm-up, a kernel sleep and a short spin;
+plc_bridge.slot_timer) and without, each with its CPU time per cycle.
 
     python benchmarks/loop_latency.py --artifact demo-out/artifacts/int8 [--cycles 1000] [--period-ms 20]
 
@@ -37,6 +38,7 @@ from rl2edge.plc_bridge.loop import ControlLoop, LoopConfig
 from rl2edge.plc_bridge.nodemap import NodeMap
 from rl2edge.plc_bridge.security import SecurityConfig, make_certificate
 from rl2edge.plc_bridge.sim import free_port
+from rl2edge.plc_bridge.slot_timer import until_slot
 from rl2edge.runtime import Policy
 from tests.standin_plc import StandinPlc
 
@@ -124,7 +126,8 @@ async def bare_paced(
     bridge: BridgeConfig, policy: Policy, n: int, period_ms: float, spin_ms: float
 ) -> tuple[np.ndarray, float]:
     """The serve loop's requests without the loop: one Read and the handshake's two Writes at the start of
-    each period, woken as the loop wakes (sleep, then spin the last spin_ms), timed from the Read's start.
+    each period, woken as the loop wakes (plc_bridge.slot_timer, without the loop's warm-up), timed from
+    the Read's start.
     Back-to-back requests run warm; requests 20 ms apart pay both processes' wake-ups, as the loop does.
     Returns the latencies and the process's CPU ms per cycle."""
     times = np.empty(n)
@@ -132,16 +135,13 @@ async def bare_paced(
     async with PlcClient(bridge, plant_io_of(policy)) as plc:
         loop = asyncio.get_running_loop()
         period, spin = period_ms / 1e3, spin_ms / 1e3
+        never = loop.create_future()
         for _ in range(20):
             await plc.read()
         cpu0, slot = time.process_time(), loop.time()
         for i in range(n):
             slot += period
-            delay = slot - loop.time() - spin
-            if delay > 0:
-                await asyncio.sleep(delay)
-            while loop.time() < slot:
-                pass
+            await until_slot(slot, spin, never)
             t0 = time.perf_counter()
             reading = await plc.read()
             await plc.answer(action, 0, reading.sequence)
@@ -217,7 +217,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "--cycles", type=int, default=1000, help="cycles of the serve loop, and of each bare form, per row"
     )
     ap.add_argument("--period-ms", type=float, default=20.0)
-    ap.add_argument("--spin-ms", type=float, default=1.0, help="the loop's spin (serve --spin-ms), next to 0")
+    ap.add_argument(
+        "--spin-ms",
+        type=float,
+        default=LoopConfig.spin_ms,
+        help="the loop's spin (serve --spin-ms), next to 0",
+    )
     ap.add_argument("--blocks", type=int, default=5, help="interleaved blocks of the paced and served forms")
     ap.add_argument("--servers", default="asyncua,node-opcua", help="comma-separated: asyncua, node-opcua")
     ap.add_argument("--out", default=str(RESULTS))

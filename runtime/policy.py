@@ -204,6 +204,20 @@ class Policy:
             return out.view(np.int8)
         return np.ascontiguousarray(x).reshape(self._model_shape)
 
+    def warm_up(self, obs: np.ndarray) -> None:
+        """Run the model on a validated observation and throw the result away, touching no state: the serve
+        loop calls it in the spin before a cycle, so that the cycle's decision finds the interpreter's code
+        and buffers in the CPU's caches. Folded noise gets zeros and OU's state is left as it is."""
+        x = self._input(obs, True, reuse=True)
+        if self.noise is None:
+            self._backend.run(x)
+        else:
+            io = self.noise["graph"]
+            feeds = {io["noise_input"]: np.zeros(self._noise_shape, np.float32)}
+            if self._state is not None:
+                feeds[io["state_input"]] = np.zeros_like(self._state)
+            self._backend.run_with(x, feeds)
+
     def raw(self, obs: np.ndarray, validated: bool = False) -> np.ndarray:
         """Invoke without the final clamp (the head's own output, dequantized): for verification."""
         x = self._input(obs, validated, reuse=True)

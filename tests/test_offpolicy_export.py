@@ -155,9 +155,12 @@ def test_ou_state_is_an_input_and_output_the_runtime_feeds_back(sac_tf: Path, tm
     rng = np.random.default_rng(7)  # the runtime's draws, replayed
     x = np.zeros((1, 1), np.float32)
     for _ in range(5):
+        policy.warm_up(obs)  # the serve loop's warm-up in the spin: no draw, OU's state untouched
         policy.predict(obs)
         x = ou_step(x, rng.standard_normal((1, 1), dtype=np.float32), 0.15, 0.5, 0.01)
         np.testing.assert_allclose(policy.noise_state, x, atol=1e-6)  # fed back call after call
+        policy.warm_up(obs)
+        np.testing.assert_allclose(policy.noise_state, x, atol=1e-6)
     policy.explore = False
     off = [policy.predict(obs) for _ in range(3)]
     assert all(np.array_equal(o, off[0]) for o in off)

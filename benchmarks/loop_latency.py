@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.common import RESULTS, markdown_table, pyplot, save_figure, write_results
 from rl2edge.plc_bridge.client import BridgeConfig, PlcClient, plant_io_of
-from rl2edge.plc_bridge.loop import ControlLoop, LoopConfig
+from rl2edge.plc_bridge.loop import DEFAULT_SPIN_MS, ControlLoop, LoopConfig
 from rl2edge.plc_bridge.nodemap import NodeMap
 from rl2edge.plc_bridge.security import SecurityConfig, make_certificate
 from rl2edge.plc_bridge.sim import free_port
@@ -220,7 +220,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument(
         "--spin-ms",
         type=float,
-        default=LoopConfig.spin_ms,
+        default=DEFAULT_SPIN_MS,
         help="the loop's spin (serve --spin-ms), next to 0",
     )
     ap.add_argument("--blocks", type=int, default=5, help="interleaved blocks of the paced and served forms")

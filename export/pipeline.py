@@ -189,7 +189,9 @@ def _export(
     # uint8 observations (image frames): the float files take them as they are, the cast inside the graph
     saved_uint8 = (
         uint8_input_saved_model(saved_model, work / "saved_model_uint8")
-        if source.observation_space.get("dtype") == "uint8" and source.noise is None
+        if source.observation_space.get("dtype") == "uint8"
+        and source.noise is None
+        and any(m != "int8" for m in built)
         else None
     )
     bar.update()

@@ -54,6 +54,7 @@ _logger = logging.getLogger(__name__)
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 PERIOD_RANGE_MS = (1.0, 60_000.0)
+DEFAULT_SPIN_MS = 2.0
 """A control period shorter than 1 ms is a busy loop on these machines; one longer than a minute is not
 a control loop. Stop requests wake the loop at once whatever the period."""
 
@@ -72,11 +73,17 @@ class LoopConfig:
     3 s more of safe action (measured by benchmarks/plc_restart_soak.py)."""
     mode: str = "cyclic"
     """cyclic: one cycle per period; subscription: one per data-change of the PLC's sequence number."""
-    spin_ms: float = 2.0
+    spin_ms: float | None = None
     """Cyclic mode: wake from the event loop this long before each slot, then sleep in the kernel and spin
     the last 0.15 ms (plc_bridge.slot_timer): the event loop's timer wakes 0.1-1 ms late (its poll timeout
-    has millisecond resolution). While more than 0.5 ms of it is left, the decision is warmed up on the
-    last observation first. 0: the event loop's timer alone."""
+    has millisecond resolution). While enough of it is left, the decision is warmed up on the last
+    observation first. 0: the event loop's timer alone. None: DEFAULT_SPIN_MS, or half the period where
+    that is shorter (see `lead_ms`)."""
+
+    @property
+    def lead_ms(self) -> float:
+        """The lead in use: spin_ms as given, else 2 ms, or half of a period shorter than 4 ms."""
+        return self.spin_ms if self.spin_ms is not None else min(DEFAULT_SPIN_MS, self.period_ms / 2)
 
     def check(self) -> None:
         if self.mode not in ("cyclic", "subscription"):
@@ -84,7 +91,7 @@ class LoopConfig:
         lo, hi = PERIOD_RANGE_MS
         if not lo <= self.period_ms <= hi:  # also refuses NaN and inf, which would never wake or spin
             raise ConfigError(f"--period-ms {self.period_ms:g}: choose a period from {lo:g} to {hi:g} ms")
-        if not 0 <= self.spin_ms < self.period_ms:
+        if self.spin_ms is not None and not 0 <= self.spin_ms < self.period_ms:
             raise ConfigError(
                 f"--spin-ms {self.spin_ms:g}: choose from 0 to less than the period ({self.period_ms:g} ms)"
             )
@@ -243,6 +250,10 @@ class ControlLoop:
         backoff wake-up (time.monotonic). /healthz and the systemd watchdog read it."""
         self._last_obs: np.ndarray | None = None
         self._warm_obs: np.ndarray | None = None  # the last valid observation, for the warm-up in the spin
+        # A decaying maximum of how long a decision takes (the cycles' own and the warm-ups): a warm-up
+        # runs only where twice that is left of the lead, so a model slower than the lead (a CNN on a
+        # Jetson) is never warmed up into the slot.
+        self._decision_s = 0.0
         self.updater: PolicyUpdates | None = None
         """Hot policy updates (plc_bridge.policy_update): asked before each cycle whether a verified new
         policy takes over, and shown each OK cycle's observation for its shadow run."""
@@ -366,7 +377,9 @@ class ControlLoop:
             self.counters.bad_quality += 1
             status, action, detail = CycleStatus.INVALID_OBSERVATION, self.safe_action, reading.problem
         else:
+            t0 = loop.time()
             status, action, detail = self.decide(reading.observation, reading.sequence)
+            self._note_decision(loop.time() - t0)
         late_ms = (loop.time() - scheduled) * 1e3
         if late_ms > self.cfg.deadline_ms:
             status, action, detail = (
@@ -446,12 +459,12 @@ class ControlLoop:
 
     async def _run_cyclic(self, plc: PlcClient, stop: asyncio.Event, period: float) -> None:
         loop = asyncio.get_running_loop()
-        lead = self.cfg.spin_ms / 1e3
+        lead = self.cfg.lead_ms / 1e3
         next_slot = loop.time()  # time.monotonic: what call_at and the latencies use
         stopping = asyncio.ensure_future(stop.wait())  # one waiter for the whole run, not one per cycle
         try:
             while not stop.is_set() and not self._done():
-                await until_slot(next_slot, lead, stopping, self._warm_up)
+                await until_slot(next_slot, lead, stopping, self._warm_up, 2 * self._decision_s)
                 if stop.is_set():
                     break
                 await self._cycle(plc, next_slot)
@@ -492,9 +505,18 @@ class ControlLoop:
         no noise draw (Policy.warm_up)."""
         if self._warm_obs is None:
             return
+        t0 = time.monotonic()
         obs, _ = self.guard.check(self._warm_obs)
-        if obs is not None:
+        if obs is None:
+            return
+        try:
             self.policy.warm_up(obs)
+        except Exception:  # never the loop's end, nor a reconnect: the cycle's own decision counts the fault
+            _logger.debug("warm-up failed", exc_info=True)
+        self._note_decision(time.monotonic() - t0)
+
+    def _note_decision(self, seconds: float) -> None:
+        self._decision_s = max(seconds, 0.99 * self._decision_s)
 
     def _maybe_log_stats(self) -> None:
         """A stats line every stats interval of the run, reconnects or not (the interval's clock is not
@@ -622,7 +644,7 @@ class ControlLoop:
             "cpu_ms_per_cycle": (time.process_time() - self._cpu_started) * 1e3 / self.counters.cycles
             if self.counters.cycles
             else None,
-            "spin_ms": self.cfg.spin_ms,
+            "spin_ms": self.cfg.lead_ms,
             "mode": self.cfg.mode,
             "publishing_interval_ms": self.publishing_interval_ms,
         }

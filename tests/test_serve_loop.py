@@ -290,6 +290,29 @@ def test_guard_and_safe_action_without_network(cartpole_all) -> None:
     assert loop.decide(None, 5)[0] == CycleStatus.INVALID_OBSERVATION
     statuses = [loop.decide([0.0] * 4, 6)[0] for _ in range(6)]
     assert statuses[:5] == [CycleStatus.OK] * 5 and statuses[5] == CycleStatus.STALE
+    # The warm-up in the spin before each cycle counts no staleness: the same sequence as above, warmed
+    # up three times between decisions, goes stale at the same cycle
+    statuses = []
+    for _ in range(6):
+        for _ in range(3):
+            loop._warm_up()
+        statuses.append(loop.decide([0.0] * 4, 9)[0])
+    assert statuses[:5] == [CycleStatus.OK] * 5 and statuses[5] == CycleStatus.STALE
+    # A model that fails in the warm-up is left to the cycle's own decision (INFERENCE_ERROR and the safe
+    # action), never raised into the loop, where it would read as a lost connection
+    real_run = policy.backend.run
+
+    def failing(x: np.ndarray) -> np.ndarray:
+        raise RuntimeError("injected interpreter failure")
+
+    policy.backend.run = failing
+    try:
+        loop._warm_up()
+        status, action, detail = loop.decide([0.0] * 4, 10)
+        assert status == CycleStatus.INFERENCE_ERROR and action == loop.safe_action
+        assert "injected interpreter failure" in detail
+    finally:
+        policy.backend.run = real_run
     from dataclasses import replace
 
     # An unbounded component (null in the node map) holding a finite value that float32 cannot: bad data
@@ -310,6 +333,12 @@ def test_guard_and_safe_action_without_network(cartpole_all) -> None:
     for spin in (-1.0, 20.0, float("nan")):  # the spin must end before the next slot begins
         with pytest.raises(ConfigError, match="--spin-ms"):
             LoopConfig(period_ms=20, spin_ms=spin).check()
+    # the default lead, 2 ms, is halved for periods under 4 ms: `serve --period-ms 2` needs no --spin-ms
+    for period, lead in ((20.0, 2.0), (4.0, 2.0), (2.0, 1.0), (1.0, 0.5)):
+        cfg = LoopConfig(period_ms=period)
+        cfg.check()
+        assert cfg.lead_ms == lead
+    assert LoopConfig(period_ms=20, spin_ms=0.0).lead_ms == 0.0
 
 
 def test_node_maps_load_and_refuse_mistakes(tmp_path: Path) -> None:

@@ -8,7 +8,9 @@ import asyncio
 from rl2edge.plc_bridge.slot_timer import WARM_UP_MIN_S, until_slot
 
 
-def _wake(lead_s: float, ahead_s: float, stop: bool = False) -> tuple[float, float, list[float]]:
+def _wake(
+    lead_s: float, ahead_s: float, stop: bool = False, warm_up_s: float = WARM_UP_MIN_S
+) -> tuple[float, float, list[float]]:
     """(slot, when until_slot returned, when the warm-up ran) on the running loop's clock."""
 
     async def scenario() -> tuple[float, float, list[float]]:
@@ -18,7 +20,7 @@ def _wake(lead_s: float, ahead_s: float, stop: bool = False) -> tuple[float, flo
             stopping.set_result(None)
         warmed: list[float] = []
         slot = loop.time() + ahead_s
-        await until_slot(slot, lead_s, stopping, lambda: warmed.append(loop.time()))
+        await until_slot(slot, lead_s, stopping, lambda: warmed.append(loop.time()), warm_up_s)
         return slot, loop.time(), warmed
 
     return asyncio.run(scenario())
@@ -37,6 +39,14 @@ def test_never_early_and_the_warm_up_runs_inside_the_lead() -> None:
 def test_no_warm_up_in_a_lead_too_short_for_one_and_none_without_a_lead() -> None:
     for lead in (0.0, WARM_UP_MIN_S / 2):
         slot, woke, warmed = _wake(lead_s=lead, ahead_s=5e-3)
+        assert woke >= slot and warmed == []
+
+
+def test_no_warm_up_that_needs_more_than_the_lead() -> None:
+    """The serve loop asks for twice its slowest recent decision: a model slower than the lead (a CNN on a
+    Jetson) is never warmed up into the slot."""
+    for _ in range(5):
+        slot, woke, warmed = _wake(lead_s=2e-3, ahead_s=5e-3, warm_up_s=3e-3)
         assert woke >= slot and warmed == []
 
 

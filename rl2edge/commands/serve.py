@@ -50,10 +50,10 @@ def add_parser(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
     s.add_argument(
         "--spin-ms",
         type=float,
-        default=2.0,  # LoopConfig.spin_ms (not imported here: the CLI's parser imports no OPC UA stack)
+        default=None,
         help="cyclic mode: wake from the event loop this long before each slot, warm the decision up, then "
         "sleep in the kernel and spin the last 0.15 ms, for a punctual start (0: the event loop's timer "
-        "alone, 0.1-1 ms late; default: 2)",
+        "alone, 0.1-1 ms late; default: 2, or half of a period shorter than 4 ms)",
     )
     s.add_argument("--summary", help="JSON summary, rewritten at every stats interval and on exit")
     s.add_argument(

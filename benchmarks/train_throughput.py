@@ -172,6 +172,9 @@ def run_one(
             "TF_CPP_MIN_LOG_LEVEL": "3",
             **__import__("os").environ,
             "OMP_NUM_THREADS": str(threads),
+            # torch.compile's on-disk cache, empty for every run: --compile's wall time includes a first
+            # compile, as a user's first run on a machine does (later runs of the same graph load it)
+            "TORCHINDUCTOR_CACHE_DIR": str(tmp / f"{key}-{seed}-inductor"),
             **({"RL2EDGE_PROFILE": "1"} if profile else {}),
         },
     )

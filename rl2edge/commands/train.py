@@ -73,8 +73,9 @@ def add_parser(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
     t.add_argument(
         "--compile",
         action="store_true",
-        help="torch PPO/A2C: run the forward pass and loss as one torch.compile graph (some 20 s to compile; "
-        "for long runs and GPUs: on one CPU core it saved 22%% of a 64x64 net's gradient step)",
+        help="torch PPO/A2C: run the forward pass and loss as one torch.compile graph (some 13 s to compile "
+        "on a first run; for long runs and GPUs: on one CPU core it saved some 20%% of a 64x64 net's "
+        "gradient step)",
     )
     t.add_argument("--force", action="store_true", help="replace a non-empty --out directory")
     t.add_argument("--no-progress", action="store_true", help="no progress bar")

@@ -62,11 +62,13 @@ class TorchPPO:
         shapes), and through AOTAutograd its backward; the gradient clip and the optimizer step stay eager.
         The clip range goes in as a 0-d tensor, not a Python float, so that its schedule does not make a
         new graph every update (one graph per minibatch shape: tests/test_compile.py counts them).
-        Measured on one CPU core (CartPole's 64x64 nets, minibatch 256): 930 against 1187 us per
-        gradient step, after some 17 s of compiling; it pays after some 65k gradient steps there, and
-        it is meant for GPUs, where per-kernel launch costs dominate small nets."""
+        Measured on one CPU core (CartPole's 64x64 nets, minibatch 256): 930-987 against 1187 us per
+        gradient step, after 12.5 s of compiling into an empty cache; it pays after some 60k gradient
+        steps there, and it is meant for GPUs, where per-kernel launch costs dominate small nets."""
         self._loss_tensors = torch.compile(self._loss_tensors, fullgraph=True, dynamic=False)
         self.compiled = True
+        self._clip_value: float | None = None
+        self._clip_t: torch.Tensor | None = None
 
     def make_optimizer(self) -> torch.optim.Optimizer:
         # fused Adam: one kernel for all parameters; 15% more env steps/s on the small CPU nets we train.
@@ -109,9 +111,16 @@ class TorchPPO:
             self._t(mb.old_values),
             self._t(mb.advantages),
             self._t(mb.returns),
-            # float64, as the Python float of the eager path: 1 - clip rounds the same way in both
-            torch.tensor(clip, dtype=torch.float64, device=self.dev) if self.compiled else clip,
+            self._clip_tensor(clip) if self.compiled else clip,
         )
+
+    def _clip_tensor(self, clip: float) -> torch.Tensor:
+        """The compiled loss's clip range: float64, as the eager path's Python float (1 - clip rounds the
+        same way in both); made once per value, not per minibatch (a host-to-device copy on a GPU)."""
+        if self._clip_value != clip:
+            self._clip_t = torch.tensor(clip, dtype=torch.float64, device=self.dev)
+            self._clip_value = clip
+        return self._clip_t
 
     def _loss_tensors(
         self,

@@ -285,7 +285,7 @@ class StandinPlc:
         return self._request("get")
 
     def stats(self) -> dict[str, Any]:
-        """sessions, subscriptions, monitored_items, revised_publishing_intervals, writes {ok, rejected}, steps."""
+        """sessions, subscriptions, monitored_items, revised_publishing_intervals, writes {ok, rejected, accepted: {name: count}}, steps."""
         return self._request("stats")
 
     @property

@@ -409,7 +409,9 @@ function actValues() {
 
 // ------------------------------------------------------------------------------------------ plant handshake
 const rejects = new Map(); // name -> StatusCode
-const stats = { writes: { ok: 0, rejected: 0 }, steps: 0, revisedPublishingIntervals: [] };
+// writes.accepted: {name: count} of the client writes each variable took (a wrapped counter's value alone
+// cannot tell how many times it moved).
+const stats = { writes: { ok: 0, rejected: 0, accepted: {} }, steps: 0, revisedPublishingIntervals: [] };
 let armed = false; // an observation is published and has not been answered yet
 
 function checkHandshake() {
@@ -462,6 +464,10 @@ engine.write = async (context, nodesToWrite) => {
         const good = results[i].isGood();
         if (good) stats.writes.ok += 1;
         else stats.writes.rejected += 1;
+        const written = byNodeId.get(w.nodeId.toString());
+        if (good && written !== undefined && w.attributeId === AttributeIds.Value) {
+            stats.writes.accepted[written] = (stats.writes.accepted[written] ?? 0) + 1;
+        }
         if (good && w.attributeId === AttributeIds.Value && byNodeId.get(w.nodeId.toString()) === "ActSeq") actSeqWritten = true;
     });
     if (actSeqWritten) checkHandshake();

@@ -105,10 +105,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"rl2edge {args.command}: error: {exc}", file=sys.stderr)
         return 2
     except Interrupted as exc:
-        print(
-            f"rl2edge {args.command}: interrupted by {exc}; nothing was written (--out is as it was)",
-            file=sys.stderr,
-        )
+        what = exc.kept or "nothing was written (--out is as it was)"
+        print(f"rl2edge {args.command}: interrupted by {exc}; {what}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         print(f"rl2edge {args.command}: interrupted", file=sys.stderr)

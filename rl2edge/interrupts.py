@@ -26,6 +26,9 @@ class Interrupted(KeyboardInterrupt):
 
     def __init__(self, signum: int):
         self.signum = signum
+        # What a command that commits its results piece by piece (train --seeds) kept before the stop;
+        # None: nothing was written, --out is as it was.
+        self.kept: str | None = None
         super().__init__(signal.Signals(signum).name)
 
     @property

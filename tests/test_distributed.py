@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import socket
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -230,6 +231,46 @@ def test_seeds_give_exactly_the_checkpoints_of_single_runs(tmp_path: Path) -> No
     assert_clean_failure(
         proc, "--threads 4096: the largest node of this Ray cluster has", "choose fewer threads"
     )
+
+
+def test_seeds_interrupted_keep_the_finished_runs_and_name_the_others(tmp_path: Path) -> None:
+    """Ctrl-C after the first seed finished: that seed's whole run stays, seeds.json lists it
+    and names the unfinished one, the message says so (not "nothing was written"), exit 130, and the
+    cancelled seed removes its temporary folder. Each seed takes every CPU, so the second waits for the
+    first and is still training when the signal comes."""
+    import glob
+    import os
+    import signal
+    import subprocess
+
+    from tests.helpers import EXE
+
+    leftovers = lambda: set(glob.glob(os.path.join(tempfile.gettempdir(), "rl2edge-s1-*")))  # noqa: E731
+    before = leftovers()
+    out = tmp_path / "seeds"
+    cpus = len(os.sched_getaffinity(0))
+    proc = subprocess.Popen(
+        [EXE, "train", "--algo", "ppo", "--env", "CartPole-v1", "--steps", "4096", "--seeds", "0,1",
+         "--threads", str(cpus), "--device", "cpu", "--out", str(out), "--no-progress"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    deadline = time.monotonic() + 240
+    while not (out / "s0" / "checkpoint.json").is_file():
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err[-3000:]
+    assert f"kept s0 in {out} (seeds.json lists them); not finished: s1" in err, err[-3000:]
+    assert "nothing was written" not in err and "Traceback" not in err
+    summary = json.loads((out / "seeds.json").read_text())
+    assert [s["seed"] for s in summary["seeds"]] == [0] and summary["interrupted"] == [1]
+    assert "Interrupted before they finished: s1." in (out / "seeds.md").read_text()
+    assert sorted(p.name for p in out.iterdir()) == ["s0", "seeds.json", "seeds.md"]
+    assert leftovers() == before
+    assert {"checkpoint.json", "policy.safetensors", "summary.json"} <= {
+        p.name for p in (out / "s0").iterdir()
+    }
 
 
 ROLLOUT_CASES = [

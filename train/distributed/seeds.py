@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import shutil
+import signal
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +22,7 @@ import numpy as np
 
 from rl2edge.errors import ConfigError, Rl2EdgeError
 from rl2edge.fileio import write_bytes_atomic, write_json_atomic
+from rl2edge.interrupts import Interrupted
 from rl2edge.tables import markdown_table
 from rl2edge.train.distributed.stepped_run import pack_directory, store_directory
 
@@ -93,21 +95,38 @@ def train_seeds(
     pending = {task.remote(framework, env_id, cfg, s, device, threads, compile_update): s for s in seeds}
     results: list[SeedResult] = []
     failed: dict[int, str] = {}
-    while pending:
-        done, _ = ray.wait(list(pending), num_returns=1)
-        seed = pending.pop(done[0])
-        try:
-            numbers, archive = ray.get(done[0])
-        except Exception as exc:  # a crashed seed does not lose the others
-            failed[seed] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
-            _logger.error("seed %d failed: %s", seed, failed[seed])
-            continue
-        run_dir = out / f"s{seed}"
-        store_directory(archive, run_dir)
-        results.append(SeedResult(seed, run_dir, **numbers))
-        _logger.info(
-            "seed %d: eval %.1f +- %.1f -> %s", seed, numbers["eval_mean"], numbers["eval_std"], run_dir
+    try:
+        while pending:
+            done, _ = ray.wait(list(pending), num_returns=1)
+            seed = pending.pop(done[0])
+            try:
+                numbers, archive = ray.get(done[0])
+            except Exception as exc:  # a crashed seed does not lose the others
+                failed[seed] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+                _logger.error("seed %d failed: %s", seed, failed[seed])
+                continue
+            run_dir = out / f"s{seed}"
+            store_directory(archive, run_dir)
+            results.append(SeedResult(seed, run_dir, **numbers))
+            _logger.info(
+                "seed %d: eval %.1f +- %.1f -> %s", seed, numbers["eval_mean"], numbers["eval_std"], run_dir
+            )
+    except KeyboardInterrupt as exc:
+        # Ray's driver may raise a plain KeyboardInterrupt out of ray.wait for a SIGINT: make it the stop
+        # request the CLI reports (and exits 130 for).
+        stop = exc if isinstance(exc, Interrupted) else Interrupted(signal.SIGINT)
+        # Each finished seed is already in <out>/s<seed> (written atomically): keep them, say so, and
+        # record the unfinished ones, whose tasks are cancelled so that they remove their temporary folders.
+        unfinished = sorted(pending.values())
+        _cancel(ray, list(pending))
+        results.sort(key=lambda r: r.seed)
+        write_summary(out, results, failed, interrupted=unfinished)
+        kept = ", ".join(f"s{r.seed}" for r in results) or "no seed"
+        stop.kept = (
+            f"kept {kept} in {out} (seeds.json lists them); not finished: "
+            f"{', '.join(f's{k}' for k in unfinished) or 'none'}"
         )
+        raise stop from None
     results.sort(key=lambda r: r.seed)
     write_summary(out, results, failed)
     if failed:
@@ -116,6 +135,15 @@ def train_seeds(
             f"the others are in {out}"
         )
     return results
+
+
+def _cancel(ray: Any, refs: list[Any], timeout_s: float = 10.0) -> None:
+    """Cancel seeds still training: Ray raises KeyboardInterrupt in each task, whose `finally` removes its
+    folder; wait a bounded time for that, since the local Ray is shut down right after."""
+    for ref in refs:
+        ray.cancel(ref)
+    if refs:
+        ray.wait(refs, num_returns=len(refs), timeout=timeout_s)
 
 
 def spread(values: list[float]) -> dict[str, float]:
@@ -141,7 +169,9 @@ def summary_rows(results: list[SeedResult]) -> list[list[str]]:
     ]
 
 
-def write_summary(out: Path, results: list[SeedResult], failed: dict[int, str]) -> None:
+def write_summary(
+    out: Path, results: list[SeedResult], failed: dict[int, str], interrupted: list[int] | None = None
+) -> None:
     out.mkdir(parents=True, exist_ok=True)
     finals = [r.eval_mean for r in results]
     doc = {
@@ -158,6 +188,7 @@ def write_summary(out: Path, results: list[SeedResult], failed: dict[int, str]) 
         ],
         "final_eval_across_seeds": spread(finals) if finals else None,
         "failed": {str(k): v for k, v in failed.items()},
+        "interrupted": list(interrupted or []),  # seeds stopped by Ctrl-C/SIGTERM before they finished
     }
     write_json_atomic(out / "seeds.json", doc)
     lines = [markdown_table(["seed", "run", "steps", "wall s", "final eval"], summary_rows(results))]
@@ -169,4 +200,6 @@ def write_summary(out: Path, results: list[SeedResult], failed: dict[int, str]) 
         )
     for k, v in failed.items():
         lines.append(f"\nseed {k} failed: {v}")
+    if interrupted:
+        lines.append(f"\nInterrupted before they finished: {', '.join(f's{k}' for k in interrupted)}.")
     write_bytes_atomic(out / "seeds.md", ("\n".join(lines) + "\n").encode())

@@ -33,6 +33,25 @@ space:
 """
 
 
+# The ASHA test's space: a learning rate at which PPO learns nothing next to one at which it learns, and
+# one rung, at 4096 steps (--grace-steps), where a learner is far ahead (500 against 42 on this machine),
+# so that the decision does not rest on the near ties of barely trained nets (their returns move with the
+# CPU's last bits; at 2048 steps it was 82 against 42). The trials run one at a time: with two at once,
+# which one reaches the rung first, and so which is compared with which, is a race (CI failed on it).
+# Optuna's seeded sampler draws 2e-3 first, then 1e-9 (a fixed sequence of random numbers, the same on
+# every machine), so the second trial is stopped at the rung.
+ASHA_SPACE = """\
+fixed:
+  n_timesteps: 8192
+  eval_freq: 2048
+  eval_episodes: 3
+space:
+  learning_rate: {choice: [1.0e-9, 2.0e-3]}
+  gae_lambda: {uniform: [0.8, 0.99]}
+  net_arch: {choice: [[32, 32], [64, 64]]}
+"""
+
+
 def _space_file(tmp_path: Path, text: str = CARTPOLE_SPACE) -> Path:
     path = tmp_path / "space.yml"
     path.write_text(text)
@@ -108,15 +127,19 @@ def test_an_address_that_does_not_answer_fails_in_seconds(tmp_path: Path) -> Non
 def test_asha_sweep_stops_a_trial_early_and_its_best_run_exports(tmp_path: Path) -> None:
     out = tmp_path / "sweep"
     proc = rl2edge(
-        "tune", "--algo", "ppo", "--env", "CartPole-v1", "--space", _space_file(tmp_path),
-        "--trials", "4", "--out", out, "--no-progress",
+        "tune", "--algo", "ppo", "--env", "CartPole-v1", "--space", _space_file(tmp_path, ASHA_SPACE),
+        "--trials", "4", "--max-concurrent", "1", "--grace-steps", "4096", "--out", out,
+        "--no-progress",
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads((out / "sweep.json").read_text())
     rows = report["trials_table"]
     assert len(rows) == 4 and report["status"]["error"] == 0
     stopped = [r for r in rows if r["status"] == "stopped early"]
-    assert stopped, [(r["hyperparameters"], r["history"]) for r in rows]
+    assert [r["hyperparameters"]["learning_rate"] for r in rows[:2]] == [2e-3, 1e-9]
+    assert rows[0]["status"] == "complete" and rows[1] in stopped, [
+        (r["hyperparameters"], r["history"]) for r in rows
+    ]
     for r in stopped:  # stopped at an ASHA rung, yet an ordinary run directory with its checkpoint
         assert r["steps"] < 8192 and (Path(r["run_dirs"][0]) / "checkpoint.json").is_file()
     assert 0 < report["asha_saved_fraction"] < 1

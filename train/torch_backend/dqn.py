@@ -14,6 +14,7 @@ from torch import nn
 from rl2edge.train.core.offpolicy_config import DQNConfig
 from rl2edge.train.torch_backend.nets import QNetwork, polyak_update
 from rl2edge.train.torch_backend.offpolicy_base import TorchOffPolicyBase
+from rl2edge.train.torch_backend.optim_step import clear_grads, fused_adam_step
 
 
 class TorchDQN(TorchOffPolicyBase):
@@ -53,8 +54,8 @@ class TorchDQN(TorchOffPolicyBase):
         q = self.q_net(obs).gather(-1, actions.unsqueeze(-1)).squeeze(-1)
         # a mean of per-sample Huber terms: the same ops as Rainbow's importance-weighted loss at weight 1
         loss = nn.functional.smooth_l1_loss(q, target_q, reduction="none").mean()
-        self.opt.zero_grad(set_to_none=True)
+        clear_grads(self.opt)
         loss.backward()
         nn.utils.clip_grad_norm_(self.q_net.parameters(), cfg.max_grad_norm)
-        self.opt.step()
+        fused_adam_step(self.opt)
         return torch.stack([loss.detach(), q.detach().mean()])

@@ -14,6 +14,7 @@ from rl2edge.train.core.config import PPOConfig
 from rl2edge.train.core.numpy_policy import RolloutWeights
 from rl2edge.train.core.rollout import Minibatch
 from rl2edge.train.torch_backend.nets import ActorCritic, clip_grad_norm
+from rl2edge.train.torch_backend.optim_step import clear_grads, fused_adam_step
 from rl2edge.train.torch_backend.setup import setup_torch
 from rl2edge.train.torch_backend.weights import save_safetensors, state_copy
 
@@ -143,10 +144,10 @@ class TorchPPO:
 
     def train_step(self, mb: Minibatch, clip: float) -> torch.Tensor:
         loss, stats = self.loss(mb, clip)
-        self.optimizer.zero_grad(set_to_none=True)
+        clear_grads(self.optimizer)
         loss.backward()
         clip_grad_norm(self.params, self.cfg.max_grad_norm)
-        self.optimizer.step()
+        fused_adam_step(self.optimizer)
         return stats  # on the device: one sync per update, not five per minibatch
 
     def train_minibatches(self, mbs: list[Minibatch], clip: float) -> np.ndarray:

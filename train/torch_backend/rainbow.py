@@ -19,6 +19,7 @@ from rl2edge.train.core.offpolicy_config import RainbowConfig
 from rl2edge.train.core.replay import ReplayBatch
 from rl2edge.train.torch_backend.dqn import TorchDQN
 from rl2edge.train.torch_backend.nets import RainbowQNetwork, project_distribution
+from rl2edge.train.torch_backend.optim_step import clear_grads, fused_adam_step
 
 
 class TorchRainbow(TorchDQN):
@@ -77,10 +78,10 @@ class TorchRainbow(TorchDQN):
             self.q_net.reset_noise()
             self.q_target.reset_noise()
         loss, priority, q_mean = self.loss(obs, actions, rewards, next_obs, dones, discounts, weights)
-        self.opt.zero_grad(set_to_none=True)
+        clear_grads(self.opt)
         loss.backward()
         nn.utils.clip_grad_norm_(self.q_net.parameters(), self.cfg.max_grad_norm)
-        self.opt.step()
+        fused_adam_step(self.opt)
         return torch.stack([loss.detach(), q_mean]), priority
 
     def train(self, batch: ReplayBatch) -> np.ndarray:

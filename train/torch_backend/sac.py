@@ -15,6 +15,7 @@ from torch import nn
 from rl2edge.train.core.offpolicy_config import SACConfig
 from rl2edge.train.torch_backend.nets import Critics, SACActor, frozen, polyak_update
 from rl2edge.train.torch_backend.offpolicy_base import TorchOffPolicyBase
+from rl2edge.train.torch_backend.optim_step import clear_grads, fused_adam_step
 
 
 class TorchSAC(TorchOffPolicyBase):
@@ -53,9 +54,9 @@ class TorchSAC(TorchOffPolicyBase):
         """One step of the temperature: alpha's loss depends on the policy only through detached log-probs."""
         assert self.alpha_opt is not None
         loss = -(self.log_alpha * (logp.detach() + self.target_entropy)).mean()
-        self.alpha_opt.zero_grad(set_to_none=True)
+        clear_grads(self.alpha_opt)
         loss.backward()
-        self.alpha_opt.step()
+        fused_adam_step(self.alpha_opt)
         return loss.detach()
 
     def train_step(self, obs, actions, rewards, next_obs, dones) -> torch.Tensor:
@@ -68,15 +69,15 @@ class TorchSAC(TorchOffPolicyBase):
             next_q = torch.min(*self.critic_target(next_obs, next_a)) - alpha * next_logp
             target_q = rewards + (1.0 - dones) * self.gamma * next_q
         critic_loss = 0.5 * sum(nn.functional.mse_loss(q, target_q) for q in self.critic(obs, actions))
-        self.critic_opt.zero_grad(set_to_none=True)
+        clear_grads(self.critic_opt)
         critic_loss.backward()
-        self.critic_opt.step()
+        fused_adam_step(self.critic_opt)
 
         with frozen(self.critic):
             actor_loss = (alpha * logp - torch.min(*self.critic(obs, pi))).mean()
-        self.actor_opt.zero_grad(set_to_none=True)
+        clear_grads(self.actor_opt)
         actor_loss.backward()
-        self.actor_opt.step()
+        fused_adam_step(self.actor_opt)
 
         self.n_updates += 1
         if self.n_updates % self.cfg.target_update_interval == 0:

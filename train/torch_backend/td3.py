@@ -14,6 +14,7 @@ from torch import nn
 from rl2edge.train.core.offpolicy_config import TD3Config
 from rl2edge.train.torch_backend.nets import Critics, TD3Actor, frozen, polyak_update
 from rl2edge.train.torch_backend.offpolicy_base import TorchOffPolicyBase
+from rl2edge.train.torch_backend.optim_step import clear_grads, fused_adam_step
 
 
 class TorchTD3(TorchOffPolicyBase):
@@ -64,17 +65,17 @@ class TorchTD3(TorchOffPolicyBase):
             next_q = torch.stack(self.critic_target(next_obs, next_a)).min(0).values
             target_q = rewards + (1.0 - dones) * cfg.gamma * next_q
         critic_loss = sum(nn.functional.mse_loss(q, target_q) for q in self.critic(obs, actions))
-        self.critic_opt.zero_grad(set_to_none=True)
+        clear_grads(self.critic_opt)
         critic_loss.backward()
-        self.critic_opt.step()
+        fused_adam_step(self.critic_opt)
 
         actor_loss = torch.full((), float("nan"), device=self.dev)
         if self.n_updates % cfg.policy_delay == 0:
             with frozen(self.critic):
                 actor_loss = -self.critic.first(obs, self.actor(obs)).mean()
-            self.actor_opt.zero_grad(set_to_none=True)
+            clear_grads(self.actor_opt)
             actor_loss.backward()
-            self.actor_opt.step()
+            fused_adam_step(self.actor_opt)
             polyak_update(self.critic.parameters(), self.critic_target.parameters(), cfg.tau)
             polyak_update(self.actor.parameters(), self.actor_target.parameters(), cfg.tau)
         return torch.stack([actor_loss.detach(), critic_loss.detach()])

@@ -1,0 +1,73 @@
+"""An optimizer step without torch.optim's per-call Python: `zero_grad(set_to_none=True)` as the loop it
+is, and `torch.optim.Adam(fused=True).step()` as the two kernels it launches.
+
+On the small nets trained here, Optimizer.step's wrappers (grad-mode and profiler hooks, the per-parameter
+checks of `_init_group`, grouping the tensors by device and dtype) cost several times the fused kernel
+itself. `fused_adam_step` makes the same two calls, `_foreach_add_` on the step counters and
+`_fused_adam_` over parameters, gradients and moments, with the same arguments, so the parameters and the
+optimizer's state come out with the same bits (tests/test_optim_step.py checks them with torch.equal).
+Timed by hand on one core (PPO's CartPole nets, 12 tensors): Adam.step 95-120 us, this 41 us;
+zero_grad 9-15 us, the loop under 1 us.
+The optimizer keeps owning its state: `state_dict`, learning-rate changes through `param_groups` and a
+later plain `step()` see exactly what they would have.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def clear_grads(opt: torch.optim.Optimizer) -> None:
+    """`opt.zero_grad(set_to_none=True)`: every parameter's gradient to None (backward then writes it)."""
+    for group in opt.param_groups:
+        for p in group["params"]:
+            p.grad = None
+
+
+def fused_adam_step(opt: torch.optim.Optimizer) -> None:
+    """One step of a fused, single-group Adam. Falls back to `opt.step()` where the short path does not
+    apply: the first step (it creates the state), a parameter without a gradient, or options the short
+    path does not pass on (another optimizer, amsgrad, maximize, several groups, a gradient scaler's state)."""
+    groups = opt.param_groups
+    group = groups[0]
+    params = group["params"]
+    state = opt.state
+    if (
+        type(opt) is not torch.optim.Adam  # RMSprop (A2C), AdamW, ...: their own step
+        or len(groups) != 1
+        or not group["fused"]
+        or group["amsgrad"]
+        or group["maximize"]
+        or group["decoupled_weight_decay"]
+        or getattr(opt, "grad_scale", None) is not None
+        or getattr(opt, "found_inf", None) is not None
+        or len(state) != len(params)
+    ):
+        opt.step()
+        return
+    grads = [p.grad for p in params]
+    if any(g is None for g in grads):
+        opt.step()
+        return
+    states = [state[p] for p in params]
+    steps = [s["step"] for s in states]
+    beta1, beta2 = group["betas"]
+    with torch.no_grad():  # as Optimizer.step: in-place updates of leaves that require grad
+        torch._foreach_add_(steps, 1)
+        torch._fused_adam_(
+            params,
+            grads,  # type: ignore[arg-type]  # checked above: none is None
+            [s["exp_avg"] for s in states],
+            [s["exp_avg_sq"] for s in states],
+            [],
+            steps,
+            amsgrad=False,
+            lr=group["lr"],
+            beta1=beta1,
+            beta2=beta2,
+            weight_decay=group["weight_decay"],
+            eps=group["eps"],
+            maximize=False,
+            grad_scale=None,
+            found_inf=None,
+        )

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import signal
+import threading
 from collections.abc import Iterator
 from types import FrameType
 
@@ -61,6 +62,12 @@ def _in_finalizer(frame: FrameType | None) -> bool:
     return False
 
 
+def pending_signal() -> int | None:
+    """The stop request that arrived inside `interruptible()`, if any: code whose library turned it into a
+    plain KeyboardInterrupt (Ray's ray.wait does) re-raises it as the signal it was."""
+    return _pending
+
+
 def check_interrupted() -> None:
     """Raise the stop request again if one arrived and was swallowed on its way out."""
     if _pending is not None:
@@ -78,6 +85,27 @@ def interruptible() -> Iterator[None]:
     try:
         yield
         check_interrupted()  # one that was swallowed in the last stage
+    except Exception as exc:
+        # A stop request that landed inside a C extension's import comes out as "ImportError:
+        # initialization failed" (and inside a converter's callback, as that library's own error): it is
+        # the stop request still, reported and exited for as one.
+        if _pending is not None:
+            raise Interrupted(_pending) from exc
+        raise
     finally:
         for s, h in previous.items():
             signal.signal(s, h)
+
+
+@contextlib.contextmanager
+def handlers_kept() -> Iterator[None]:
+    """Put this module's handlers back if a library replaced them inside the block: ray.init makes SIGTERM
+    exit the driver at once (sys.exit(15): no summary of what was kept, exit 15)."""
+    before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        if threading.current_thread() is threading.main_thread():
+            for s, h in before.items():
+                if h is _handler and signal.getsignal(s) is not _handler:
+                    signal.signal(s, _handler)

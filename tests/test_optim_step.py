@@ -51,14 +51,18 @@ def _assert_same(a: nn.Module, b: nn.Module, oa: torch.optim.Optimizer, ob: torc
         {"lr": 3e-4, "weight_decay": 0.01, "betas": (0.8, 0.95)},
     ],
 )
-def test_fused_adam_step_gives_the_bits_of_adam_step(options: dict) -> None:
+def test_fused_adam_step_gives_the_bits_of_adam_step(options: dict, monkeypatch: pytest.MonkeyPatch) -> None:
     a, b = _net(), _net()
     oa = torch.optim.Adam(a.parameters(), fused=True, **options)
     ob = torch.optim.Adam(b.parameters(), fused=True, **options)
     batches = _batches(12)
     lr_at = {5: 5e-4, 9: 1e-4}  # a schedule moves the learning rate through param_groups
     _train(a, oa, torch.optim.Adam.step, batches, lr_at)
+    plain, fallbacks = torch.optim.Adam.step, []
+    monkeypatch.setattr(torch.optim.Adam, "step", lambda o, *x: fallbacks.append(o) or plain(o, *x))
     _train(b, ob, fused_adam_step, batches, lr_at)
+    monkeypatch.undo()
+    assert len(fallbacks) == 1  # the first step, which makes the state; the other 11 took the short path
     _assert_same(a, b, oa, ob)
     # and a plain step after the short ones continues from the same state
     for net, opt in ((a, oa), (b, ob)):
@@ -100,6 +104,27 @@ def test_a_parameter_without_a_gradient_falls_back_to_step() -> None:
         net[:4](batches[0][0]).sum().backward()
         step(opt)
     _assert_same(a, b, oa, ob)
+
+
+def test_step_hooks_and_incomplete_state_fall_back_to_step() -> None:
+    """A step hook runs on every step (the short path would skip it), and a state entry that exists but is
+    empty (reading opt.state[p] adds one) is made by step(), not read as a KeyError."""
+    a, b = _net(), _net()
+    oa = torch.optim.Adam(a.parameters(), lr=1e-3, fused=True)
+    ob = torch.optim.Adam(b.parameters(), lr=1e-3, fused=True)
+    seen = []
+    ob.register_step_post_hook(lambda opt, args, kwargs: seen.append(1))
+    batches = _batches(3)
+    _train(a, oa, torch.optim.Adam.step, batches, {})
+    _train(b, ob, fused_adam_step, batches, {})
+    assert len(seen) == 3
+    _assert_same(a, b, oa, ob)
+    c = _net()
+    oc = torch.optim.Adam(c.parameters(), lr=1e-3, fused=True)
+    for p in c.parameters():
+        assert oc.state[p] == {}  # the defaultdict's empty entries
+    _train(c, oc, fused_adam_step, batches[:1], {})
+    assert all("step" in oc.state[p] for p in c.parameters())
 
 
 def test_clear_grads_sets_every_gradient_to_none() -> None:

@@ -9,7 +9,7 @@ from typing import Any
 
 from rl2edge.commands.common import table
 from rl2edge.errors import ConfigError
-from rl2edge.interrupts import check_interrupted
+from rl2edge.interrupts import Interrupted, check_interrupted
 
 _logger = logging.getLogger("rl2edge")
 
@@ -192,21 +192,27 @@ def _run_seeds(args: argparse.Namespace, cfg: Any, seeds: list[int], out: Path) 
         ",".join(map(str, seeds)),
         out,
     )
-    with ray_session(args.address):
-        results = train_seeds(
-            args.framework,
-            args.env,
-            cfg,
-            seeds,
-            out,
-            device=args.device,
-            threads=args.threads,
-            compile_update=args.compile,
+    results = None
+    try:
+        with ray_session(args.address):
+            results = train_seeds(
+                args.framework,
+                args.env,
+                cfg,
+                seeds,
+                out,
+                device=args.device,
+                threads=args.threads,
+                compile_update=args.compile,
+            )
+        print(table(["seed", "run", "steps", "wall s", "eval return"], summary_rows(results)))
+        finals = [r.eval_mean for r in results]
+        print(
+            f"across {len(finals)} seeds: mean {sum(finals) / len(finals):.1f}, min {min(finals):.1f}, "
+            f"max {max(finals):.1f} ({out / 'seeds.md'})"
         )
-    print(table(["seed", "run", "steps", "wall s", "eval return"], summary_rows(results)))
-    finals = [r.eval_mean for r in results]
-    print(
-        f"across {len(finals)} seeds: mean {sum(finals) / len(finals):.1f}, min {min(finals):.1f}, "
-        f"max {max(finals):.1f} ({out / 'seeds.md'})"
-    )
+    except Interrupted as exc:  # while Ray shut down or the table printed: every seed was already written
+        if exc.kept is None and results is not None:
+            exc.kept = f"every seed had finished: the runs, seeds.json and seeds.md are in {out}"
+        raise
     return 0

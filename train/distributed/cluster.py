@@ -11,6 +11,7 @@ from types import ModuleType
 from urllib.parse import urlsplit
 
 from rl2edge.errors import ConfigError
+from rl2edge.interrupts import handlers_kept
 
 _logger = logging.getLogger(__name__)
 
@@ -63,14 +64,15 @@ def ray_session(address: str | None = None, num_cpus: int | None = None) -> Iter
     # `--env mypkg.env:Twin`); on a cluster, the env code must be installed on every node.
     path = os.pathsep.join(p for p in (os.getcwd(), os.environ.get("PYTHONPATH", "")) if p)
     try:
-        ray.init(
-            address=address or None,
-            num_cpus=None if address else num_cpus,
-            include_dashboard=False,
-            logging_level=logging.WARNING,
-            configure_logging=False,
-            runtime_env=None if address else {"env_vars": {"PYTHONPATH": path}},
-        )
+        with handlers_kept():  # ray.init's SIGTERM handler would skip train --seeds' stop report
+            ray.init(
+                address=address or None,
+                num_cpus=None if address else num_cpus,
+                include_dashboard=False,
+                logging_level=logging.WARNING,
+                configure_logging=False,
+                runtime_env=None if address else {"env_vars": {"PYTHONPATH": path}},
+            )
     except ConnectionError as exc:
         raise ConfigError(f"cannot join the Ray cluster at {address}: {exc}") from None
     _logger.info("Ray: %s, %s CPUs", address or "local", ray.cluster_resources().get("CPU", 0))

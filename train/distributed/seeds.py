@@ -22,7 +22,7 @@ import numpy as np
 
 from rl2edge.errors import ConfigError, Rl2EdgeError
 from rl2edge.fileio import write_bytes_atomic, write_json_atomic
-from rl2edge.interrupts import Interrupted
+from rl2edge.interrupts import Interrupted, pending_signal
 from rl2edge.tables import markdown_table
 from rl2edge.train.distributed.stepped_run import pack_directory, store_directory
 
@@ -95,6 +95,9 @@ def train_seeds(
     pending = {task.remote(framework, env_id, cfg, s, device, threads, compile_update): s for s in seeds}
     results: list[SeedResult] = []
     failed: dict[int, str] = {}
+    # A seed between ray.get and results, with the inode of what was at its folder before (--force
+    # replaces a previous run's): the folder is this run's once its inode has changed.
+    storing: tuple[int, Path, dict[str, Any], int | None] | None = None
     try:
         while pending:
             done, _ = ray.wait(list(pending), num_returns=1)
@@ -106,35 +109,50 @@ def train_seeds(
                 _logger.error("seed %d failed: %s", seed, failed[seed])
                 continue
             run_dir = out / f"s{seed}"
-            store_directory(archive, run_dir)
+            storing = (seed, run_dir, numbers, _inode(run_dir))
+            store_directory(archive, run_dir)  # atomic: the folder is there whole, or not at all
             results.append(SeedResult(seed, run_dir, **numbers))
+            storing = None
             _logger.info(
                 "seed %d: eval %.1f +- %.1f -> %s", seed, numbers["eval_mean"], numbers["eval_std"], run_dir
             )
-    except KeyboardInterrupt as exc:
-        # Ray's driver may raise a plain KeyboardInterrupt out of ray.wait for a SIGINT: make it the stop
-        # request the CLI reports (and exits 130 for).
-        stop = exc if isinstance(exc, Interrupted) else Interrupted(signal.SIGINT)
-        # Each finished seed is already in <out>/s<seed> (written atomically): keep them, say so, and
-        # record the unfinished ones, whose tasks are cancelled so that they remove their temporary folders.
-        unfinished = sorted(pending.values())
-        _cancel(ray, list(pending))
         results.sort(key=lambda r: r.seed)
-        write_summary(out, results, failed, interrupted=unfinished)
-        kept = ", ".join(f"s{r.seed}" for r in results) or "no seed"
-        stop.kept = (
-            f"kept {kept} in {out} (seeds.json lists them); not finished: "
-            f"{', '.join(f's{k}' for k in unfinished) or 'none'}"
-        )
+        write_summary(out, results, failed)
+    except KeyboardInterrupt as exc:
+        # Ray's ray.wait turns the signal into a plain KeyboardInterrupt: make it the stop request it was
+        # (SIGINT or SIGTERM), which the CLI reports and exits 130 or 143 for.
+        stop = exc if isinstance(exc, Interrupted) else Interrupted(pending_signal() or signal.SIGINT)
+        unfinished = set(pending.values())
+        if storing is not None and not any(r.seed == storing[0] for r in results):
+            seed, run_dir, numbers, old = storing
+            if _inode(run_dir) not in (None, old):  # renamed into place, whole, before the signal
+                results.append(SeedResult(seed, run_dir, **numbers))
+            else:
+                unfinished.add(seed)
+        # Each finished seed is already in <out>/s<seed>: keep them, say so, and record the unfinished
+        # ones, whose tasks are cancelled so that they remove their temporary folders.
+        _cancel(ray, list(pending))
+        if results:
+            results.sort(key=lambda r: r.seed)
+            write_summary(out, results, failed, interrupted=sorted(unfinished))
+            stop.kept = (
+                f"kept {', '.join(f's{r.seed}' for r in results)} in {out} (seeds.json lists them); "
+                f"not finished: {', '.join(f's{k}' for k in sorted(unfinished)) or 'none'}"
+            )
         raise stop from None
-    results.sort(key=lambda r: r.seed)
-    write_summary(out, results, failed)
     if failed:
         raise Rl2EdgeError(
             f"{len(failed)} of {len(seeds)} seeds failed ({'; '.join(f's{k}: {v}' for k, v in failed.items())}); "
             f"the others are in {out}"
         )
     return results
+
+
+def _inode(path: Path) -> int | None:
+    try:
+        return path.stat().st_ino
+    except FileNotFoundError:
+        return None
 
 
 def _cancel(ray: Any, refs: list[Any], timeout_s: float = 10.0) -> None:

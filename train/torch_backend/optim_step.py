@@ -15,6 +15,11 @@ later plain `step()` see exactly what they would have.
 from __future__ import annotations
 
 import torch
+from torch.optim import optimizer as _optimizer
+
+# The param_group options of torch 2.13's Adam, every one of which the short path either passes on or
+# checks: a torch that adds one makes the short path fall back rather than ignore it.
+_ADAM_OPTIONS = frozenset(torch.optim.Adam([torch.zeros(1, requires_grad=True)], fused=True).param_groups[0])
 
 
 def clear_grads(opt: torch.optim.Optimizer) -> None:
@@ -25,9 +30,11 @@ def clear_grads(opt: torch.optim.Optimizer) -> None:
 
 
 def fused_adam_step(opt: torch.optim.Optimizer) -> None:
-    """One step of a fused, single-group Adam. Falls back to `opt.step()` where the short path does not
-    apply: the first step (it creates the state), a parameter without a gradient, or options the short
-    path does not pass on (another optimizer, amsgrad, maximize, several groups, a gradient scaler's state)."""
+    """One step of a fused, single-group Adam whose parameters share one device and dtype (the kernel
+    refuses others). Falls back to `opt.step()` where the short path does not apply: the first step (it
+    creates the state), a parameter without a gradient or state, step hooks (the short path would skip
+    them), or options it does not pass on (another optimizer, amsgrad, maximize, several groups, a
+    gradient scaler's state, an option a later torch adds)."""
     groups = opt.param_groups
     group = groups[0]
     params = group["params"]
@@ -39,26 +46,30 @@ def fused_adam_step(opt: torch.optim.Optimizer) -> None:
         or group["amsgrad"]
         or group["maximize"]
         or group["decoupled_weight_decay"]
+        or group.keys() != _ADAM_OPTIONS
         or getattr(opt, "grad_scale", None) is not None
         or getattr(opt, "found_inf", None) is not None
-        or len(state) != len(params)
+        or opt._optimizer_step_pre_hooks
+        or opt._optimizer_step_post_hooks
+        or _optimizer._global_optimizer_pre_hooks
+        or _optimizer._global_optimizer_post_hooks
     ):
         opt.step()
         return
     grads = [p.grad for p in params]
-    if any(g is None for g in grads):
+    states = [state.get(p) for p in params]  # .get: reading the defaultdict would add empty entries
+    if any(g is None for g in grads) or any(not s or "step" not in s for s in states):
         opt.step()
         return
-    states = [state[p] for p in params]
-    steps = [s["step"] for s in states]
+    steps = [s["step"] for s in states]  # type: ignore[index]
     beta1, beta2 = group["betas"]
     with torch.no_grad():  # as Optimizer.step: in-place updates of leaves that require grad
         torch._foreach_add_(steps, 1)
         torch._fused_adam_(
             params,
             grads,  # type: ignore[arg-type]  # checked above: none is None
-            [s["exp_avg"] for s in states],
-            [s["exp_avg_sq"] for s in states],
+            [s["exp_avg"] for s in states],  # type: ignore[index]
+            [s["exp_avg_sq"] for s in states],  # type: ignore[index]
             [],
             steps,
             amsgrad=False,

@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed
 STANDIN := tests/opcua_standin
 NODE_STAMP := $(STANDIN)/node_modules/.installed
 
-.PHONY: install demo test test-all test-edge test-isa wheel lint bench bench-loop bench-returns bench-a2c-rainbow bench-ray bench-throughput clean
+.PHONY: install demo test test-integration test-all test-edge test-isa wheel lint bench bench-loop bench-returns bench-a2c-rainbow bench-ray bench-throughput clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -25,10 +25,15 @@ install: $(STAMP) $(NODE_STAMP)
 demo: $(STAMP)
 	$(PY) scripts/demo.py
 
-# The default test suite (what CI runs): lint, then every test not marked slow.
+# The default test suite: lint, then every test not marked slow or integration (some 13 minutes on 2 cores).
 test: install
 	$(PY) -m ruff check .
 	$(PY) -m pytest
+
+# The integration tier (CI runs it after `make test`): sweeps, seeds and rollout workers on a real Ray (a
+# local one and a two-node cluster), and every benchmark script end to end on tiny settings (some 7 minutes).
+test-integration: install
+	$(PY) -m pytest -m "integration and not slow"
 
 # The edge install on CPython 3.10 (the Jetson's): the wheel with [edge] in its own venv, and the runtime and
 # bridge tests run there against it (CI runs this after `make test`).
@@ -51,7 +56,7 @@ wheel: $(STAMP)
 	rm -rf dist && $(PY) -m pip wheel --quiet --no-deps --no-build-isolation -w dist .
 	ls dist
 
-# Everything, the slow tests too (full-length training runs).
+# Everything, the integration and slow tests too (full-length training runs).
 test-all: install
 	$(PY) -m pytest -m ""
 

@@ -38,9 +38,10 @@ echo "== artifacts from the workstation venv"
 cp -r tests "$WORK/tests" && mkdir -p "$WORK/docs" && cp -r docs/examples "$WORK/docs/"
 cat >"$WORK/pytest.ini" <<'EOF'
 [pytest]
-addopts = --strict-markers -m "not slow" -ra -p no:cacheprovider
+addopts = --strict-markers -m "not slow and not integration" -ra -p no:cacheprovider
 markers =
     slow: long-running
+    integration: Ray clusters and benchmark scripts end to end
 filterwarnings = ignore::DeprecationWarning
 EOF
 cd "$WORK"

@@ -8,7 +8,12 @@ from pathlib import Path
 
 import pytest
 
+# Each runs a benchmark script end to end (10-35 s): `make test-integration` and CI, not `make test`.
+# The one left in `make test` needs only the runtime.
+integration = pytest.mark.integration
 
+
+@integration
 def test_loop_latency_benchmark_smoke(cartpole_all, tmp_path: Path) -> None:
     from benchmarks.loop_latency import main
 
@@ -30,6 +35,7 @@ def test_loop_latency_benchmark_smoke(cartpole_all, tmp_path: Path) -> None:
         assert row["bare_read_two_writes_ms"]["n"] == 15 and row["bare_read_one_write_ms"]["n"] == 15
 
 
+@integration
 def test_offpolicy_throughput_has_a_roofline(tmp_path: Path) -> None:
     from benchmarks.train_throughput import main
 
@@ -46,6 +52,7 @@ def test_offpolicy_throughput_has_a_roofline(tmp_path: Path) -> None:
     assert "Roofline" in (tmp_path / "train_throughput_dqn.md").read_text()
 
 
+@integration
 def test_train_throughput_benchmark_smoke(tmp_path: Path) -> None:
     from benchmarks.train_throughput import main
 
@@ -57,6 +64,7 @@ def test_train_throughput_benchmark_smoke(tmp_path: Path) -> None:
     assert "SB3" in (tmp_path / "train_throughput.md").read_text()
 
 
+@integration
 @pytest.mark.parametrize(("algo", "who"), [("a2c", "torch,sb3"), ("rainbow", "sb3,torch-off,tf-on")])
 def test_train_throughput_of_a2c_and_rainbow_next_to_sb3(algo: str, who: str, tmp_path: Path) -> None:
     from benchmarks.train_throughput import main
@@ -69,6 +77,7 @@ def test_train_throughput_of_a2c_and_rainbow_next_to_sb3(algo: str, who: str, tm
     assert ("Stable-Baselines3 A2C" if algo == "a2c" else "Stable-Baselines3 DQN (DQN preset)") in md
 
 
+@integration
 def test_latency_suite_smoke(tmp_path: Path) -> None:
     from benchmarks.latency import main
 
@@ -107,6 +116,7 @@ def test_latency_of_one_artifact_needs_only_the_runtime(cartpole_all, tmp_path: 
     assert "LOADED []" in out and "TFLite int8 predict" in (tmp_path / "latency_artifact.md").read_text()
 
 
+@integration
 def test_quantization_benchmark_smoke(cartpole_run: Path, tmp_path: Path) -> None:
     from benchmarks.quantization import main
 
@@ -115,6 +125,7 @@ def test_quantization_benchmark_smoke(cartpole_run: Path, tmp_path: Path) -> Non
     assert (tmp_path / "quantization.png").stat().st_size > 0
 
 
+@integration
 def test_returns_benchmark_smoke(tmp_path: Path) -> None:
     from benchmarks.returns import main
 
@@ -127,6 +138,7 @@ def test_returns_benchmark_smoke(tmp_path: Path) -> None:
     assert "500 (50k)" in (tmp_path / "returns.md").read_text()
 
 
+@integration
 def test_plc_restart_soak_smoke(cartpole_all, tmp_path: Path) -> None:
     """Half a minute with the PLC killed every 6 s: the script restarts it, sees serve recover, and
     writes its files (the must-show figures come from the 60-minute run)."""
@@ -141,6 +153,7 @@ def test_plc_restart_soak_smoke(cartpole_all, tmp_path: Path) -> None:
     assert data["serve_exit_code"] == 0 and data["max_plc_sessions"] == 1
 
 
+@integration
 def test_policy_swap_benchmark_smoke(cartpole_all, cartpole_flipped, pendulum_fp32, tmp_path: Path) -> None:
     """Two swaps and the three refusals on a quiet machine: the script drives serve --watch through them
     and writes its files (the must-show figures come from the 10-swap run with and without load)."""

@@ -118,6 +118,7 @@ def test_an_address_that_does_not_answer_fails_in_seconds(tmp_path: Path) -> Non
 
 
 # ------------------------------------------------------------------------------ a local Ray, 2 CPUs
+@pytest.mark.integration
 def test_asha_sweep_stops_a_trial_early_and_its_best_run_exports(tmp_path: Path) -> None:
     out = tmp_path / "sweep"
     proc = rl2edge(
@@ -150,6 +151,7 @@ def test_asha_sweep_stops_a_trial_early_and_its_best_run_exports(tmp_path: Path)
     assert proc.returncode == 0 and json.loads(proc.stdout.strip().splitlines()[-1])["mean_return"] > 0
 
 
+@pytest.mark.integration
 def test_each_configuration_trains_on_every_seed(tmp_path: Path) -> None:
     # --seeds in a sweep: every trial trains each seed (the first in the trial's actor, the others in
     # child actors of its placement group) and reports their mean; each seed is a run directory.
@@ -172,6 +174,7 @@ def test_each_configuration_trains_on_every_seed(tmp_path: Path) -> None:
         assert seeds == [0, 1]
 
 
+@pytest.mark.integration
 def test_resume_continues_an_interrupted_sweep(tmp_path: Path) -> None:
     import signal
     import subprocess
@@ -215,6 +218,7 @@ def test_resume_continues_an_interrupted_sweep(tmp_path: Path) -> None:
         assert (Path(row["run_dirs"][0]) / "checkpoint.json").is_file()
 
 
+@pytest.mark.integration
 def test_seeds_give_exactly_the_checkpoints_of_single_runs(tmp_path: Path) -> None:
     from rl2edge.train.algos import build_config, train
 
@@ -328,6 +332,7 @@ def _rollout_pair(tmp_path: Path, algo: str, framework: str, env_id: str, extra:
     return single, dist
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("algo, framework, env_id, extra", ROLLOUT_CASES)
 def test_rollout_workers_give_the_single_process_checkpoint(
     tmp_path: Path, algo: str, framework: str, env_id: str, extra: dict
@@ -380,6 +385,7 @@ def _sweep(tmp_path: Path, trials: int, steps: int) -> tuple[object, Path]:
     return SweepSpec("ppo", "torch", "CartPole-v1", space, trials=trials), tmp_path / "sweep"
 
 
+@pytest.mark.integration
 def test_two_nodes_trials_land_on_both_and_rollout_workers_match(two_nodes, tmp_path: Path) -> None:
     from rl2edge.train.distributed.sweep import run_sweep
 
@@ -392,6 +398,7 @@ def test_two_nodes_trials_land_on_both_and_rollout_workers_match(two_nodes, tmp_
     assert_same_weights(single, dist)
 
 
+@pytest.mark.integration
 def test_a_lost_node_mid_sweep_does_not_lose_the_sweep(two_nodes, tmp_path: Path) -> None:
     from rl2edge.train.distributed.sweep import run_sweep
 

@@ -24,6 +24,7 @@ from rl2edge.errors import ConfigError, Rl2EdgeError
 from rl2edge.fileio import write_bytes_atomic, write_json_atomic
 from rl2edge.interrupts import Interrupted, pending_signal
 from rl2edge.tables import markdown_table
+from rl2edge.train.distributed.cluster import tasks_end_with_session
 from rl2edge.train.distributed.stepped_run import pack_directory, store_directory
 
 _logger = logging.getLogger(__name__)
@@ -130,8 +131,10 @@ def train_seeds(
             else:
                 unfinished.add(seed)
         # Each finished seed is already in <out>/s<seed>: keep them, say so, and record the unfinished
-        # ones, whose tasks are cancelled so that they remove their temporary folders.
-        _cancel(ray, list(pending))
+        # ones, whose tasks stop (and remove their temporary folders) when the session ends, or here, on a
+        # Ray that someone else started and that stays up.
+        if not tasks_end_with_session():
+            _cancel(ray, list(pending))
         if results:
             results.sort(key=lambda r: r.seed)
             write_summary(out, results, failed, interrupted=sorted(unfinished))

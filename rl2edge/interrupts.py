@@ -92,6 +92,12 @@ def interruptible() -> Iterator[None]:
         if _pending is not None:
             raise Interrupted(_pending) from exc
         raise
+    except KeyboardInterrupt as exc:
+        # A library that catches the stop request and raises a plain KeyboardInterrupt of its own (Ray's
+        # ray.wait and ray.get do): report it as the signal it was, SIGTERM included (exit 143, not 130).
+        if isinstance(exc, Interrupted) or _pending is None:
+            raise
+        raise Interrupted(_pending) from exc
     finally:
         for s, h in previous.items():
             signal.signal(s, h)

@@ -107,3 +107,20 @@ def test_an_error_a_stop_request_caused_is_reported_as_the_stop_request() -> Non
     assert info.value.signum == signal.SIGTERM and isinstance(info.value.__cause__, ImportError)
     with pytest.raises(ImportError), interruptible():
         raise ImportError("a real one")
+
+
+def test_a_plain_keyboard_interrupt_after_a_signal_is_reported_as_that_signal() -> None:
+    """Ray's ray.wait turns a SIGTERM into a plain KeyboardInterrupt: inside interruptible() it comes out as
+    the SIGTERM it was (exit 143), not as Ctrl-C; a KeyboardInterrupt with no signal pending is left as is."""
+    from rl2edge.interrupts import Interrupted, interruptible
+
+    with pytest.raises(Interrupted) as info, interruptible():
+        try:
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(1)
+        except Interrupted:
+            raise KeyboardInterrupt from None  # what such a library raises in its place
+    assert info.value.signum == signal.SIGTERM and info.value.exit_code == 143
+    with pytest.raises(KeyboardInterrupt) as plain, interruptible():
+        raise KeyboardInterrupt
+    assert not isinstance(plain.value, Interrupted)

@@ -36,7 +36,7 @@ test-integration: install
 	$(PY) -m pytest -m "integration and not slow"
 
 # The edge install on CPython 3.10 (the Jetson's): the wheel with [edge] in its own venv, and the runtime and
-# bridge tests run there against it (CI runs this after `make test`).
+# bridge tests run there against it (CI runs this after `make test` and `make test-integration`).
 test-edge: install
 	scripts/test_edge.sh
 

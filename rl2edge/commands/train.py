@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import argparse
 import logging
+import signal
 from pathlib import Path
 from typing import Any
 
 from rl2edge.commands.common import table
 from rl2edge.errors import ConfigError
-from rl2edge.interrupts import Interrupted, check_interrupted
+from rl2edge.interrupts import Interrupted, check_interrupted, pending_signal
 
 _logger = logging.getLogger("rl2edge")
 
@@ -211,8 +212,11 @@ def _run_seeds(args: argparse.Namespace, cfg: Any, seeds: list[int], out: Path) 
             f"across {len(finals)} seeds: mean {sum(finals) / len(finals):.1f}, min {min(finals):.1f}, "
             f"max {max(finals):.1f} ({out / 'seeds.md'})"
         )
-    except Interrupted as exc:  # while Ray shut down or the table printed: every seed was already written
-        if exc.kept is None and results is not None:
-            exc.kept = f"every seed had finished: the runs, seeds.json and seeds.md are in {out}"
-        raise
+    except KeyboardInterrupt as exc:  # while Ray shut down or the table printed: every seed was written
+        stop = exc if isinstance(exc, Interrupted) else Interrupted(pending_signal() or signal.SIGINT)
+        if stop.kept is None and results is not None:
+            stop.kept = f"every seed had finished: the runs, seeds.json and seeds.md are in {out}"
+        if stop is exc:
+            raise
+        raise stop from exc
     return 0

@@ -76,9 +76,9 @@ def ray_session(address: str | None = None, num_cpus: int | None = None) -> Iter
             )
     except ConnectionError as exc:
         raise ConfigError(f"cannot join the Ray cluster at {address}: {exc}") from None
-    _logger.info("Ray: %s, %s CPUs", address or "local", ray.cluster_resources().get("CPU", 0))
-    _ends_with_block = True
     try:
+        _ends_with_block = True
+        _logger.info("Ray: %s, %s CPUs", address or "local", ray.cluster_resources().get("CPU", 0))
         yield ray
     finally:
         _ends_with_block = False
@@ -91,7 +91,8 @@ _ends_with_block = False
 
 def tasks_end_with_session() -> bool:
     """True inside a ray_session that shuts Ray down on exit: that ends this driver's job, and Ray stops the
-    job's running tasks (they get SIGTERM, so their `finally` blocks run). Cancelling them first is then
+    job's running tasks (they get SIGTERM, so their `finally` blocks run, as the job ends: the driver
+    does not wait for them). Cancelling them first is then
     not needed, and it is not safe: in Ray 2.60, ray.cancel on a task that is just being handed to a worker
     (a lease granted, the push in flight) can abort the driver with "Check failed: it !=
     submissible_tasks_.end() Tried to complete task that was not pending" in its core-worker log, exit 1

@@ -159,8 +159,9 @@ def _inode(path: Path) -> int | None:
 
 
 def _cancel(ray: Any, refs: list[Any], timeout_s: float = 10.0) -> None:
-    """Cancel seeds still training: Ray raises KeyboardInterrupt in each task, whose `finally` removes its
-    folder; wait a bounded time for that, since the local Ray is shut down right after."""
+    """Cancel seeds still training on a Ray that stays up (one this command did not start or join): Ray
+    raises KeyboardInterrupt in each task, whose `finally` removes its folder; wait a bounded time for that.
+    Ray 2.60 can abort the driver here (cluster.tasks_end_with_session), so the CLI never comes here."""
     for ref in refs:
         ray.cancel(ref)
     if refs:

@@ -216,6 +216,11 @@ def _matmul_gflops(lib: str, b: int, width: int, n: int = 400, threads: int = 1)
     return 2.0 * b * width * width * n / best / 1e9
 
 
+def _matmul_library(runner: str) -> str:
+    """The library whose matmul a contender's dense layers run on: TF's (oneDNN) or torch's (SB3 too)."""
+    return "tensorflow" if runner == "tf" else "torch"
+
+
 def roofline(algo: str, env_id: str, steps: int, threads: int = 1) -> dict[str, Any]:
     """FLOPs per gradient step of the dense layers (backward counted as twice the forward), the gradient
     steps of a run, and a bare matmul's GFLOP/s at the run's largest layer shape and thread count."""
@@ -376,21 +381,41 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     )
     if roof is not None:
         gflop = roof["gflop_per_gradient_step"] * roof["gradient_steps"]
-        lines = []
+        by_lib = roof["bare_matmul_gflops_by_library"]
+        lines, ceilings = [], []
         for w in who:
             wall = float(np.median([x["wall_s"] for x in runs[w]]))
             achieved = gflop / wall
+            lib = _matmul_library(specs[w][1])
             summary[w]["achieved_gflops"] = achieved
+            summary[w]["matmul_library"] = lib
+            summary[w]["share_of_own_matmul"] = achieved / by_lib[lib]
             lines.append(
-                f"{names[w]} {achieved:.2f} GFLOP/s ({100 * achieved / roof['bare_matmul_gflops']:.0f}%)"
+                f"{names[w]} {achieved:.2f} GFLOP/s ({100 * achieved / roof['bare_matmul_gflops']:.0f}% of the "
+                f"best, {100 * achieved / by_lib[lib]:.0f}% of {lib}'s)"
             )
+        sb3 = summary.get("sb3", {}).get("achieved_gflops")
+        if sb3:
+            # Same FLOPs per run for every contender, so steps/s ratios are GFLOP/s ratios: a trainer that did
+            # nothing but its library's bare matmul, all run long, would reach this multiple of SB3.
+            for lib in sorted({summary[w]["matmul_library"] for w in who if w != "sb3"}):
+                roof.setdefault("ceiling_vs_sb3", {})[lib] = by_lib[lib] / sb3
+                ceilings.append(f"{by_lib[lib] / sb3:.2f}x with {lib}'s")
         md += (
             f"\n\nRoofline: {roof['gflop_per_gradient_step']:.3f} GFLOP per gradient step ({roof['formula']}; dense "
             f"layers, 2 FLOPs per multiply-add, backward as twice the forward), {roof['gradient_steps']:.0f} gradient "
             f"steps per run. A bare matmul {roof['matmul_shape']} with {_threads_text(args.threads)} runs at "
-            + ", ".join(f"{v:.1f} ({k})" for k, v in roof["bare_matmul_gflops_by_library"].items())
+            + ", ".join(f"{v:.1f} ({k})" for k, v in by_lib.items())
             + f" GFLOP/s here, best {roof['bare_matmul_gflops']:.1f}; over each run's whole wall time (env steps, "
-            "replay sampling and Python included): " + ", ".join(lines) + "."
+            "replay sampling and Python included): "
+            + ", ".join(lines)
+            + "."
+            + (
+                " At its library's bare matmul rate over the whole run (the ceiling; env steps, sampling and "
+                f"elementwise work taking no time), a trainer would reach {', '.join(ceilings)} SB3's steps/s."
+                if ceilings
+                else ""
+            )
         )
     for w, prof in profiles.items():
         md += (

@@ -39,8 +39,13 @@ def test_loop_latency_benchmark_smoke(cartpole_all, tmp_path: Path) -> None:
 def test_offpolicy_throughput_has_a_roofline(tmp_path: Path) -> None:
     from benchmarks.train_throughput import main
 
-    data = main(["--algo", "dqn", "--steps", "1300", "--who", "torch", "--out", str(tmp_path)])
+    data = main(["--algo", "dqn", "--steps", "1300", "--who", "torch,sb3", "--out", str(tmp_path)])
     roof = data["roofline"]
+    torch_row = data["results"]["torch"]
+    assert torch_row["matmul_library"] == "torch" and 0 < torch_row["share_of_own_matmul"] < 1
+    assert roof["ceiling_vs_sb3"]["torch"] == pytest.approx(
+        roof["bare_matmul_gflops_by_library"]["torch"] / data["results"]["sb3"]["achieved_gflops"]
+    )
     assert (
         roof["gradient_steps"] == 300 * 128 / 256
     )  # (steps - learning_starts) x gradient_steps / train_freq

@@ -382,7 +382,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if roof is not None:
         gflop = roof["gflop_per_gradient_step"] * roof["gradient_steps"]
         by_lib = roof["bare_matmul_gflops_by_library"]
-        lines, ceilings = [], []
+        lines: list[str] = []
+        ceilings: list[str] = []
         for w in who:
             wall = float(np.median([x["wall_s"] for x in runs[w]]))
             achieved = gflop / wall
@@ -392,15 +393,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             summary[w]["share_of_own_matmul"] = achieved / by_lib[lib]
             lines.append(
                 f"{names[w]} {achieved:.2f} GFLOP/s ({100 * achieved / roof['bare_matmul_gflops']:.0f}% of the "
-                f"best, {100 * achieved / by_lib[lib]:.0f}% of {lib}'s)"
+                f"best, {100 * summary[w]['share_of_own_matmul']:.0f}% of {lib}'s)"
             )
         sb3 = summary.get("sb3", {}).get("achieved_gflops")
         if sb3:
             # Same FLOPs per run for every contender, so steps/s ratios are GFLOP/s ratios: a trainer that did
             # nothing but its library's bare matmul, all run long, would reach this multiple of SB3.
-            for lib in sorted({summary[w]["matmul_library"] for w in who if w != "sb3"}):
-                roof.setdefault("ceiling_vs_sb3", {})[lib] = by_lib[lib] / sb3
-                ceilings.append(f"{by_lib[lib] / sb3:.2f}x with {lib}'s")
+            libs = sorted({summary[w]["matmul_library"] for w in who if w != "sb3"})
+            roof["ceiling_vs_sb3"] = {lib: by_lib[lib] / sb3 for lib in libs}
+            ceilings = [f"{v:.2f}x with {lib}'s" for lib, v in roof["ceiling_vs_sb3"].items()]
         md += (
             f"\n\nRoofline: {roof['gflop_per_gradient_step']:.3f} GFLOP per gradient step ({roof['formula']}; dense "
             f"layers, 2 FLOPs per multiply-add, backward as twice the forward), {roof['gradient_steps']:.0f} gradient "

@@ -62,10 +62,13 @@ def _in_finalizer(frame: FrameType | None) -> bool:
     return False
 
 
-def pending_signal() -> int | None:
-    """The stop request that arrived inside `interruptible()`, if any: code whose library turned it into a
-    plain KeyboardInterrupt (Ray's ray.wait does) re-raises it as the signal it was."""
-    return _pending
+def stop_request(exc: KeyboardInterrupt) -> Interrupted:
+    """`exc` as the stop request it stands for: itself, or, for the plain KeyboardInterrupt a library raises
+    in the signal's place (Ray's ray.wait and ray.get do), the signal that is pending (SIGTERM included),
+    else SIGINT (a Ctrl-C that reached Python before any handler of this module)."""
+    if isinstance(exc, Interrupted):
+        return exc
+    return Interrupted(_pending if _pending is not None else signal.SIGINT)
 
 
 def check_interrupted() -> None:
@@ -93,11 +96,11 @@ def interruptible() -> Iterator[None]:
             raise Interrupted(_pending) from exc
         raise
     except KeyboardInterrupt as exc:
-        # A library that catches the stop request and raises a plain KeyboardInterrupt of its own (Ray's
-        # ray.wait and ray.get do): report it as the signal it was, SIGTERM included (exit 143, not 130).
+        # A library's plain KeyboardInterrupt in the signal's place: reported as that signal (exit 143 for
+        # SIGTERM, not 130); with no signal pending it stays the Ctrl-C it is.
         if isinstance(exc, Interrupted) or _pending is None:
             raise
-        raise Interrupted(_pending) from exc
+        raise stop_request(exc) from exc
     finally:
         for s, h in previous.items():
             signal.signal(s, h)

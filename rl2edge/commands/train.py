@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import argparse
 import logging
-import signal
 from pathlib import Path
 from typing import Any
 
 from rl2edge.commands.common import table
 from rl2edge.errors import ConfigError
-from rl2edge.interrupts import Interrupted, check_interrupted, pending_signal
+from rl2edge.interrupts import check_interrupted, stop_request
 
 _logger = logging.getLogger("rl2edge")
 
@@ -213,10 +212,8 @@ def _run_seeds(args: argparse.Namespace, cfg: Any, seeds: list[int], out: Path) 
             f"max {max(finals):.1f} ({out / 'seeds.md'})"
         )
     except KeyboardInterrupt as exc:  # while Ray shut down or the table printed: every seed was written
-        stop = exc if isinstance(exc, Interrupted) else Interrupted(pending_signal() or signal.SIGINT)
+        stop = stop_request(exc)
         if stop.kept is None and results is not None:
             stop.kept = f"every seed had finished: the runs, seeds.json and seeds.md are in {out}"
-        if stop is exc:
-            raise
-        raise stop from exc
+        raise stop from None  # reported as the stop request, no traceback
     return 0

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import logging
 import shutil
-import signal
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,7 +21,7 @@ import numpy as np
 
 from rl2edge.errors import ConfigError, Rl2EdgeError
 from rl2edge.fileio import write_bytes_atomic, write_json_atomic
-from rl2edge.interrupts import Interrupted, pending_signal
+from rl2edge.interrupts import stop_request
 from rl2edge.tables import markdown_table
 from rl2edge.train.distributed.cluster import tasks_end_with_session
 from rl2edge.train.distributed.stepped_run import pack_directory, store_directory
@@ -120,9 +119,7 @@ def train_seeds(
         results.sort(key=lambda r: r.seed)
         write_summary(out, results, failed)
     except KeyboardInterrupt as exc:
-        # Ray's ray.wait turns the signal into a plain KeyboardInterrupt: make it the stop request it was
-        # (SIGINT or SIGTERM), which the CLI reports and exits 130 or 143 for.
-        stop = exc if isinstance(exc, Interrupted) else Interrupted(pending_signal() or signal.SIGINT)
+        stop = stop_request(exc)  # ray.wait raises a plain KeyboardInterrupt in the signal's place
         unfinished = set(pending.values())
         if storing is not None and not any(r.seed == storing[0] for r in results):
             seed, run_dir, numbers, old = storing

@@ -188,25 +188,22 @@ def _mlp_flops(dims: list[int], batch: int) -> float:
     return 2.0 * batch * sum(a * b for a, b in itertools.pairwise(dims))
 
 
-def _matmul_gflops(lib: str, b: int, width: int, n: int = 400, threads: int = 1) -> float:
-    """GFLOP/s on a [b, width] x [width, width] matmul with `threads` threads (numpy: OpenBLAS's
-    OMP_NUM_THREADS, set by the caller), the best of 3 timings of n."""
+def _matmul_gflops(lib: str, b: int, width: int, threads: int, n: int = 400) -> float:
+    """GFLOP/s on a [b, width] x [width, width] matmul with `threads` threads, the best of 3 timings of
+    n: the library's rate at the run's largest layer, next to the step's own mix of shapes."""
     if lib == "torch":
         import torch
 
         torch.set_num_threads(threads)
         x, w = torch.randn(b, width), torch.randn(width, width)
         mm = lambda: x @ w  # noqa: E731
-    elif lib == "tensorflow":
+    else:
         import tensorflow as tf
 
         tf.config.threading.set_intra_op_parallelism_threads(threads)
         tf.config.threading.set_inter_op_parallelism_threads(1)
         x, w = tf.random.normal([b, width]), tf.random.normal([width, width])
         mm = lambda: tf.matmul(x, w).numpy()  # noqa: E731
-    else:
-        x, w = np.random.rand(b, width).astype(np.float32), np.random.rand(width, width).astype(np.float32)
-        mm = lambda: x @ w  # noqa: E731
     best = float("inf")
     for _ in range(3):
         t0 = time.perf_counter()
@@ -217,62 +214,153 @@ def _matmul_gflops(lib: str, b: int, width: int, n: int = 400, threads: int = 1)
 
 
 def _matmul_library(runner: str) -> str:
-    """The library whose matmul a contender's dense layers run on: TF's (oneDNN) or torch's (SB3 too)."""
+    """The library whose matmul a contender's dense layers run on: TF's or torch's (SB3 too)."""
     return "tensorflow" if runner == "tf" else "torch"
 
 
-def roofline(algo: str, env_id: str, steps: int, threads: int = 1) -> dict[str, Any]:
-    """FLOPs per gradient step of the dense layers (backward counted as twice the forward), the gradient
-    steps of a run, and a bare matmul's GFLOP/s at the run's largest layer shape and thread count."""
+def _formula_flops(algo: str, env_id: str, cfg: Any) -> tuple[float, str]:
+    """FLOPs per gradient step from the networks' shapes (backward as twice the forward): the cross-check
+    of the recorded matmuls."""
     import gymnasium as gym
+
+    env = gym.make(env_id)
+    obs = int(np.prod(env.observation_space.shape))
+    act = int(env.action_space.n) if hasattr(env.action_space, "n") else int(env.action_space.shape[0])
+    env.close()
+    h, b = list(cfg.net_arch), cfg.batch_size
+    if algo == "dqn":
+        fq = _mlp_flops([obs, *h, act], b)
+        extra = " and the online net's on the next observations (F, double Q)" if cfg.double_q else ""
+        return (5 if cfg.double_q else 4) * fq, f"Q forward + backward (3F), the target's forward (F){extra}"
+    fa = _mlp_flops([obs, *h, 2 * act if algo == "sac" else act], b)
+    fc = _mlp_flops([obs + act, *h, 1], b)
+    # The work the algorithm needs: critic step = targets (F_a + 2 F_c) + twins forward and backward
+    # (6 F_c); actor step = actor forward and backward (3 F_a) + the critics forward and backward to
+    # their action input only (2 F_c each). An implementation that also computes the critics' weight
+    # gradients in the actor step (SB3's) does 2 F_c more per critic.
+    if algo == "sac":
+        return 4 * fa + 12 * fc, "4 F_actor + 12 F_critic"
+    d = cfg.policy_delay  # TD3: one critic in the actor step, every policy_delay critic steps
+    return fa + 8 * fc + (3 * fa + 2 * fc) / d, f"F_a + 8 F_c + (3 F_a + 2 F_c) / {d}"
+
+
+def roofline(algo: str, env_id: str, steps: int, threads: int = 1) -> dict[str, Any]:
+    """The gradient steps of a run; per rl2edge backend, benchmarks.roofline's figures (the step's own
+    matmuls replayed bare, the gradient step alone, an 8-wide net's step), each in a fresh process with
+    the run's threads; and each library's bare rate at the run's largest layer."""
+    import os
 
     from rl2edge.train.algos import build_config
 
     cfg = build_config(env_id, overrides={"n_timesteps": steps}, algo=algo)
-    env = gym.make(env_id)
-    obs = int(np.prod(env.observation_space.shape))
-    act = int(env.action_space.n) if hasattr(env.action_space, "n") else int(env.action_space.shape[0])
-    h, b = list(cfg.net_arch), cfg.batch_size
-    if algo == "dqn":
-        fq = _mlp_flops([obs, *h, act], b)
-        per_step, formula = 4 * fq, "Q forward + backward (3F) and the target's forward (F)"
-    else:
-        fa = _mlp_flops([obs, *h, 2 * act if algo == "sac" else act], b)
-        fc = _mlp_flops([obs + act, *h, 1], b)
-        # The work the algorithm needs: critic step = targets (F_a + 2 F_c) + twins forward and backward
-        # (6 F_c); actor step = actor forward and backward (3 F_a) + the critics forward and backward to
-        # their action input only (2 F_c each). An implementation that also computes the critics' weight
-        # gradients in the actor step (SB3's) does 2 F_c more per critic.
-        if algo == "sac":
-            per_step, formula = 4 * fa + 12 * fc, "4 F_actor + 12 F_critic"
-        else:  # TD3: one critic in the actor step, every policy_delay critic steps
-            d = cfg.policy_delay
-            per_step, formula = fa + 8 * fc + (3 * fa + 2 * fc) / d, f"F_a + 8 F_c + (3 F_a + 2 F_c) / {d}"
     per_env_step = (cfg.gradient_steps if cfg.gradient_steps > 0 else cfg.train_freq) / cfg.train_freq
     grad_steps = max(0, steps - cfg.learning_starts) * per_env_step
-    width = max(h)
-    # in a fresh process: the run's threads for each library, whatever this process has initialized already
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "OMP_NUM_THREADS": str(threads)}
+
+    def child(args: list[str]) -> dict[str, Any]:
+        proc = subprocess.run(
+            [sys.executable, *args], capture_output=True, text=True, cwd=ROOT, env=env, check=False
+        )
+        if proc.returncode != 0:
+            raise RuntimeError(f"roofline {' '.join(args)} failed:\n{proc.stderr[-3000:]}")
+        return json.loads(proc.stdout.strip().splitlines()[-1])
+
+    common = ["--algo", algo, "--env", env_id, "--threads", str(threads)]
+    by_framework = {"torch": child(["-m", "benchmarks.roofline", "--framework", "torch", *common])}
+    with tempfile.TemporaryDirectory() as tmp:
+        recorded = Path(tmp) / "matmuls.json"
+        recorded.write_text(json.dumps(by_framework["torch"]["matmuls"]))
+        by_framework["tf"] = child(
+            ["-m", "benchmarks.roofline", "--framework", "tf", *common, "--matmuls", str(recorded)]
+        )
+    width, b = max(cfg.net_arch), cfg.batch_size
     code = (
         "import json, sys; sys.path.insert(0, sys.argv[1]); from benchmarks.train_throughput import _matmul_gflops; "
-        f"print(json.dumps({{k: _matmul_gflops(k, {b}, {width}, threads={threads}) "
-        "for k in ('torch', 'tensorflow', 'numpy')}))"
+        f"print(json.dumps(_matmul_gflops(sys.argv[2], {b}, {width}, {threads})))"
     )
-    proc = subprocess.run(
-        [sys.executable, "-c", code, str(ROOT)],
-        capture_output=True,
-        text=True,
-        check=True,
-        env={**__import__("os").environ, "TF_CPP_MIN_LOG_LEVEL": "3", "OMP_NUM_THREADS": str(threads)},
-    )
-    bare = json.loads(proc.stdout.strip().splitlines()[-1])
+    peak = {lib: child(["-c", code, str(ROOT), lib]) for lib in ("torch", "tensorflow")}
+    formula_flops, formula = _formula_flops(algo, env_id, cfg)
+    torch_fig = by_framework["torch"]
     return {
-        "bare_matmul_gflops_by_library": bare,
-        "gflop_per_gradient_step": per_step / 1e9,
-        "formula": formula,
         "gradient_steps": grad_steps,
-        "bare_matmul_gflops": max(bare.values()),
-        "matmul_shape": f"[{b}, {width}] x [{width}, {width}]",
+        "gflop_per_gradient_step": torch_fig["gflop_per_gradient_step"],
+        "matmuls_per_gradient_step": len(torch_fig["matmuls"]) / torch_fig["cycle"],
+        "formula_gflop_per_gradient_step": formula_flops / 1e9,
+        "formula": formula,
+        "by_framework": {
+            k: {kk: v for kk, v in f.items() if kk != "matmuls"} for k, f in by_framework.items()
+        },
+        # the step's own matmuls, bare, by library: the limit of a gradient step's time
+        "matmul_s_by_library": {f["library"]: f["matmul_s"] for f in by_framework.values()},
+        "peak_gflops_by_library": peak,
+        "peak_shape": f"[{b}, {width}] x [{width}, {width}]",
     }
+
+
+def _roofline_markdown(
+    roof: dict[str, Any], summary: dict[str, Any], names: dict[str, str], runner: dict[str, str], threads: int
+) -> str:
+    """The roofline's paragraph and table; fills each contender's share of its library's limit into
+    `summary` and the ceilings against SB3 into `roof`."""
+    limit = roof["matmul_s_by_library"]
+    rows = []
+    for w in summary:
+        lib = _matmul_library(runner[w])
+        per_step = summary[w]["wall_s"] / roof["gradient_steps"]
+        summary[w].update(
+            matmul_library=lib, run_s_per_gradient_step=per_step, share_of_limit=limit[lib] / per_step
+        )
+        fig = roof["by_framework"].get(runner[w]) if runner[w] in ("torch", "tf") else None
+        ms = lambda v: f"{1e3 * v:.2f}"  # noqa: E731
+        rows.append(
+            [
+                names[w],
+                ms(per_step),
+                ms(fig["step_s"]) if fig else "-",
+                f"{ms(limit[lib])} ({lib})",
+                ms(fig["narrow_step_s"]) if fig else "-",
+                f"{100 * summary[w]['share_of_limit']:.0f}%",
+            ]
+        )
+    sb3 = summary.get("sb3", {}).get("run_s_per_gradient_step")
+    ceilings = ""
+    if sb3:
+        # a trainer whose whole run took only its library's bare matmuls would reach this multiple of SB3
+        roof["ceiling_vs_sb3"] = {lib: sb3 / s for lib, s in limit.items()}
+        ceilings = (
+            " At its library's limit over the whole run (env steps, sampling, elementwise work and dispatch "
+            "taking no time) a trainer would reach "
+            + ", ".join(f"{v:.2f}x ({lib})" for lib, v in roof["ceiling_vs_sb3"].items())
+            + " SB3's steps/s."
+        )
+    gflop = roof["gflop_per_gradient_step"]
+    rates = ", ".join(
+        f"{lib} {gflop / s:.0f} GFLOP/s against {roof['peak_gflops_by_library'][lib]:.0f} at {roof['peak_shape']}"
+        for lib, s in limit.items()
+    )
+    return (
+        f"\n\nRoofline ({_threads_text(threads)}): a gradient step issues "
+        f"{roof['matmuls_per_gradient_step']:.0f} matmuls, {gflop:.3f} GFLOP (recorded from the torch agent's step, "
+        f"forward and backward, with their shapes and transposes; the shapes' formula, {roof['formula']}, gives "
+        f"{roof['formula_gflop_per_gradient_step']:.3f}), {roof['gradient_steps']:.0f} gradient steps per run. "
+        f"Replayed back to back on fresh operands, the step's matmuls run at {rates} (the small and transposed "
+        "shapes run slower than the largest layer): the limit. The gradient step alone is the agent's own train "
+        "call on random batches of the preset's shapes; the 8-wide step is the same agent with [8, 8] hidden "
+        "layers, i.e. the per-op costs that do not grow with the width (dispatch, autograd or graph "
+        "overhead, Python). Share of the limit: the library's matmul time over the run's time per gradient "
+        f"step.{ceilings}\n\n"
+        + markdown_table(
+            [
+                "contender",
+                "run ms per gradient step",
+                "gradient step alone ms",
+                "its matmuls, bare ms",
+                "8-wide step ms",
+                "share of the limit",
+            ],
+            rows,
+        )
+    )
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -380,44 +468,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         else None
     )
     if roof is not None:
-        gflop = roof["gflop_per_gradient_step"] * roof["gradient_steps"]
-        by_lib = roof["bare_matmul_gflops_by_library"]
-        lines: list[str] = []
-        ceilings: list[str] = []
         for w in who:
-            wall = float(np.median([x["wall_s"] for x in runs[w]]))
-            achieved = gflop / wall
-            lib = _matmul_library(specs[w][1])
-            summary[w]["achieved_gflops"] = achieved
-            summary[w]["matmul_library"] = lib
-            summary[w]["share_of_own_matmul"] = achieved / by_lib[lib]
-            lines.append(
-                f"{names[w]} {achieved:.2f} GFLOP/s ({100 * achieved / roof['bare_matmul_gflops']:.0f}% of the "
-                f"best, {100 * summary[w]['share_of_own_matmul']:.0f}% of {lib}'s)"
-            )
-        sb3 = summary.get("sb3", {}).get("achieved_gflops")
-        if sb3:
-            # Same FLOPs per run for every contender, so steps/s ratios are GFLOP/s ratios: a trainer that did
-            # nothing but its library's bare matmul, all run long, would reach this multiple of SB3.
-            libs = sorted({summary[w]["matmul_library"] for w in who if w != "sb3"})
-            roof["ceiling_vs_sb3"] = {lib: by_lib[lib] / sb3 for lib in libs}
-            ceilings = [f"{v:.2f}x with {lib}'s" for lib, v in roof["ceiling_vs_sb3"].items()]
-        md += (
-            f"\n\nRoofline: {roof['gflop_per_gradient_step']:.3f} GFLOP per gradient step ({roof['formula']}; dense "
-            f"layers, 2 FLOPs per multiply-add, backward as twice the forward), {roof['gradient_steps']:.0f} gradient "
-            f"steps per run. A bare matmul {roof['matmul_shape']} with {_threads_text(args.threads)} runs at "
-            + ", ".join(f"{v:.1f} ({k})" for k, v in by_lib.items())
-            + f" GFLOP/s here, best {roof['bare_matmul_gflops']:.1f}; over each run's whole wall time (env steps, "
-            "replay sampling and Python included): "
-            + ", ".join(lines)
-            + "."
-            + (
-                " At its library's bare matmul rate over the whole run (the ceiling; env steps, sampling and "
-                f"elementwise work taking no time), a trainer would reach {', '.join(ceilings)} SB3's steps/s."
-                if ceilings
-                else ""
-            )
-        )
+            summary[w]["wall_s"] = float(np.median([x["wall_s"] for x in runs[w]]))
+        md += _roofline_markdown(roof, summary, names, {w: specs[w][1] for w in who}, args.threads)
     for w, prof in profiles.items():
         md += (
             f"\n\nWhere the time goes: {names[w]}, one run under cProfile ({prof['wall_s']:.1f} s of training with "

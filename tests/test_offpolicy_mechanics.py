@@ -362,3 +362,33 @@ def test_threads_reach_the_framework_and_a_fixed_count_reproduces_the_run(tmp_pa
               agent_out=Probe(), **kw)  # fmt: skip
     assert seen == [2, 2, 1]
     assert_same_weights(tmp_path / "a", tmp_path / "b")
+
+
+# ------------------------------------------------------------------------------------ learning rate
+@pytest.mark.parametrize(("rate", "calls"), [(1e-3, 1), ("lin_1e-3", 200)])
+def test_the_driver_sets_the_learning_rate_when_the_schedule_moves(tmp_path: Path, rate, calls) -> None:
+    """A constant rate goes to the agent once (TF assigns a variable per optimizer: 0.3 ms a step for
+    SAC's three, measured), a linear one every training phase; the optimizers end at the schedule's
+    last value either way."""
+    from rl2edge.train.algos import train
+
+    cfg = build_config(
+        "Pendulum-v1",
+        overrides={"n_timesteps": 300, "learning_starts": 100, "eval_freq": 0, "eval_episodes": 1,
+                   "net_arch": [16], "learning_rate": rate},
+        algo="sac",
+    )  # fmt: skip
+    given: list[float] = []
+
+    class Probe(list):
+        def append(self, agent) -> None:
+            set_lr = agent.set_learning_rate
+            agent.set_learning_rate = lambda lr: (given.append(lr), set_lr(lr))
+            super().append(agent)
+
+    agents = Probe()
+    train("torch", "Pendulum-v1", cfg, 0, tmp_path / "run", device="cpu", progress=False, agent_out=agents)
+    assert len(given) == calls
+    last = cfg.learning_rate(1.0 - 300 / 300)
+    assert given[-1] == pytest.approx(last)
+    assert all(g["lr"] == pytest.approx(last) for o in agents[0].optimizers for g in o.param_groups)

@@ -48,7 +48,9 @@ def test_offpolicy_throughput_has_a_roofline(tmp_path: Path) -> None:
     assert roof["ceiling_vs_sb3"]["torch"] == pytest.approx(
         results["sb3"]["run_s_per_gradient_step"] / limit["torch"]
     )
-    assert roof["gradient_steps"] == 300 * 128 / 256  # (steps - learning_starts) x gradient_steps / train_freq
+    assert (
+        roof["gradient_steps"] == 300 * 128 / 256
+    )  # (steps - learning_starts) x gradient_steps / train_freq
     # the recorded matmuls are the step's whole dense work: DQN's formula (double Q: 5 passes) within 1%
     # (the formula counts the first layer's input gradient, which no step computes)
     assert roof["gflop_per_gradient_step"] == pytest.approx(roof["formula_gflop_per_gradient_step"], rel=0.01)

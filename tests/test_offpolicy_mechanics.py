@@ -206,7 +206,8 @@ def test_tf_functions_trace_once_over_varying_batch_counts_and_sizes(algo: str) 
         agent.train(_batch(n, b, discrete=discrete))
         obs = np.zeros((b, obs_dim), np.float32)
         agent.deterministic(obs)
-        agent.explore(obs)
+        agent.explore(obs)  # SAC and TD3: the numpy actor (train.core.numpy_actor); DQN: the graph
+        agent.framework_explore(obs)  # the graph, as on a GPU
         agent.set_learning_rate(1e-3 / n)  # a variable, not a retrace
         agent.update_target()
     assert agent.trace_counts() == {"deterministic": 1, "explore": 1, "train_many": 1, "update_target": 1}

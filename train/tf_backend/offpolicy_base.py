@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from rl2edge.train.core.numpy_actor import NumpyActor
 from rl2edge.train.core.replay import ReplayBatch
 from rl2edge.train.tf_backend.setup import configure_tensorflow
 from rl2edge.train.tf_backend.weights import save_keras_weights, state_copy
@@ -33,6 +34,35 @@ class TFOffPolicyBase:
         keras.utils.set_random_seed(seed)  # once, before any initializer draws
         self.rng = tf.random.Generator.from_seed(seed)  # the one generator that sampling draws from
         self.optimizers: list[Any] = []
+        self.seed = seed
+        # SAC and TD3 on a CPU explore through a numpy copy of the actor (train.core.numpy_actor)
+        self.explorer: NumpyActor | None = None
+        self._explorer_vars: list[Any] = []  # what the training phase's graph returns for it
+        self._explorer_values: np.ndarray | None = None
+
+    def numpy_explorer(self, kind: str, spec: dict[str, Any], variables: list[Any]) -> NumpyActor | None:
+        """The numpy actor over the actor's Dense `variables` (kernel, bias, ... in layer order; SAC: the
+        last two layers are the mean and log-std heads), or None off the CPU. Call before compile(): the
+        training phase's graph returns these variables' values with its stats (one tensor, one copy),
+        because reading them one by one costs some 45 us each (timed by hand), more than the numpy
+        actor's forward pass."""
+        if self.device != "cpu":
+            return None
+        self._explorer_vars = list(variables)
+        shapes = [tuple(v.shape) for v in variables]
+        sizes = [int(np.prod(s)) for s in shapes]
+
+        def load() -> list[tuple[np.ndarray, np.ndarray]]:
+            flat = self._explorer_values
+            if flat is None:  # before the first training phase, or after set_state
+                values = [v.numpy() for v in variables]
+            else:
+                parts = np.split(flat, np.cumsum(sizes)[:-1])
+                values = [a.reshape(s) for a, s in zip(parts, shapes, strict=True)]
+            return list(zip(values[0::2], values[1::2], strict=True))
+
+        bounds = (float(spec.get("log_std_min", -20.0)), float(spec.get("log_std_max", 2.0)))
+        return NumpyActor(kind, spec["activation"], load, self.seed, bounds)
 
     def adam(self, variables: list[Any], lr: float) -> Any:
         opt = self.keras.optimizers.Adam(learning_rate=lr, epsilon=1e-8)  # torch's eps, as SB3
@@ -54,7 +84,7 @@ class TFOffPolicyBase:
         self._deterministic = tf.function(self.deterministic_graph, input_signature=[obs])
         self._explore = tf.function(self.explore_graph, input_signature=[obs])
         self._train_many = tf.function(
-            self.train_many_graph, input_signature=[stacked_obs, stacked_act, vec, stacked_obs, vec]
+            self.train_phase_graph, input_signature=[stacked_obs, stacked_act, vec, stacked_obs, vec]
         )
         self._update_target = tf.function(self.update_target_graph, input_signature=[])
         # The per-step calls go to concrete functions: the same single trace, without tf.function's
@@ -76,6 +106,16 @@ class TFOffPolicyBase:
     def update_target_graph(self) -> Any:
         return self.tf.constant(0)
 
+    def train_phase_graph(self, obs: Any, actions: Any, rewards: Any, next_obs: Any, dones: Any) -> Any:
+        """A training phase: its stats, and the explorer's variables after it as one flat tensor (empty
+        without an explorer). Read after the loop's updates: tf.function runs stateful ops on the same
+        variables in program order."""
+        tf = self.tf
+        stats = self.train_many_graph(obs, actions, rewards, next_obs, dones)
+        if not self._explorer_vars:
+            return stats, tf.zeros([0])
+        return stats, tf.concat([tf.reshape(v, [-1]) for v in self._explorer_vars], axis=0)
+
     def train_many_graph(self, obs: Any, actions: Any, rewards: Any, next_obs: Any, dones: Any) -> Any:
         """All stacked batches, one gradient step each, in one call; the stats' mean over the finite values."""
         tf = self.tf
@@ -95,16 +135,26 @@ class TFOffPolicyBase:
         return self._deterministic_cf(self.tf.constant(obs)).numpy()
 
     def explore(self, obs: np.ndarray) -> np.ndarray:
+        """The behaviour action before the driver's noise: the numpy actor where there is one."""
+        if self.explorer is not None:
+            return self.explorer.act(obs)
+        return self.framework_explore(obs)
+
+    def framework_explore(self, obs: np.ndarray) -> np.ndarray:
         return self._explore_cf(self.tf.constant(obs)).numpy()
 
     def train(self, batch: ReplayBatch) -> np.ndarray:
-        return self._train_many_cf(
+        stats, actor = self._train_many_cf(
             self.tf.constant(batch.obs),
             self.tf.constant(batch.actions),
             self.tf.constant(batch.rewards),
             self.tf.constant(batch.next_obs),
             self.tf.constant(batch.dones),
-        ).numpy()
+        )
+        if self.explorer is not None:
+            self._explorer_values = actor.numpy()
+            self.explorer.invalidate()
+        return stats.numpy()
 
     def update_target(self) -> None:
         self._update_target()
@@ -138,6 +188,9 @@ class TFOffPolicyBase:
 
     def set_state(self, state: list[np.ndarray]) -> None:
         self.nets.set_weights(state)
+        if self.explorer is not None:
+            self._explorer_values = None
+            self.explorer.invalidate()
 
     def save_weights(self, run_dir: Path) -> str:
         return save_keras_weights(self.nets, run_dir)

@@ -31,6 +31,7 @@ class TFSAC(TFOffPolicyBase):
         self.alpha_opt = self.adam([self.nets.log_alpha], lr) if self.learn_alpha else None
         self.target_entropy = float(cfg.entropy_target(self.act_dim))
         self.n_updates = tf.Variable(0, dtype=tf.int64, trainable=False, name="n_updates")
+        self.explorer = self.numpy_explorer("sac", network, self.actor_vars)
         self.compile(int(network["obs_dim"]), self.act_dim, discrete=False)
 
     def parts(self) -> dict[str, list[Any]]:

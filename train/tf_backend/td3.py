@@ -28,6 +28,7 @@ class TFTD3(TFOffPolicyBase):
         self.actor_opt = self.adam(self.actor_vars, lr)
         self.critic_opt = self.adam(self.critic_vars, lr)
         self.n_updates = tf.Variable(0, dtype=tf.int64, trainable=False, name="n_updates")
+        self.explorer = self.numpy_explorer("td3", network, self.actor_vars)
         self.compile(int(network["obs_dim"]), int(network["act_dim"]), discrete=False)
 
     def parts(self) -> dict[str, list[Any]]:

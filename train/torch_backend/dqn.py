@@ -36,7 +36,7 @@ class TorchDQN(TorchOffPolicyBase):
     def deterministic(self, obs: np.ndarray) -> np.ndarray:
         return self.q_net(self._t(obs)).argmax(-1).cpu().numpy()
 
-    explore = deterministic  # epsilon-greedy is the driver's
+    framework_explore = deterministic  # epsilon-greedy is the driver's
 
     def update_target(self) -> None:
         polyak_update(self.q_net.parameters(), self.q_target.parameters(), self.cfg.tau)

@@ -9,6 +9,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from rl2edge.train.core.numpy_actor import NumpyActor
+from rl2edge.train.core.numpy_policy import Layers
 from rl2edge.train.core.replay import ReplayBatch
 from rl2edge.train.torch_backend.setup import setup_torch
 from rl2edge.train.torch_backend.weights import save_safetensors, state_copy
@@ -23,6 +25,32 @@ class TorchOffPolicyBase:
         self.dev, self.device = dev, str(dev)
         self.nets = nn.ModuleDict()  # every network, targets included: what is saved and restored
         self.optimizers: list[torch.optim.Optimizer] = []
+        self.seed = seed
+        # SAC and TD3 on a CPU explore through a numpy copy of the actor (train.core.numpy_actor)
+        self.explorer: NumpyActor | None = None
+
+    def numpy_explorer(self, kind: str, spec: dict, layers: list[nn.Linear]) -> NumpyActor | None:
+        """The numpy actor over views of `layers`' parameters (SAC: the last two are the mean and log-std
+        heads), or None off the CPU, where the weights would cross to the host every step. The optimizers
+        and the polyak and state updates write the parameters in place, so the views stay current;
+        set_state invalidates them all the same."""
+        if self.dev.type != "cpu":
+            return None
+
+        def load() -> Layers:
+            return [(m.weight.detach().numpy().T, m.bias.detach().numpy()) for m in layers]
+
+        bounds = (float(spec.get("log_std_min", -20.0)), float(spec.get("log_std_max", 2.0)))
+        return NumpyActor(kind, spec["activation"], load, self.seed, bounds)
+
+    def explore(self, obs: np.ndarray) -> np.ndarray:
+        """The behaviour action before the driver's noise: the numpy actor where there is one."""
+        if self.explorer is not None:
+            return self.explorer.act(obs)
+        return self.framework_explore(obs)
+
+    def framework_explore(self, obs: np.ndarray) -> np.ndarray:
+        raise NotImplementedError
 
     def _t(self, x: np.ndarray) -> torch.Tensor:
         return torch.as_tensor(x, device=self.dev)
@@ -53,6 +81,8 @@ class TorchOffPolicyBase:
 
     def set_state(self, state: dict[str, torch.Tensor]) -> None:
         self.nets.load_state_dict(state)
+        if self.explorer is not None:
+            self.explorer.invalidate()
 
     def save_weights(self, run_dir: Path) -> str:
         return save_safetensors(self.nets, run_dir)
@@ -63,5 +93,7 @@ class TorchOffPolicyBase:
 
     def train(self, batch: ReplayBatch) -> np.ndarray:
         t = [self._t(x) for x in (batch.obs, batch.actions, batch.rewards, batch.next_obs, batch.dones)]
+        # no explorer.invalidate() here: its views see the in-place updates (making them again costs
+        # some 30 us a phase, timed by hand)
         rows = [self.train_step(*(x[i] for x in t)) for i in range(batch.n)]
         return torch.stack(rows).nanmean(0).cpu().numpy()  # one host sync per training phase

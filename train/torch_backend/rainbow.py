@@ -36,7 +36,7 @@ class TorchRainbow(TorchDQN):
         self.noisy = bool(network["noisy"])
 
     @torch.no_grad()
-    def explore(self, obs: np.ndarray) -> np.ndarray:
+    def framework_explore(self, obs: np.ndarray) -> np.ndarray:
         """Greedy on freshly drawn noise (the noisy nets' exploration); greedy on the mean without them."""
         if not self.noisy:
             return self.deterministic(obs)

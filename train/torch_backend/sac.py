@@ -38,6 +38,9 @@ class TorchSAC(TorchOffPolicyBase):
         self.target_entropy = cfg.entropy_target(network["act_dim"])
         self.gamma, self.tau = cfg.gamma, cfg.tau
         self.n_updates = 0
+        a = self.actor
+        linears = [m for m in a.latent if isinstance(m, nn.Linear)] + [a.mu, a.log_std]
+        self.explorer = self.numpy_explorer("sac", network, linears)
 
     def parts(self) -> dict[str, nn.Module]:
         return {"actor": self.actor, "critic": self.critic, "critic_target": self.critic_target}
@@ -47,7 +50,7 @@ class TorchSAC(TorchOffPolicyBase):
         return torch.tanh(self.actor(self._t(obs))).cpu().numpy()
 
     @torch.no_grad()
-    def explore(self, obs: np.ndarray) -> np.ndarray:
+    def framework_explore(self, obs: np.ndarray) -> np.ndarray:
         return self.actor.sample(self._t(obs))[0].cpu().numpy()
 
     def alpha_step(self, logp: torch.Tensor) -> torch.Tensor:

@@ -39,6 +39,8 @@ class TorchTD3(TorchOffPolicyBase):
         self.actor_opt = self.adam(list(self.actor.parameters()), lr)
         self.critic_opt = self.adam(list(self.critic.parameters()), lr)
         self.n_updates = 0  # critic steps taken; the actor steps when it is a multiple of policy_delay
+        linears = [m for m in self.actor.net if isinstance(m, nn.Linear)]
+        self.explorer = self.numpy_explorer("td3", network, linears)
 
     def parts(self) -> dict[str, nn.Module]:
         return {
@@ -52,7 +54,7 @@ class TorchTD3(TorchOffPolicyBase):
     def deterministic(self, obs: np.ndarray) -> np.ndarray:
         return self.actor(self._t(obs)).cpu().numpy()
 
-    explore = deterministic  # the driver adds the exploration noise
+    framework_explore = deterministic  # the driver adds the exploration noise
 
     def train_step(self, obs, actions, rewards, next_obs, dones) -> torch.Tensor:
         cfg = self.cfg

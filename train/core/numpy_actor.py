@@ -18,35 +18,28 @@ forward passes to this one.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
 from rl2edge.train.core.numpy_policy import Layers
 
-# SB3's clamp of SAC's log-std (train.torch_backend.nets.SACActor takes it from the network spec)
-LOG_STD_BOUNDS = (-20.0, 2.0)
-
 
 class NumpyActor:
     """`kind` "sac": the squashed Gaussian sample tanh(mean + exp(log_std) * noise), the last two of the
     loaded layers being the mean and log-std heads on the same latent; "td3": the deterministic
-    tanh(actor(obs)). Both in [-1, 1]-scaled units. `load` returns the layers as (kernel [in, out], bias)
-    arrays that stay valid until the next invalidate()."""
+    tanh(actor(obs)). Both in [-1, 1]-scaled units. `spec` is the checkpoint's network spec (activation,
+    and SAC's log-std clamp); `load` returns the layers as (kernel [in, out], bias) arrays that stay valid
+    until the next invalidate()."""
 
-    def __init__(
-        self,
-        kind: str,
-        activation: str,
-        load: Callable[[], Layers],
-        seed: int,
-        log_std_bounds: tuple[float, float] = LOG_STD_BOUNDS,
-    ):
+    def __init__(self, kind: str, spec: dict[str, Any], load: Callable[[], Layers], seed: int):
+        activation = spec["activation"]
         if kind not in ("sac", "td3"):
             raise ValueError(f"no numpy actor for {kind!r}: sac or td3")
         if activation not in ("relu", "tanh"):
             raise ValueError(f"no numpy form of activation {activation!r}")
         self.kind, self._relu, self._load = kind, activation == "relu", load
-        self._bounds = log_std_bounds
+        self._bounds = (float(spec.get("log_std_min", -20.0)), float(spec.get("log_std_max", 2.0)))
         # SAC's exploration noise: its own stream from the run's seed (the framework's stays the update's)
         self.rng = np.random.Generator(np.random.PCG64([seed, 0x5AC]))
         self._layers: Layers | None = None

@@ -48,6 +48,10 @@ class TFOffPolicyBase:
         actor's forward pass."""
         if self.device != "cpu":
             return None
+        if hasattr(self, "_train_many"):
+            raise RuntimeError(
+                "numpy_explorer() after compile(): the training graph would not return its weights"
+            )
         self._explorer_vars = list(variables)
         shapes = [tuple(v.shape) for v in variables]
         sizes = [int(np.prod(s)) for s in shapes]
@@ -61,8 +65,7 @@ class TFOffPolicyBase:
                 values = [a.reshape(s) for a, s in zip(parts, shapes, strict=True)]
             return list(zip(values[0::2], values[1::2], strict=True))
 
-        bounds = (float(spec.get("log_std_min", -20.0)), float(spec.get("log_std_max", 2.0)))
-        return NumpyActor(kind, spec["activation"], load, self.seed, bounds)
+        return NumpyActor(kind, spec, load, self.seed)
 
     def adam(self, variables: list[Any], lr: float) -> Any:
         opt = self.keras.optimizers.Adam(learning_rate=lr, epsilon=1e-8)  # torch's eps, as SB3

@@ -40,8 +40,7 @@ class TorchOffPolicyBase:
         def load() -> Layers:
             return [(m.weight.detach().numpy().T, m.bias.detach().numpy()) for m in layers]
 
-        bounds = (float(spec.get("log_std_min", -20.0)), float(spec.get("log_std_max", 2.0)))
-        return NumpyActor(kind, spec["activation"], load, self.seed, bounds)
+        return NumpyActor(kind, spec, load, self.seed)
 
     def explore(self, obs: np.ndarray) -> np.ndarray:
         """The behaviour action before the driver's noise: the numpy actor where there is one."""

@@ -12,6 +12,7 @@ import torch
 from rl2edge.train.core.checkpoint import load_checkpoint
 from rl2edge.train.core.config import PPOConfig
 from rl2edge.train.torch_backend import ppo as ppo_module
+from rl2edge.train.torch_backend.actor_critic_grad import ActorCriticGrad
 from rl2edge.train.torch_backend.nets import ActorCritic
 from rl2edge.train.torch_backend.ppo import clipped_surrogate
 from tests.conftest import tiny_train
@@ -42,24 +43,25 @@ def test_checkpoint_holds_the_contract(cartpole_run: Path) -> None:
 def test_update_uses_recorded_logprobs_and_values(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The update never re-evaluates the rollout to recover old log-probs: the first minibatch of each
     update sees ratio == 1 (within 1e-5: the rollout's log-probs come from the numpy policy, measured
-    2.4e-7 from torch's here; tests/test_numpy_policy.py's tolerance), and evaluate_actions runs once per
-    minibatch, nothing more."""
-    calls, first_ratios = {"evaluate": 0, "updates": 0}, []
-    real_eval, real_loss = ActorCritic.evaluate_actions, ppo_module.ppo_loss
+    2.4e-7 from torch's here; tests/test_numpy_policy.py's tolerance), and the update's forward pass runs
+    once per minibatch, nothing more."""
+    calls, first_ratios = {"forward": 0}, []
+    real_forward, real_grads = ActorCriticGrad.forward, ppo_module.ppo_grads
 
-    def counting_eval(self, obs, actions):
-        calls["evaluate"] += 1
-        return real_eval(self, obs, actions)
+    def counting_forward(self, obs, actions):
+        calls["forward"] += 1
+        return real_forward(self, obs, actions)
 
-    def spying_loss(logp, entropy, values, old_logp, *rest):
-        if calls["evaluate"] % per_update == 1:
-            first_ratios.append(float((logp - old_logp).detach().abs().max()))
-        return real_loss(logp, entropy, values, old_logp, *rest)
+    def spying_grads(fwd, old_logp, *rest):
+        if calls["forward"] % per_update == 1:
+            first_ratios.append(float((fwd.logp - old_logp).abs().max()))
+        return real_grads(fwd, old_logp, *rest)
 
     n_envs, n_steps, batch, epochs, updates = 2, 64, 32, 3, 2
     per_update = epochs * (n_envs * n_steps // batch)
-    monkeypatch.setattr(ActorCritic, "evaluate_actions", counting_eval)
-    monkeypatch.setattr(ppo_module, "ppo_loss", spying_loss)
+    monkeypatch.setattr(ActorCriticGrad, "forward", counting_forward)
+    monkeypatch.setattr(ActorCritic, "evaluate_actions", lambda *a: pytest.fail("a second forward pass"))
+    monkeypatch.setattr(ppo_module, "ppo_grads", spying_grads)
     tiny_train(
         "CartPole-v1",
         tmp_path / "r",
@@ -69,7 +71,7 @@ def test_update_uses_recorded_logprobs_and_values(tmp_path: Path, monkeypatch: p
         batch_size=batch,
         n_epochs=epochs,
     )
-    assert calls["evaluate"] == per_update * updates
+    assert calls["forward"] == per_update * updates
     assert first_ratios and max(first_ratios) < 1e-5
 
 

@@ -10,6 +10,7 @@ from torch import nn
 
 from rl2edge.train.core.config import A2CConfig
 from rl2edge.train.core.rollout import Minibatch
+from rl2edge.train.torch_backend.actor_critic_grad import Pass
 from rl2edge.train.torch_backend.ppo import TorchPPO
 
 STAT_NAMES = ("policy_loss", "value_loss", "entropy")
@@ -28,6 +29,17 @@ def a2c_loss(
     v_loss = nn.functional.mse_loss(returns, values)
     ent = entropy.mean()
     return pg_loss - cfg.ent_coef * ent + cfg.vf_coef * v_loss, pg_loss, v_loss, ent
+
+
+def a2c_grads(
+    fwd: Pass, adv: torch.Tensor, returns: torch.Tensor, cfg: A2CConfig
+) -> tuple[tuple[torch.Tensor, float, torch.Tensor], torch.Tensor]:
+    """a2c_loss's derivatives with respect to each sample's log-prob, entropy and value, for
+    ActorCriticGrad.backward, and the stats row (policy loss, value loss, entropy)."""
+    n = fwd.logp.shape[0]
+    diff = fwd.values - returns
+    stats = torch.stack([-(adv * fwd.logp).mean(), diff.square().mean(), fwd.entropy.mean()])
+    return (adv * (-1.0 / n), -cfg.ent_coef / n, diff * (2.0 * cfg.vf_coef / n)), stats
 
 
 class TorchA2C(TorchPPO):
@@ -49,6 +61,13 @@ class TorchA2C(TorchPPO):
         return self._loss_tensors(
             self._t(mb.obs), self._t(mb.actions), self._t(mb.advantages), self._t(mb.returns)
         )
+
+    @torch.no_grad()
+    def written_out_grads(self, mb: Minibatch, clip: float) -> torch.Tensor:
+        fwd = self.grad.forward(self._t(mb.obs), self._t(mb.actions))
+        grads, stats = a2c_grads(fwd, self._t(mb.advantages), self._t(mb.returns), self.cfg)
+        self.grad.backward(fwd, *grads)
+        return stats
 
     def _loss_tensors(  # type: ignore[override]  # A2C's loss takes no rollout log-probs, values or clip
         self, obs: torch.Tensor, actions: torch.Tensor, adv: torch.Tensor, returns: torch.Tensor

@@ -13,6 +13,7 @@ from torch import nn
 from rl2edge.train.core.config import PPOConfig
 from rl2edge.train.core.numpy_policy import RolloutWeights
 from rl2edge.train.core.rollout import Minibatch
+from rl2edge.train.torch_backend.actor_critic_grad import ActorCriticGrad, Pass
 from rl2edge.train.torch_backend.nets import ActorCritic, clip_grad_norm
 from rl2edge.train.torch_backend.optim_step import clear_grads, fused_adam_step
 from rl2edge.train.torch_backend.setup import setup_torch
@@ -47,6 +48,40 @@ def ppo_loss(
     return loss, pg_loss, v_loss, ent, ratio, log_ratio
 
 
+def ppo_grads(
+    fwd: Pass,
+    old_logp: torch.Tensor,
+    old_values: torch.Tensor,
+    adv: torch.Tensor,
+    returns: torch.Tensor,
+    clip: float,
+    cfg: PPOConfig,
+) -> tuple[tuple[torch.Tensor, float, torch.Tensor], tuple[torch.Tensor, ...]]:
+    """ppo_loss's derivatives with respect to each sample's log-prob, entropy and value, for
+    ActorCriticGrad.backward, and its stats (pg_loss, v_loss, ent, ratio, log_ratio)."""
+    n = fwd.logp.shape[0]
+    log_ratio = fwd.logp - old_logp
+    ratio = log_ratio.exp()
+    unclipped, clipped = adv * ratio, adv * ratio.clamp(1 - clip, 1 + clip)
+    pg_loss = -torch.min(unclipped, clipped).mean()
+    # The min's gradient is the unclipped term's, adv * ratio (d ratio / d logp = ratio), where that term
+    # is the min or the clip is inactive (the two terms equal); else zero: the clipped term is flat there.
+    passes = (unclipped <= clipped) | ((ratio >= 1 - clip) & (ratio <= 1 + clip))
+    g_logp = torch.where(passes, unclipped, 0.0).mul_(-1.0 / n)
+    values = fwd.values
+    g_scale = 2.0 * cfg.vf_coef / n  # d mean((v - R)^2) / dv = 2 (v - R) / n
+    if cfg.clip_range_vf is not None:
+        move = values - old_values
+        diff = old_values + move.clamp(-cfg.clip_range_vf, cfg.clip_range_vf) - returns
+        g_values = torch.where(move.abs() <= cfg.clip_range_vf, diff, 0.0).mul_(g_scale)
+    else:
+        diff = values - returns
+        g_values = diff * g_scale
+    v_loss = diff.square().mean()
+    ent = fwd.entropy.mean()
+    return (g_logp, -cfg.ent_coef / n, g_values), (pg_loss, v_loss, ent, ratio, log_ratio)
+
+
 class TorchPPO:
     framework = "torch"
 
@@ -56,6 +91,10 @@ class TorchPPO:
         self.policy = ActorCritic.from_network_spec(network).to(dev)
         self.params = list(self.policy.parameters())
         self.optimizer = self.make_optimizer()
+        self.grad = ActorCriticGrad(self.policy)
+        # True: the loss's gradient through autograd (`loss`), as `--compile` needs; the written-out
+        # gradient (ActorCriticGrad) is the default, the same values without autograd's per-op cost.
+        self.autograd = False
         self.compiled = False
 
     def compile_update(self) -> None:
@@ -67,7 +106,7 @@ class TorchPPO:
         gradient step, after 12.5 s of compiling into an empty cache; it pays after some 60k gradient
         steps there, and it is meant for GPUs, where per-kernel launch costs dominate small nets."""
         self._loss_tensors = torch.compile(self._loss_tensors, fullgraph=True, dynamic=False)
-        self.compiled = True
+        self.compiled = self.autograd = True
         self._clip_value: float | None = None
         self._clip_t: torch.Tensor | None = None
 
@@ -142,10 +181,31 @@ class TorchPPO:
             stats = torch.stack([pg_loss, v_loss, ent, kl, ((ratio - 1).abs() > clip).float().mean()])
         return loss, stats.detach()
 
+    @torch.no_grad()
+    def written_out_grads(self, mb: Minibatch, clip: float) -> torch.Tensor:
+        """The loss's gradient into every `.grad` through ActorCriticGrad (no autograd); the stats row
+        as `loss` returns it."""
+        fwd = self.grad.forward(self._t(mb.obs), self._t(mb.actions))
+        grads, (pg_loss, v_loss, ent, ratio, log_ratio) = ppo_grads(
+            fwd,
+            self._t(mb.old_logprobs),
+            self._t(mb.old_values),
+            self._t(mb.advantages),
+            self._t(mb.returns),
+            clip,
+            self.cfg,
+        )
+        self.grad.backward(fwd, *grads)
+        kl = ((ratio - 1) - log_ratio).mean()
+        return torch.stack([pg_loss, v_loss, ent, kl, ((ratio - 1).abs() > clip).float().mean()])
+
     def train_step(self, mb: Minibatch, clip: float) -> torch.Tensor:
-        loss, stats = self.loss(mb, clip)
-        clear_grads(self.optimizer)
-        loss.backward()
+        if self.autograd:  # e.g. the compiled graph, which differentiates through AOTAutograd
+            loss, stats = self.loss(mb, clip)
+            clear_grads(self.optimizer)
+            loss.backward()
+        else:
+            stats = self.written_out_grads(mb, clip)
         clip_grad_norm(self.params, self.cfg.max_grad_norm)
         fused_adam_step(self.optimizer)
         return stats  # on the device: one sync per update, not five per minibatch

@@ -393,3 +393,37 @@ def test_the_driver_sets_the_learning_rate_when_the_schedule_moves(tmp_path: Pat
     last = cfg.learning_rate(1.0 - 300 / 300)
     assert given[-1] == pytest.approx(last)
     assert all(g["lr"] == pytest.approx(last) for o in agents[0].optimizers for g in o.param_groups)
+
+
+def test_numpy_blas_runs_on_one_thread_during_an_offpolicy_run(tmp_path: Path) -> None:
+    """The explorer's numpy matmuls on one OpenBLAS thread while the run lasts (its idle worker spun on
+    sched_yield and held the second core), and the process's own setting back afterwards."""
+    from threadpoolctl import ThreadpoolController
+
+    from rl2edge.train.algos import train
+
+    cfg = build_config(
+        "Pendulum-v1",
+        overrides={"n_timesteps": 200, "learning_starts": 100, "eval_freq": 0, "eval_episodes": 1,
+                   "net_arch": [16]},
+        algo="sac",
+    )  # fmt: skip
+
+    def blas() -> list[int]:  # numpy's own OpenBLAS (another package may load an older one that stays at 1)
+        libs = ThreadpoolController().select(user_api="blas").info()
+        return [lib["num_threads"] for lib in libs if "numpy" in lib["filepath"]]
+
+    seen = []
+
+    class Probe(list):
+        def append(self, agent) -> None:
+            seen.append(blas())
+            super().append(agent)
+
+    with ThreadpoolController().select(user_api="blas").limit(limits=2):
+        assert blas() and set(blas()) == {2}
+        train(
+            "torch", "Pendulum-v1", cfg, 0, tmp_path / "run", device="cpu", progress=False, agent_out=Probe()
+        )
+        assert set(blas()) == {2}
+    assert seen and set(seen[0]) == {1}

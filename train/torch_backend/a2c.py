@@ -10,7 +10,7 @@ from torch import nn
 
 from rl2edge.train.core.config import A2CConfig
 from rl2edge.train.core.rollout import Minibatch
-from rl2edge.train.torch_backend.actor_critic_grad import Pass
+from rl2edge.train.torch_backend.actor_critic_grad import ForwardPass
 from rl2edge.train.torch_backend.ppo import TorchPPO
 
 STAT_NAMES = ("policy_loss", "value_loss", "entropy")
@@ -24,7 +24,8 @@ def a2c_loss(
     returns: torch.Tensor,
     cfg: A2CConfig,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(loss, policy loss, value loss, mean entropy), each a mean over the batch."""
+    """(loss, policy loss, value loss, mean entropy), each a mean over the batch. a2c_grads writes out
+    its derivative, so a change here goes there too (tests/test_actor_critic_grad.py compares them)."""
     pg_loss = -(adv * logp).mean()
     v_loss = nn.functional.mse_loss(returns, values)
     ent = entropy.mean()
@@ -32,7 +33,7 @@ def a2c_loss(
 
 
 def a2c_grads(
-    fwd: Pass, adv: torch.Tensor, returns: torch.Tensor, cfg: A2CConfig
+    fwd: ForwardPass, adv: torch.Tensor, returns: torch.Tensor, cfg: A2CConfig
 ) -> tuple[tuple[torch.Tensor, float, torch.Tensor], torch.Tensor]:
     """a2c_loss's derivatives with respect to each sample's log-prob, entropy and value, for
     ActorCriticGrad.backward, and the stats row (policy loss, value loss, entropy)."""
@@ -64,9 +65,10 @@ class TorchA2C(TorchPPO):
 
     @torch.no_grad()
     def written_out_grads(self, mb: Minibatch, clip: float) -> torch.Tensor:
-        fwd = self.grad.forward(self._t(mb.obs), self._t(mb.actions))
+        assert self.backprop is not None, "this network trains through autograd (self.autograd)"
+        fwd = self.backprop.forward(self._t(mb.obs), self._t(mb.actions))
         grads, stats = a2c_grads(fwd, self._t(mb.advantages), self._t(mb.returns), self.cfg)
-        self.grad.backward(fwd, *grads)
+        self.backprop.backward(fwd, *grads)
         return stats
 
     def _loss_tensors(  # type: ignore[override]  # A2C's loss takes no rollout log-probs, values or clip

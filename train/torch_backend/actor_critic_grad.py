@@ -38,7 +38,7 @@ _ACTIVATIONS: dict[type[nn.Module], tuple[Op, Op]] = {
 
 
 @dataclass
-class Pass:
+class ForwardPass:
     """One forward pass over a minibatch: what the loss needs and what the backward reuses."""
 
     logp: torch.Tensor  # [B]
@@ -85,7 +85,7 @@ class ActorCriticGrad:
         return x, inputs
 
     @torch.no_grad()
-    def forward(self, obs: torch.Tensor, actions: torch.Tensor) -> Pass:
+    def forward(self, obs: torch.Tensor, actions: torch.Tensor) -> ForwardPass:
         """evaluate_actions' values (its formulas, the same ops) with the activations kept."""
         out, actor_inputs = self._mlp(self.actor, obs)
         value, critic_inputs = self._mlp(self.critic, obs)
@@ -94,22 +94,24 @@ class ActorCriticGrad:
             logp_all = out.log_softmax(-1)
             logp = logp_all.gather(-1, actions[:, None])[:, 0]
             entropy = -(logp_all.exp() * logp_all).sum(-1)
-            return Pass(logp, entropy, values, actions, actor_inputs, critic_inputs, logp_all=logp_all)
+            return ForwardPass(logp, entropy, values, actions, actor_inputs, critic_inputs, logp_all=logp_all)
         log_std = self.policy.log_std
         inv_std = torch.exp(-log_std)
         z = (actions - out) * inv_std
         logp = (-0.5 * z * z - log_std - 0.5 * LOG_2PI).sum(-1)
         entropy = (0.5 + 0.5 * LOG_2PI + log_std).expand_as(out).sum(-1)
-        return Pass(logp, entropy, values, actions, actor_inputs, critic_inputs, z=z, inv_std=inv_std)
+        return ForwardPass(logp, entropy, values, actions, actor_inputs, critic_inputs, z=z, inv_std=inv_std)
 
     @torch.no_grad()
-    def backward(self, fwd: Pass, g_logp: torch.Tensor, g_entropy: float, g_values: torch.Tensor) -> None:
+    def backward(
+        self, fwd: ForwardPass, g_logp: torch.Tensor, g_entropy: float, g_values: torch.Tensor
+    ) -> None:
         """Write d loss / d parameter into every `.grad`, given d loss / d logp_i (`g_logp`, [B]),
         d loss / d entropy_i (the same for every sample in PPO's and A2C's mean: `g_entropy`) and
         d loss / d value_i (`g_values`, [B])."""
         for p in self.params:
-            if p.grad is None:
-                p.grad = torch.empty_like(p)
+            if p.grad is None:  # zeros, not empty: a parameter left unwritten must not step on garbage
+                p.grad = torch.zeros_like(p)
         if fwd.logp_all is not None:
             g_out = self._categorical_backward(fwd, g_logp, g_entropy)
         else:
@@ -118,7 +120,7 @@ class ActorCriticGrad:
         self._mlp_backward(self.critic, fwd.critic_inputs, g_values[:, None])
 
     @staticmethod
-    def _categorical_backward(fwd: Pass, g_logp: torch.Tensor, g_entropy: float) -> torch.Tensor:
+    def _categorical_backward(fwd: ForwardPass, g_logp: torch.Tensor, g_entropy: float) -> torch.Tensor:
         """d loss / d logits. logp_a = logits_a - logsumexp(logits), so d logp_a / d logits = onehot(a) - p;
         entropy = -sum p log p, so its gradient with respect to the log-softmax is -(p + p log p)."""
         logp_all = fwd.logp_all
@@ -131,7 +133,7 @@ class ActorCriticGrad:
         g.scatter_add_(-1, fwd.actions[:, None], g_logp[:, None])
         return g - p * g.sum(-1, keepdim=True)
 
-    def _gaussian_backward(self, fwd: Pass, g_logp: torch.Tensor, g_entropy: float) -> torch.Tensor:
+    def _gaussian_backward(self, fwd: ForwardPass, g_logp: torch.Tensor, g_entropy: float) -> torch.Tensor:
         """d loss / d mean, and the log std's gradient. With z = (a - mean) / std:
         d logp / d mean = z / std, d logp / d log_std = z^2 - 1, d entropy / d log_std = 1."""
         z, inv_std = fwd.z, fwd.inv_std

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -13,11 +14,13 @@ from torch import nn
 from rl2edge.train.core.config import PPOConfig
 from rl2edge.train.core.numpy_policy import RolloutWeights
 from rl2edge.train.core.rollout import Minibatch
-from rl2edge.train.torch_backend.actor_critic_grad import ActorCriticGrad, Pass
+from rl2edge.train.torch_backend.actor_critic_grad import ActorCriticGrad, ForwardPass
 from rl2edge.train.torch_backend.nets import ActorCritic, clip_grad_norm
 from rl2edge.train.torch_backend.optim_step import clear_grads, fused_adam_step
 from rl2edge.train.torch_backend.setup import setup_torch
 from rl2edge.train.torch_backend.weights import save_safetensors, state_copy
+
+_logger = logging.getLogger(__name__)
 
 
 def clipped_surrogate(adv: torch.Tensor, ratio: torch.Tensor, clip: float | torch.Tensor) -> torch.Tensor:
@@ -37,6 +40,8 @@ def ppo_loss(
     clip: float | torch.Tensor,
     cfg: PPOConfig,
 ) -> tuple[torch.Tensor, ...]:
+    """PPO's loss through autograd (`train --compile`, and the reference): ppo_grads writes out its
+    derivative, so a change here goes there too (tests/test_actor_critic_grad.py compares them)."""
     log_ratio = logp - old_logp
     ratio = log_ratio.exp()
     pg_loss = clipped_surrogate(adv, ratio, clip)
@@ -48,8 +53,22 @@ def ppo_loss(
     return loss, pg_loss, v_loss, ent, ratio, log_ratio
 
 
+def ppo_stats(
+    pg_loss: torch.Tensor,
+    v_loss: torch.Tensor,
+    ent: torch.Tensor,
+    ratio: torch.Tensor,
+    log_ratio: torch.Tensor,
+    clip: float | torch.Tensor,
+) -> torch.Tensor:
+    """The update's stats row: the three losses, the approximate KL (Schulman's k3) and the fraction
+    of samples whose ratio left the clip range."""
+    kl = ((ratio - 1) - log_ratio).mean()
+    return torch.stack([pg_loss, v_loss, ent, kl, ((ratio - 1).abs() > clip).float().mean()])
+
+
 def ppo_grads(
-    fwd: Pass,
+    fwd: ForwardPass,
     old_logp: torch.Tensor,
     old_values: torch.Tensor,
     adv: torch.Tensor,
@@ -65,9 +84,10 @@ def ppo_grads(
     unclipped, clipped = adv * ratio, adv * ratio.clamp(1 - clip, 1 + clip)
     pg_loss = -torch.min(unclipped, clipped).mean()
     # The min's gradient is the unclipped term's, adv * ratio (d ratio / d logp = ratio), where that term
-    # is the min or the clip is inactive (the two terms equal); else zero: the clipped term is flat there.
-    passes = (unclipped <= clipped) | ((ratio >= 1 - clip) & (ratio <= 1 + clip))
-    g_logp = torch.where(passes, unclipped, 0.0).mul_(-1.0 / n)
+    # is the min; else zero (the clipped term is flat outside the range). Inside the range the two terms
+    # are equal and autograd gives each half, which sums to the whole. Where rounding makes them equal
+    # just outside it (adv * ratio == adv * (1 + clip) in float32), autograd would give half: harmless.
+    g_logp = torch.where(unclipped <= clipped, unclipped, 0.0).mul_(-1.0 / n)
     values = fwd.values
     g_scale = 2.0 * cfg.vf_coef / n  # d mean((v - R)^2) / dv = 2 (v - R) / n
     if cfg.clip_range_vf is not None:
@@ -91,10 +111,16 @@ class TorchPPO:
         self.policy = ActorCritic.from_network_spec(network).to(dev)
         self.params = list(self.policy.parameters())
         self.optimizer = self.make_optimizer()
-        self.grad = ActorCriticGrad(self.policy)
-        # True: the loss's gradient through autograd (`loss`), as `--compile` needs; the written-out
-        # gradient (ActorCriticGrad) is the default, the same values without autograd's per-op cost.
-        self.autograd = False
+        # `autograd` True: train_step differentiates `loss` through autograd (compile_update sets it: the
+        # compiled graph differentiates through AOTAutograd). False, the default: the written-out
+        # gradient (ActorCriticGrad), the same values within float32 rounding without autograd's per-op
+        # cost. A network it does not cover (another activation) falls back to autograd.
+        self.backprop: ActorCriticGrad | None = None
+        try:
+            self.backprop = ActorCriticGrad(self.policy)
+        except ValueError as exc:
+            _logger.info("training through autograd: %s", exc)
+        self.autograd = self.backprop is None
         self.compiled = False
 
     def compile_update(self) -> None:
@@ -178,15 +204,15 @@ class TorchPPO:
             logp, entropy, values, old_logp, old_values, adv, returns, clip, self.cfg
         )
         with torch.no_grad():
-            kl = ((ratio - 1) - log_ratio).mean()
-            stats = torch.stack([pg_loss, v_loss, ent, kl, ((ratio - 1).abs() > clip).float().mean()])
+            stats = ppo_stats(pg_loss, v_loss, ent, ratio, log_ratio, clip)
         return loss, stats.detach()
 
     @torch.no_grad()
     def written_out_grads(self, mb: Minibatch, clip: float) -> torch.Tensor:
         """The loss's gradient into every `.grad` through ActorCriticGrad (no autograd); the stats row
         as `loss` returns it."""
-        fwd = self.grad.forward(self._t(mb.obs), self._t(mb.actions))
+        assert self.backprop is not None, "this network trains through autograd (self.autograd)"
+        fwd = self.backprop.forward(self._t(mb.obs), self._t(mb.actions))
         grads, (pg_loss, v_loss, ent, ratio, log_ratio) = ppo_grads(
             fwd,
             self._t(mb.old_logprobs),
@@ -196,12 +222,11 @@ class TorchPPO:
             clip,
             self.cfg,
         )
-        self.grad.backward(fwd, *grads)
-        kl = ((ratio - 1) - log_ratio).mean()
-        return torch.stack([pg_loss, v_loss, ent, kl, ((ratio - 1).abs() > clip).float().mean()])
+        self.backprop.backward(fwd, *grads)
+        return ppo_stats(pg_loss, v_loss, ent, ratio, log_ratio, clip)
 
     def train_step(self, mb: Minibatch, clip: float) -> torch.Tensor:
-        if self.autograd:  # e.g. the compiled graph, which differentiates through AOTAutograd
+        if self.autograd:
             loss, stats = self.loss(mb, clip)
             clear_grads(self.optimizer)
             loss.backward()

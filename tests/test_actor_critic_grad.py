@@ -20,6 +20,7 @@ from rl2edge.train.core.config import A2CConfig, PPOConfig
 from rl2edge.train.core.rollout import Minibatch
 from rl2edge.train.torch_backend.a2c import TorchA2C
 from rl2edge.train.torch_backend.actor_critic_grad import ActorCriticGrad, ForwardPass
+from rl2edge.train.torch_backend.nets import ActionTerms
 from rl2edge.train.torch_backend.optim_step import clear_grads
 from rl2edge.train.torch_backend.ppo import TorchPPO, clipped_surrogate, ppo_grads
 
@@ -147,9 +148,8 @@ def test_ppo_gradient_at_ties_and_zero_advantages(clip: float) -> None:
     old_logp = torch.full((10,), -0.7)
     logp = (old_logp + log_ratio).requires_grad_()
     clipped_surrogate(adv, (logp - old_logp).exp(), clip).backward()
-    fwd = ForwardPass(
-        logp.detach(), torch.zeros(10), torch.zeros(10), torch.zeros(10, dtype=torch.long), [], []
-    )
+    terms = ActionTerms(logp.detach(), torch.zeros(10))
+    fwd = ForwardPass(terms, torch.zeros(10), torch.zeros(10, dtype=torch.long), [], [])
     (g_logp, _, _), _ = ppo_grads(fwd, old_logp, old_logp, adv, torch.zeros(10), clip, PPOConfig())
     torch.testing.assert_close(g_logp, logp.grad, rtol=1e-6, atol=0)
     assert (g_logp != 0).any() and (g_logp == 0).any()  # both branches among the cases

@@ -54,7 +54,7 @@ def test_update_uses_recorded_logprobs_and_values(tmp_path: Path, monkeypatch: p
 
     def spying_grads(fwd, old_logp, *rest):
         if calls["forward"] % per_update == 1:
-            first_ratios.append(float((fwd.logp - old_logp).abs().max()))
+            first_ratios.append(float((fwd.terms.logp - old_logp).abs().max()))
         return real_grads(fwd, old_logp, *rest)
 
     n_envs, n_steps, batch, epochs, updates = 2, 64, 32, 3, 2

@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
-from threadpoolctl import ThreadpoolController
 
 from rl2edge.errors import ConfigError
 from rl2edge.train.core.evaluation import EvalResult
@@ -35,6 +34,7 @@ from rl2edge.train.core.offpolicy_config import (
 )
 from rl2edge.train.core.replay import PrioritizedReplayBuffer, ReplayBatch, ReplayBuffer
 from rl2edge.train.core.spaces import obs_dim, output_width
+from rl2edge.train.core.threads import one_blas_thread
 
 _logger = logging.getLogger(__name__)
 
@@ -110,11 +110,10 @@ def train_offpolicy(
     progress: bool | None = None,
     on_evaluation: Callable[[int, EvalResult], bool] | None = None,
 ) -> TrainResult:
-    # numpy's BLAS (OpenBLAS) on one thread for the run, as the PPO rollout has it: the numpy explorer's
-    # 256-wide matmuls made OpenBLAS wake its worker, which then spins on sched_yield between calls. In a
-    # 3000-step SAC run (torch, one thread) it held the second core (12.5 s of system time in 18 s), and
-    # the run took 28.2 against 26.2 s with it off. The frameworks' own threads are not numpy's.
-    with ThreadpoolController().select(user_api="blas").limit(limits=1):
+    # numpy's BLAS on one thread for the run, as the PPO rollout has it: after the numpy explorer's
+    # 256-wide matmuls OpenBLAS's worker spun on sched_yield between calls. In a 3000-step torch SAC run
+    # (timed by hand) it held the second core, 12.5 s of system time in 18 s; the run took 28.2 -> 26.2 s.
+    with one_blas_thread():
         return _train_offpolicy(env_id, cfg, seed, run_dir, make_agent, device, progress, on_evaluation)
 
 

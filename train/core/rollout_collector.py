@@ -25,11 +25,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from threadpoolctl import ThreadpoolController
 
 from rl2edge.train.core.envs import make_vec_env
 from rl2edge.train.core.normalization import RunningNormalizer
 from rl2edge.train.core.numpy_policy import NumpyActorCritic, RolloutWeights
+from rl2edge.train.core.threads import one_blas_thread
 
 _NOISE_KEY = 0xAC7  # separates the action noise streams from every other use of the run's seed
 
@@ -106,14 +106,13 @@ class RolloutCollector:
         self.first, self.count, self.gamma32, self.pad_to = first, count, np.float32(gamma), pad_to
         self.norm, self.live_norm, self.to_env = norm, live_norm, to_env
         self.policy = NumpyActorCritic(network)
-        self._blas = ThreadpoolController().select(user_api="blas")  # numpy's, found once
         self.noise = PerEnvNoise(seed, range(first, first + count), network["act_dim"], network["discrete"])
         self.ep_returns = np.zeros(count)
         self.raw_obs, _ = self.envs.reset(seed=seed + first)  # env j of the slice: seed + first + j
 
     def collect(self, n_steps: int, weights: RolloutWeights) -> Segment:
         self.policy.load(weights)
-        with self._blas.limit(limits=1):  # the same bits whatever the machine's core count
+        with one_blas_thread():
             return self._collect(n_steps)
 
     def _collect(self, n_steps: int) -> Segment:

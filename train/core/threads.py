@@ -9,6 +9,12 @@ project's 2-core machine, benchmarks/results/train_throughput_sac_t2.md); benchm
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager
+from functools import cache
+from typing import Any
+
+from threadpoolctl import ThreadpoolController
+
 from rl2edge.errors import ConfigError
 
 _threads = 1
@@ -24,3 +30,16 @@ def set_cpu_threads(n: int) -> None:
 
 def cpu_threads() -> int:
     return _threads
+
+
+@cache
+def _numpy_blas() -> Any:
+    return ThreadpoolController().select(user_api="blas")  # the BLAS libraries loaded, found once
+
+
+def one_blas_thread() -> AbstractContextManager[Any]:
+    """numpy's BLAS (OpenBLAS) on one thread inside the `with`, the caller's setting back after it: the
+    same bits whatever the machine's core count, and no idle OpenBLAS worker spinning on sched_yield
+    beside a single-threaded trainer (it held the second core in off-policy runs). The frameworks' own
+    thread pools are not numpy's and keep cpu_threads()."""
+    return _numpy_blas().limit(limits=1)

@@ -37,9 +37,9 @@ def a2c_grads(
 ) -> tuple[tuple[torch.Tensor, float, torch.Tensor], torch.Tensor]:
     """a2c_loss's derivatives with respect to each sample's log-prob, entropy and value, for
     ActorCriticGrad.backward, and the stats row (policy loss, value loss, entropy)."""
-    n = fwd.logp.shape[0]
+    n = fwd.terms.logp.shape[0]
     diff = fwd.values - returns
-    stats = torch.stack([-(adv * fwd.logp).mean(), diff.square().mean(), fwd.entropy.mean()])
+    stats = torch.stack([-(adv * fwd.terms.logp).mean(), diff.square().mean(), fwd.terms.entropy.mean()])
     return (adv * (-1.0 / n), -cfg.ent_coef / n, diff * (2.0 * cfg.vf_coef / n)), stats
 
 

@@ -26,12 +26,12 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from rl2edge.train.torch_backend.nets import LOG_2PI, ActorCritic
+from rl2edge.train.torch_backend.nets import ActionTerms, ActorCritic
 
 _aten = torch.ops.aten
 Op = Callable[..., torch.Tensor]
 # Each activation and its backward g * act'(x), computed from the output h as autograd computes it.
-_ACTIVATIONS: dict[type[nn.Module], tuple[Op, Op]] = {
+_WITH_BACKWARD: dict[type[nn.Module], tuple[Op, Op]] = {
     nn.Tanh: (torch.tanh, lambda g, h: _aten.tanh_backward(g, h)),  # g * (1 - h^2)
     nn.ReLU: (torch.relu, lambda g, h: _aten.threshold_backward(g, h, 0)),  # g where h > 0
 }
@@ -41,15 +41,11 @@ _ACTIVATIONS: dict[type[nn.Module], tuple[Op, Op]] = {
 class ForwardPass:
     """One forward pass over a minibatch: what the loss needs and what the backward reuses."""
 
-    logp: torch.Tensor  # [B]
-    entropy: torch.Tensor  # [B]
+    terms: ActionTerms  # log-prob and entropy per sample, with the distribution's intermediates
     values: torch.Tensor  # [B]
     actions: torch.Tensor
     actor_inputs: list[torch.Tensor]  # each actor layer's input: the observation, then hidden outputs
     critic_inputs: list[torch.Tensor]
-    logp_all: torch.Tensor | None = None  # categorical: log-softmax of the logits [B, n]
-    z: torch.Tensor | None = None  # Gaussian: (action - mean) / std [B, A]
-    inv_std: torch.Tensor | None = None  # Gaussian: exp(-log_std) [A]
 
 
 class ActorCriticGrad:
@@ -61,9 +57,9 @@ class ActorCriticGrad:
         self.actor = self._linears(policy.actor)
         self.critic = self._linears(policy.critic)
         acts = {type(m) for seq in (policy.actor, policy.critic) for m in seq if not isinstance(m, nn.Linear)}
-        if len(acts) > 1 or not acts <= set(_ACTIVATIONS):
+        if len(acts) > 1 or not acts <= set(_WITH_BACKWARD):
             raise ValueError(f"no written-out gradient for activations {sorted(a.__name__ for a in acts)}")
-        self.act, self.act_backward = _ACTIVATIONS[acts.pop() if acts else nn.Tanh]  # none: no hidden layer
+        self.act, self.act_backward = _WITH_BACKWARD[acts.pop() if acts else nn.Tanh]  # none: no hidden layer
         self.params = list(policy.parameters())
 
     @staticmethod
@@ -86,21 +82,11 @@ class ActorCriticGrad:
 
     @torch.no_grad()
     def forward(self, obs: torch.Tensor, actions: torch.Tensor) -> ForwardPass:
-        """evaluate_actions' values (its formulas, the same ops) with the activations kept."""
+        """evaluate_actions' values (the same ops: ActorCritic.action_terms) with the activations kept."""
         out, actor_inputs = self._mlp(self.actor, obs)
         value, critic_inputs = self._mlp(self.critic, obs)
-        values = value[:, 0]
-        if self.policy.discrete:
-            logp_all = out.log_softmax(-1)
-            logp = logp_all.gather(-1, actions[:, None])[:, 0]
-            entropy = -(logp_all.exp() * logp_all).sum(-1)
-            return ForwardPass(logp, entropy, values, actions, actor_inputs, critic_inputs, logp_all=logp_all)
-        log_std = self.policy.log_std
-        inv_std = torch.exp(-log_std)
-        z = (actions - out) * inv_std
-        logp = (-0.5 * z * z - log_std - 0.5 * LOG_2PI).sum(-1)
-        entropy = (0.5 + 0.5 * LOG_2PI + log_std).expand_as(out).sum(-1)
-        return ForwardPass(logp, entropy, values, actions, actor_inputs, critic_inputs, z=z, inv_std=inv_std)
+        terms = self.policy.action_terms(out, actions)
+        return ForwardPass(terms, value[:, 0], actions, actor_inputs, critic_inputs)
 
     @torch.no_grad()
     def backward(
@@ -112,7 +98,7 @@ class ActorCriticGrad:
         for p in self.params:
             if p.grad is None:  # zeros, not empty: a parameter left unwritten must not step on garbage
                 p.grad = torch.zeros_like(p)
-        if fwd.logp_all is not None:
+        if fwd.terms.logp_all is not None:
             g_out = self._categorical_backward(fwd, g_logp, g_entropy)
         else:
             g_out = self._gaussian_backward(fwd, g_logp, g_entropy)
@@ -123,7 +109,7 @@ class ActorCriticGrad:
     def _categorical_backward(fwd: ForwardPass, g_logp: torch.Tensor, g_entropy: float) -> torch.Tensor:
         """d loss / d logits. logp_a = logits_a - logsumexp(logits), so d logp_a / d logits = onehot(a) - p;
         entropy = -sum p log p, so its gradient with respect to the log-softmax is -(p + p log p)."""
-        logp_all = fwd.logp_all
+        logp_all = fwd.terms.logp_all
         assert logp_all is not None
         p = logp_all.exp()
         if g_entropy == 0.0:  # the log-softmax's backward, G - p * sum(G), for G = onehot(a) * g_logp
@@ -136,14 +122,14 @@ class ActorCriticGrad:
     def _gaussian_backward(self, fwd: ForwardPass, g_logp: torch.Tensor, g_entropy: float) -> torch.Tensor:
         """d loss / d mean, and the log std's gradient. With z = (a - mean) / std:
         d logp / d mean = z / std, d logp / d log_std = z^2 - 1, d entropy / d log_std = 1."""
-        z, inv_std = fwd.z, fwd.inv_std
-        assert z is not None and inv_std is not None
+        z = fwd.terms.z
+        assert z is not None
         gz = g_logp[:, None] * z
         log_std_grad = self.policy.log_std.grad
         assert log_std_grad is not None
         torch.sum(gz * z - g_logp[:, None], 0, out=log_std_grad)
         log_std_grad.add_(g_entropy * z.shape[0])
-        return gz * inv_std
+        return gz * torch.exp(-self.policy.log_std)
 
     def _mlp_backward(self, linears: list[nn.Linear], inputs: list[torch.Tensor], g: torch.Tensor) -> None:
         for i in range(len(linears) - 1, -1, -1):

@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -69,6 +70,16 @@ def clip_grad_norm(params: list[nn.Parameter], max_norm: float) -> None:
     grads = [p.grad for p in params if p.grad is not None]
     total = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))
     torch._foreach_mul_(grads, torch.clamp(max_norm / (total + 1e-6), max=1.0))
+
+
+@dataclass
+class ActionTerms:
+    """ActorCritic.action_terms: per-sample log-prob and entropy, and the distribution's intermediates."""
+
+    logp: torch.Tensor  # [B]
+    entropy: torch.Tensor  # [B]
+    logp_all: torch.Tensor | None = None  # categorical: log-softmax of the logits [B, n]
+    z: torch.Tensor | None = None  # Gaussian: (action - mean) / std [B, A]
 
 
 class ActorCritic(nn.Module):
@@ -127,20 +138,23 @@ class ActorCritic(nn.Module):
     def evaluate_actions(
         self, obs: torch.Tensor, actions: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        # The distributions' formulas written out (torch.distributions builds objects and checks per call):
-        # the categorical's log-softmax, gathered, and its entropy; the diagonal Gaussian's log-density
-        # and entropy summed over the action's dimensions.
-        out = run_mlp(self.actor, obs)
+        terms = self.action_terms(run_mlp(self.actor, obs), actions)
+        return terms.logp, terms.entropy, self.value(obs)
+
+    def action_terms(self, out: torch.Tensor, actions: torch.Tensor) -> ActionTerms:
+        """Log-prob and entropy of `actions` under the distribution of the actor's output `out`, with
+        the intermediates a written-out backward reuses (train.torch_backend.actor_critic_grad). The
+        distributions' formulas written out (torch.distributions builds objects and checks per call):
+        the categorical's log-softmax, gathered, and its entropy; the diagonal Gaussian's log-density and
+        entropy summed over the action's dimensions."""
         if self.discrete:
             logp_all = out.log_softmax(-1)
             logp = logp_all.gather(-1, actions[:, None])[:, 0]
-            entropy = -(logp_all.exp() * logp_all).sum(-1)
-        else:
-            log_std = self.log_std.expand_as(out)
-            z = (actions - out) * torch.exp(-log_std)
-            logp = (-0.5 * z * z - log_std - 0.5 * LOG_2PI).sum(-1)
-            entropy = (0.5 + 0.5 * LOG_2PI + log_std).sum(-1)
-        return logp, entropy, self.value(obs)
+            return ActionTerms(logp, -(logp_all.exp() * logp_all).sum(-1), logp_all=logp_all)
+        log_std = self.log_std.expand_as(out)
+        z = (actions - out) * torch.exp(-log_std)
+        logp = (-0.5 * z * z - log_std - 0.5 * LOG_2PI).sum(-1)
+        return ActionTerms(logp, (0.5 + 0.5 * LOG_2PI + log_std).sum(-1), z=z)
 
     def deterministic(self, obs: torch.Tensor) -> torch.Tensor:
         """Argmax index (discrete) or the Gaussian mean in scaled units (Box): the exported head's input."""

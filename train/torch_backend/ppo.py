@@ -78,8 +78,8 @@ def ppo_grads(
 ) -> tuple[tuple[torch.Tensor, float, torch.Tensor], tuple[torch.Tensor, ...]]:
     """ppo_loss's derivatives with respect to each sample's log-prob, entropy and value, for
     ActorCriticGrad.backward, and its stats (pg_loss, v_loss, ent, ratio, log_ratio)."""
-    n = fwd.logp.shape[0]
-    log_ratio = fwd.logp - old_logp
+    n = fwd.terms.logp.shape[0]
+    log_ratio = fwd.terms.logp - old_logp
     ratio = log_ratio.exp()
     unclipped, clipped = adv * ratio, adv * ratio.clamp(1 - clip, 1 + clip)
     pg_loss = -torch.min(unclipped, clipped).mean()
@@ -98,7 +98,7 @@ def ppo_grads(
         diff = values - returns
         g_values = diff * g_scale
     v_loss = diff.square().mean()
-    ent = fwd.entropy.mean()
+    ent = fwd.terms.entropy.mean()
     return (g_logp, -cfg.ent_coef / n, g_values), (pg_loss, v_loss, ent, ratio, log_ratio)
 
 

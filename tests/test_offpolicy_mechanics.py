@@ -313,10 +313,13 @@ def test_actor_loss_through_frozen_critics_gives_the_actor_its_gradient_and_the_
 
 @pytest.mark.parametrize("algo", ["sac", "td3"])
 def test_torch_actor_steps_run_the_critics_frozen(algo: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """In the agents' own update: the critic step runs the critics trainable, the actor step frozen."""
+    """In the agents' autograd update: the critic step runs the critics trainable, the actor step frozen.
+    (The written-out update, the default, never computes the critics' weight gradients in the actor's
+    step; tests/test_offpolicy_grad.py holds its gradients to these.)"""
     from rl2edge.train.torch_backend.nets import Critics
 
     agent = _agent("torch", algo, **({"policy_delay": 1} if algo == "td3" else {}))
+    agent.autograd = True
     seen: list[tuple[str, bool]] = []
     for name in ("forward", "first"):
         real = getattr(Critics, name)

@@ -20,21 +20,12 @@ state-independent log std). Autograd stays the reference: `TorchPPO.loss` is the
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
-from torch import nn
 
+from rl2edge.train.torch_backend.mlp_grad import MLPGrad, activation_of, ensure_grads
 from rl2edge.train.torch_backend.nets import ActionTerms, ActorCritic
-
-_aten = torch.ops.aten
-Op = Callable[..., torch.Tensor]
-# Each activation and its backward g * act'(x), computed from the output h as autograd computes it.
-_WITH_BACKWARD: dict[type[nn.Module], tuple[Op, Op]] = {
-    nn.Tanh: (torch.tanh, lambda g, h: _aten.tanh_backward(g, h)),  # g * (1 - h^2)
-    nn.ReLU: (torch.relu, lambda g, h: _aten.threshold_backward(g, h, 0)),  # g where h > 0
-}
 
 
 @dataclass
@@ -54,37 +45,16 @@ class ActorCriticGrad:
 
     def __init__(self, policy: ActorCritic):
         self.policy = policy
-        self.actor = self._linears(policy.actor)
-        self.critic = self._linears(policy.critic)
-        acts = {type(m) for seq in (policy.actor, policy.critic) for m in seq if not isinstance(m, nn.Linear)}
-        if len(acts) > 1 or not acts <= set(_WITH_BACKWARD):
-            raise ValueError(f"no written-out gradient for activations {sorted(a.__name__ for a in acts)}")
-        self.act, self.act_backward = _WITH_BACKWARD[acts.pop() if acts else nn.Tanh]  # none: no hidden layer
+        activation = activation_of(policy.actor, policy.critic)  # one for both, as ActorCritic builds them
+        self.actor = MLPGrad(policy.actor, activation)
+        self.critic = MLPGrad(policy.critic, activation)
         self.params = list(policy.parameters())
-
-    @staticmethod
-    def _linears(seq: nn.Sequential) -> list[nn.Linear]:
-        layers = list(seq)
-        linears = [m for m in layers if isinstance(m, nn.Linear)]
-        # Linear, activation, Linear, ..., Linear: what nets.mlp builds and the backward assumes.
-        if layers[::2] != linears or len(layers) != 2 * len(linears) - 1:
-            raise ValueError(f"expected alternating Linear and activation layers, got {seq}")
-        return linears
-
-    def _mlp(self, linears: list[nn.Linear], x: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
-        inputs = [x]
-        for i, layer in enumerate(linears):
-            x = torch.addmm(layer.bias, x, layer.weight.t())
-            if i < len(linears) - 1:
-                x = self.act(x)
-                inputs.append(x)
-        return x, inputs
 
     @torch.no_grad()
     def forward(self, obs: torch.Tensor, actions: torch.Tensor) -> ForwardPass:
         """evaluate_actions' values (the same ops: ActorCritic.action_terms) with the activations kept."""
-        out, actor_inputs = self._mlp(self.actor, obs)
-        value, critic_inputs = self._mlp(self.critic, obs)
+        out, actor_inputs = self.actor.forward(obs)
+        value, critic_inputs = self.critic.forward(obs)
         terms = self.policy.action_terms(out, actions)
         return ForwardPass(terms, value[:, 0], actions, actor_inputs, critic_inputs)
 
@@ -95,15 +65,13 @@ class ActorCriticGrad:
         """Write d loss / d parameter into every `.grad`, given d loss / d logp_i (`g_logp`, [B]),
         d loss / d entropy_i (the same for every sample in PPO's and A2C's mean: `g_entropy`) and
         d loss / d value_i (`g_values`, [B])."""
-        for p in self.params:
-            if p.grad is None:  # zeros, not empty: a parameter left unwritten must not step on garbage
-                p.grad = torch.zeros_like(p)
+        ensure_grads(self.params)
         if fwd.terms.logp_all is not None:
             g_out = self._categorical_backward(fwd, g_logp, g_entropy)
         else:
             g_out = self._gaussian_backward(fwd, g_logp, g_entropy)
-        self._mlp_backward(self.actor, fwd.actor_inputs, g_out)
-        self._mlp_backward(self.critic, fwd.critic_inputs, g_values[:, None])
+        self.actor.backward(fwd.actor_inputs, g_out)
+        self.critic.backward(fwd.critic_inputs, g_values[:, None])
 
     @staticmethod
     def _categorical_backward(fwd: ForwardPass, g_logp: torch.Tensor, g_entropy: float) -> torch.Tensor:
@@ -130,11 +98,3 @@ class ActorCriticGrad:
         torch.sum(gz * z - g_logp[:, None], 0, out=log_std_grad)
         log_std_grad.add_(g_entropy * z.shape[0])
         return gz * torch.exp(-self.policy.log_std)
-
-    def _mlp_backward(self, linears: list[nn.Linear], inputs: list[torch.Tensor], g: torch.Tensor) -> None:
-        for i in range(len(linears) - 1, -1, -1):
-            layer = linears[i]
-            torch.mm(g.t(), inputs[i], out=layer.weight.grad)
-            torch.sum(g, 0, out=layer.bias.grad)
-            if i:
-                g = self.act_backward(torch.mm(g, layer.weight), inputs[i])

@@ -1,10 +1,15 @@
 """TD3 in torch (Fujimoto et al. 2018, SB3's variant): clipped double-Q critics, target policy smoothing,
 and actor and target updates every `policy_delay` critic steps. DDPG is the same code with one critic,
-no smoothing and no delay (train.core.offpolicy_config.DDPGConfig). Exploration noise is the driver's."""
+no smoothing and no delay (train.core.offpolicy_config.DDPGConfig). Exploration noise is the driver's.
+
+As in SAC (train.torch_backend.sac), the gradient step is written out twice: `autograd_step`, the
+reference, and `written_out_step`, the default, the chain rule by hand (train.torch_backend.mlp_grad)
+without an autograd graph; tests/test_offpolicy_grad.py holds the two within float32 rounding."""
 
 from __future__ import annotations
 
 import copy
+import logging
 from typing import Any
 
 import numpy as np
@@ -12,9 +17,12 @@ import torch
 from torch import nn
 
 from rl2edge.train.core.offpolicy_config import TD3Config
+from rl2edge.train.torch_backend.mlp_grad import CriticsGrad, MLPGrad, activation_of, ensure_grads
 from rl2edge.train.torch_backend.nets import Critics, TD3Actor, frozen, polyak_update
 from rl2edge.train.torch_backend.offpolicy_base import TorchOffPolicyBase
 from rl2edge.train.torch_backend.optim_step import clear_grads, fused_adam_step
+
+_logger = logging.getLogger(__name__)
 
 
 class TorchTD3(TorchOffPolicyBase):
@@ -41,6 +49,18 @@ class TorchTD3(TorchOffPolicyBase):
         self.n_updates = 0  # critic steps taken; the actor steps when it is a multiple of policy_delay
         linears = [m for m in self.actor.net if isinstance(m, nn.Linear)]
         self.explorer = self.numpy_explorer("td3", network, linears)
+        # `autograd` True: train_step differentiates through autograd (tests set it for the reference).
+        # False, the default: the written-out gradient; a network it does not cover falls back.
+        try:
+            activation = activation_of(self.actor.net, *self.critic.qs)
+            self.actor_grad = MLPGrad(self.actor.net, activation)
+            self.target_actor_grad = MLPGrad(self.actor_target.net, activation)
+            self.critic_grad = CriticsGrad(self.critic, network["obs_dim"], activation)
+            self.target_grad = CriticsGrad(self.critic_target, network["obs_dim"], activation)
+            self.autograd = False
+        except ValueError as exc:
+            _logger.info("TD3 trains through autograd: %s", exc)
+            self.autograd = True
 
     def parts(self) -> dict[str, nn.Module]:
         return {
@@ -57,12 +77,24 @@ class TorchTD3(TorchOffPolicyBase):
     framework_explore = deterministic  # the driver adds the exploration noise
 
     def train_step(self, obs, actions, rewards, next_obs, dones) -> torch.Tensor:
+        if self.autograd:
+            return self.autograd_step(obs, actions, rewards, next_obs, dones)
+        return self.written_out_step(obs, actions, rewards, next_obs, dones)
+
+    def _smoothing_noise(self, actions: torch.Tensor) -> torch.Tensor:
+        cfg = self.cfg
+        noise = torch.randn_like(actions) * cfg.target_policy_noise
+        return noise.clamp(-cfg.target_noise_clip, cfg.target_noise_clip)
+
+    def _update_targets(self) -> None:
+        polyak_update(self.critic.parameters(), self.critic_target.parameters(), self.cfg.tau)
+        polyak_update(self.actor.parameters(), self.actor_target.parameters(), self.cfg.tau)
+
+    def autograd_step(self, obs, actions, rewards, next_obs, dones) -> torch.Tensor:
         cfg = self.cfg
         self.n_updates += 1
         with torch.no_grad():
-            noise = (torch.randn_like(actions) * cfg.target_policy_noise).clamp(
-                -cfg.target_noise_clip, cfg.target_noise_clip
-            )
+            noise = self._smoothing_noise(actions)
             next_a = (self.actor_target(next_obs) + noise).clamp(-1.0, 1.0)
             next_q = torch.stack(self.critic_target(next_obs, next_a)).min(0).values
             target_q = rewards + (1.0 - dones) * cfg.gamma * next_q
@@ -78,6 +110,37 @@ class TorchTD3(TorchOffPolicyBase):
             clear_grads(self.actor_opt)
             actor_loss.backward()
             fused_adam_step(self.actor_opt)
-            polyak_update(self.critic.parameters(), self.critic_target.parameters(), cfg.tau)
-            polyak_update(self.actor.parameters(), self.actor_target.parameters(), cfg.tau)
+            self._update_targets()
         return torch.stack([actor_loss.detach(), critic_loss.detach()])
+
+    @torch.no_grad()
+    def written_out_step(self, obs, actions, rewards, next_obs, dones) -> torch.Tensor:
+        """autograd_step's update, the same draw, with the gradients written out."""
+        cfg, batch = self.cfg, obs.shape[0]
+        self.n_updates += 1
+        noise = self._smoothing_noise(actions)
+        next_a = (torch.tanh_(self.target_actor_grad.forward(next_obs)[0]) + noise).clamp(-1.0, 1.0)
+        next_qs, _ = self.target_grad.forward(next_obs, next_a)
+        next_q = next_qs[0] if len(next_qs) == 1 else torch.stack(next_qs).min(0).values
+        target_q = rewards + (1.0 - dones) * cfg.gamma * next_q
+        # loss sum_i mean((q_i - target)^2): d / d q_i = 2 (q_i - target) / B
+        qs, inputs = self.critic_grad.forward(obs, actions)
+        errors = [q - target_q for q in qs]
+        critic_loss = sum(e.square().mean() for e in errors)
+        ensure_grads(self.critic_grad.params)
+        self.critic_grad.backward(inputs, [e * (2.0 / batch) for e in errors])
+        fused_adam_step(self.critic_opt)
+
+        actor_loss = torch.full((), float("nan"), device=self.dev)
+        if self.n_updates % cfg.policy_delay == 0:
+            # loss -mean(Q_1(obs, tanh(net(obs)))), through the critic just stepped, its weights untouched
+            out, actor_inputs = self.actor_grad.forward(obs)
+            pi = torch.tanh_(out)
+            (q1,), inputs = self.critic_grad.forward(obs, pi, n=1)
+            actor_loss = -q1.mean()
+            g_pi = self.critic_grad.action_grad(inputs, [torch.full_like(q1, -1.0 / batch)])
+            ensure_grads(self.actor_grad.params)
+            self.actor_grad.backward(actor_inputs, torch.ops.aten.tanh_backward(g_pi, pi))
+            fused_adam_step(self.actor_opt)
+            self._update_targets()
+        return torch.stack([actor_loss, critic_loss])

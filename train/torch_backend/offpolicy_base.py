@@ -12,6 +12,7 @@ from torch import nn
 from rl2edge.train.core.numpy_actor import NumpyActor
 from rl2edge.train.core.numpy_policy import Layers
 from rl2edge.train.core.replay import ReplayBatch
+from rl2edge.train.torch_backend.denormals import flush_denormals
 from rl2edge.train.torch_backend.setup import setup_torch
 from rl2edge.train.torch_backend.weights import save_safetensors, state_copy
 
@@ -94,5 +95,6 @@ class TorchOffPolicyBase:
         t = [self._t(x) for x in (batch.obs, batch.actions, batch.rewards, batch.next_obs, batch.dones)]
         # no explorer.invalidate() here: its views see the in-place updates (making them again costs
         # some 30 us a phase, timed by hand)
-        rows = [self.train_step(*(x[i] for x in t)) for i in range(batch.n)]
+        with flush_denormals():  # as TF's executor does (train.torch_backend.denormals)
+            rows = [self.train_step(*(x[i] for x in t)) for i in range(batch.n)]
         return torch.stack(rows).nanmean(0).cpu().numpy()  # one host sync per training phase

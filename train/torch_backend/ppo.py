@@ -15,6 +15,7 @@ from rl2edge.train.core.config import PPOConfig
 from rl2edge.train.core.numpy_policy import RolloutWeights
 from rl2edge.train.core.rollout import Minibatch
 from rl2edge.train.torch_backend.actor_critic_grad import ActorCriticGrad, ForwardPass
+from rl2edge.train.torch_backend.denormals import flush_denormals
 from rl2edge.train.torch_backend.nets import ActorCritic, clip_grad_norm
 from rl2edge.train.torch_backend.optim_step import clear_grads, fused_adam_step
 from rl2edge.train.torch_backend.setup import setup_torch
@@ -237,7 +238,9 @@ class TorchPPO:
         return stats  # on the device: one sync per update, not five per minibatch
 
     def train_minibatches(self, mbs: list[Minibatch], clip: float) -> np.ndarray:
-        return torch.stack([self.train_step(mb, clip) for mb in mbs]).mean(0).cpu().numpy()
+        with flush_denormals():  # as TF's executor does (train.torch_backend.denormals)
+            rows = [self.train_step(mb, clip) for mb in mbs]
+        return torch.stack(rows).mean(0).cpu().numpy()
 
     def get_state(self) -> dict[str, torch.Tensor]:
         return state_copy(self.policy)

@@ -1,0 +1,42 @@
+"""Subnormal floats flushed to zero while a torch agent takes its gradient steps, as TensorFlow's executor
+does around every op it runs.
+
+Why: Adam's first moment of a weight whose gradient is exactly zero (one into or out of a dead ReLU unit)
+decays by beta1 = 0.9 each step and spends some 150 steps in float32's subnormal range (below 1.2e-38)
+on its way to zero, and x86 CPUs take a slow microcode path for each subnormal operand. After 3000 steps
+of SAC on Pendulum, 38k of the actor's 65k second-layer first moments were subnormal, and the run's
+gradient step took 7.3 ms against 6.3 ms with subnormals flushed (timed by hand, two runs each). What
+flushing drops is a weight change of lr * m / sqrt(v) with m below 1.2e-38: smaller than a float32
+weight can register (tests/test_denormals.py checks that a run's weights come out the same).
+
+The setting is the calling thread's (the x86 MXCSR's FTZ and DAZ bits, set by torch.set_flush_denormal):
+torch's intra-op worker threads (`--threads` above 1) keep their own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import torch
+
+# A subnormal float32 made from its bits (a float conversion could itself be flushed): 2^20 * 2^-149.
+_SUBNORMAL = torch.tensor([1 << 20], dtype=torch.int32).view(torch.float32)
+
+
+def flushing() -> bool:
+    """Whether this thread flushes subnormals: the probe times one reads as zero then."""
+    return bool(_SUBNORMAL.mul(1.0)[0] == 0.0)
+
+
+@contextmanager
+def flush_denormals() -> Iterator[None]:
+    """Flush subnormals on this thread inside the `with`; the caller's setting back after it (left on
+    where it was on). Where the CPU cannot (torch.set_flush_denormal says so) nothing changes."""
+    if flushing() or not torch.set_flush_denormal(True):
+        yield
+        return
+    try:
+        yield
+    finally:
+        torch.set_flush_denormal(False)

@@ -1,7 +1,9 @@
 """`train --compile`: torch PPO/A2C run their forward pass and loss as one torch.compile graph. It must
 trace once however the schedules move (the retracing trap of the brief, in torch's form), and give the
 eager update's gradients up to float reordering (inductor fuses the elementwise ops, so the last bits
-differ: never compared for equality)."""
+differ: never compared for equality). TF's off-policy agents run their training phase as one XLA
+computation (parity with the graph: tests/test_offpolicy_mechanics.py); here, the flag reaching one
+through `train`."""
 
 from __future__ import annotations
 
@@ -106,3 +108,18 @@ def test_compile_is_refused_where_there_is_no_compiled_update(tmp_path: Path) ->
     ):
         assert_clean_failure(rl2edge("train", *args, "--compile", "--out", tmp_path / "run"), fragment)
         assert not (tmp_path / "run").exists()
+
+
+def test_compile_reaches_a_tf_offpolicy_agent_through_train(tmp_path: Path) -> None:
+    """Rainbow (TF): `compile_update=True` makes its gradient step an XLA computation, traced once."""
+    from rl2edge.train.algos import build_config, train
+
+    cfg = build_config(
+        "CartPole-v1", overrides={"n_timesteps": 400, "learning_starts": 200, "eval_freq": 0}, algo="rainbow"
+    )
+    out: list = []
+    train("tf", "CartPole-v1", cfg, 0, tmp_path / "run", device="cpu", progress=False, agent_out=out,
+          compile_update=True)  # fmt: skip
+    agent = out[0]
+    assert agent._train_step._jit_compile is True
+    assert agent.trace_counts()["train_step"] == 1

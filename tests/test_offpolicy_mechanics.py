@@ -430,3 +430,48 @@ def test_numpy_blas_runs_on_one_thread_during_an_offpolicy_run(tmp_path: Path) -
         )
         assert set(blas()) == {2}
     assert seen and set(seen[0]) == {1}
+
+
+# ------------------------------------------------------------------------------ TF XLA (--compile)
+def _train_both(algo: str, xla_twin: bool, **overrides: object):
+    """An agent as a graph (or as XLA with `xla_twin`) and one as XLA, trained on the same batches."""
+    first, xla = _agent("tf", algo, **overrides), _agent("tf", algo, **overrides)
+    if xla_twin:
+        first.compile_update()
+    xla.compile_update()
+    for n, b in [(2, 8), (3, 8), (2, 8)]:
+        batch = _batch(n, b, discrete=algo == "dqn")
+        first.train(batch)
+        xla.train(batch)
+    assert xla.trace_counts()["train_many"] == 1  # once over the batch counts a run gives it
+    return first, xla
+
+
+@pytest.mark.parametrize("algo", ["td3", "dqn"])
+def test_tf_xla_training_phase_traces_once_and_learns_what_the_graph_learns(algo: str) -> None:
+    """`train --compile` on TF off-policy agents: the training phase as one XLA computation leaves the
+    weights and Adam's slots where the graph leaves them, within 1e-5 (XLA fuses the elementwise work and
+    runs its own matmuls, so sums may round differently). Without random draws: XLA's normal sampler
+    turns the generator's Philox state into other numbers than TF's kernel (TD3's smoothing noise off)."""
+    graph, xla = _train_both(algo, xla_twin=False, **({"target_policy_noise": 0.0} if algo == "td3" else {}))
+    for a, b in zip(graph.nets.variables, xla.nets.variables, strict=True):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=0, atol=1e-5, err_msg=a.path)
+    for opt_g, opt_x in zip(graph.optimizers, xla.optimizers, strict=True):
+        for a, b in zip(opt_g.variables, opt_x.variables, strict=True):
+            np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=0, atol=1e-5, err_msg=a.path)
+    if algo == "td3":  # the numpy explorer reads the weights the XLA call returns
+        obs = np.random.default_rng(0).standard_normal((4, OBS)).astype(np.float32)
+        np.testing.assert_allclose(xla.explore(obs), graph.explore(obs), rtol=0, atol=1e-5)
+
+
+def test_tf_xla_sac_is_seeded_and_steps_every_optimizer() -> None:
+    """SAC draws in every step, so its XLA run is held to itself: the same seed gives the same weights
+    (one compiled computation, run twice in one process), and every optimizer stepped."""
+    one, two = _train_both("sac", xla_twin=True)
+    for a, b in zip(one.nets.variables, two.nets.variables, strict=True):
+        np.testing.assert_array_equal(a.numpy(), b.numpy(), err_msg=a.path)
+    fresh = _agent("tf", "sac")
+    for part in ("actor", "critic", "critic_target"):
+        for a, b in zip(fresh.variables(part), two.variables(part), strict=True):
+            assert not np.array_equal(a, b), part
+    assert [int(opt.iterations.numpy()) for opt in two.optimizers] == [7, 7, 7]

@@ -168,21 +168,21 @@ def check_env(algo: str, env_id: str) -> None:
     get(algo).check_action_space(_discrete(env_id), env_id)
 
 
-# torch agents with a compile_update(): the on-policy ones, whose update is one loss over a minibatch
-COMPILED_UPDATE = ("ppo", "a2c")
+# What `--compile` compiles: torch's on-policy update (torch.compile of the forward pass and the loss), and
+# TF's off-policy training phase (one XLA computation); TF's PPO and A2C always run theirs as XLA.
+COMPILED_UPDATE = {"torch": ("ppo", "a2c"), "tf": ("sac", "td3", "ddpg", "dqn", "rainbow")}
 
 
 def check_compile(algo: str, framework: str) -> None:
-    """--compile suits this run: a torch agent whose update has a compiled form."""
-    if framework != "torch":
+    """--compile suits this run: an agent whose update has a compiled form behind the flag."""
+    if framework == "tf" and algo in ("ppo", "a2c"):
         raise ConfigError(
-            "--compile is torch.compile of the torch trainers' update; TensorFlow's PPO and A2C already run "
-            "their update as one XLA call (jit_compile)"
+            "--compile: TensorFlow's PPO and A2C already run their update as one XLA call (jit_compile)"
         )
-    if algo not in COMPILED_UPDATE:
+    if algo not in COMPILED_UPDATE.get(framework, ()):
         raise ConfigError(
-            f"--compile: {algo.upper()}'s torch update has no compiled form yet; it is there for "
-            f"{_either(a.upper() for a in COMPILED_UPDATE)}"
+            f"--compile: {algo.upper()}'s {framework} update has no compiled form yet; it is there for "
+            + "; ".join(f"{f} {_either(a.upper() for a in algos)}" for f, algos in COMPILED_UPDATE.items())
         )
 
 

@@ -74,8 +74,8 @@ def add_parser(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
         "--compile",
         action="store_true",
         help="torch PPO/A2C: run the forward pass and loss as one torch.compile graph (some 13 s to compile "
-        "on a first run; for long runs and GPUs: on one CPU core it saved some 20%% of a 64x64 net's "
-        "gradient step)",
+        "on a first run); TF SAC/TD3/DDPG/DQN/Rainbow: run the training phase as one XLA computation. For "
+        "GPUs: on a CPU neither beats the default path (see the README's throughput section)",
     )
     t.add_argument("--force", action="store_true", help="replace a non-empty --out directory")
     t.add_argument("--no-progress", action="store_true", help="no progress bar")

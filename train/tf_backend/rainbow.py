@@ -38,12 +38,17 @@ class TFRainbow(TFDQN):
         self._deterministic = tf.function(self.deterministic_graph, input_signature=[obs])
         self._explore = tf.function(self.explore_graph, input_signature=[obs])
         self._update_target = tf.function(self.update_target_graph, input_signature=[])
-        self._train_step = tf.function(
-            self.train_step_graph,
-            input_signature=[obs, tf.TensorSpec([None], tf.int64), vec, obs, vec, vec, vec],
-        )
+        self._train_signature = [obs, tf.TensorSpec([None], tf.int64), vec, obs, vec, vec, vec]
+        self._train_step = tf.function(self.train_step_graph, input_signature=self._train_signature)
         self._deterministic_cf = self._deterministic.get_concrete_function()
         self._explore_cf = self._explore.get_concrete_function()
+        self._train_step_cf = self._train_step.get_concrete_function()
+
+    def compile_update(self) -> None:
+        """`train --compile`: each gradient step as one XLA computation (see TFOffPolicyBase)."""
+        self._train_step = self.tf.function(
+            self.train_step_graph, input_signature=self._train_signature, jit_compile=True
+        )
         self._train_step_cf = self._train_step.get_concrete_function()
 
     # ------------------------------------------------------------------------------------ graphs

@@ -88,3 +88,35 @@ def test_a_run_with_subnormals_flushed_learns_the_same_weights(monkeypatch: pyte
     assert flushed_subnormal == 0 and plain_subnormal > 0, (flushed_subnormal, plain_subnormal)
     for k in flushed:
         np.testing.assert_allclose(flushed[k], plain[k], rtol=0, atol=1e-6, err_msg=k)
+
+
+_WORKERS = r"""
+import sys, torch
+from rl2edge.train.torch_backend.denormals import _SUBNORMAL, flushing, start_workers_flushing
+if sys.argv[1] == "flushing":
+    start_workers_flushing(2)
+else:
+    torch.set_num_threads(2)
+    torch.ones(1 << 17).mul_(1.0)  # the workers start here, without the flush
+spread = _SUBNORMAL.expand(1 << 17).contiguous()  # split over both threads when multiplied
+zeros = int((spread * 1.0 == 0).sum())
+print(flushing(), zeros, spread.numel())
+"""
+
+
+@pytest.mark.parametrize("mode", ["flushing", "plain"])
+def test_intra_op_workers_started_by_the_agents_setup_flush(mode: str) -> None:
+    """With two threads, the part of an elementwise op that torch hands to its worker flushes subnormals
+    when the workers were started by start_workers_flushing (setup_torch calls it), and not otherwise; the
+    calling thread is back to not flushing either way. A fresh process: a thread takes the setting once,
+    from the thread that starts it."""
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", _WORKERS, mode], capture_output=True, text=True, check=True)
+    main_flushing, zeros, n = out.stdout.split()
+    assert main_flushing == "False"
+    if mode == "flushing":
+        assert 0 < int(zeros) < int(n)  # the worker's share flushed, the caller's not
+    else:
+        assert int(zeros) == 0

@@ -9,8 +9,11 @@ gradient step took 7.3 ms against 6.3 ms with subnormals flushed (timed by hand,
 flushing drops is a weight change of lr * m / sqrt(v) with m below 1.2e-38: smaller than a float32
 weight can register (tests/test_denormals.py checks that a run's weights come out the same).
 
-The setting is the calling thread's (the x86 MXCSR's FTZ and DAZ bits, set by torch.set_flush_denormal):
-torch's intra-op worker threads (`--threads` above 1) keep their own.
+The setting is per thread (the x86 MXCSR's FTZ and DAZ bits, set by torch.set_flush_denormal), and a
+thread takes it from the thread that starts it: with `--threads` above 1, `start_workers_flushing`
+starts torch's intra-op workers (OpenMP threads) under the flush, and they keep it for the process.
+In a 3000-step SAC run at two threads the train call took 4.94 / 4.98 ms with workers that did not
+flush and 4.40 / 4.51 with workers that did (timed by hand).
 """
 
 from __future__ import annotations
@@ -40,3 +43,14 @@ def flush_denormals() -> Iterator[None]:
         yield
     finally:
         torch.set_flush_denormal(False)
+
+
+def start_workers_flushing(threads: int) -> None:
+    """Set torch's intra-op threads to `threads` and, where more than one, start the workers under the
+    flush: an elementwise op over more elements than one thread takes is split over all of them, and
+    OpenMP starts its workers at the first such split. Workers the process started before keep their
+    setting (a thread's flush cannot be set from another thread)."""
+    torch.set_num_threads(threads)
+    if threads > 1:
+        with flush_denormals():
+            torch.ones(threads * (1 << 16)).mul_(1.0)

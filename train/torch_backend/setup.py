@@ -6,6 +6,7 @@ import torch
 
 from rl2edge.errors import ConfigError
 from rl2edge.train.core.threads import cpu_threads
+from rl2edge.train.torch_backend.denormals import start_workers_flushing
 
 
 def resolve_device(device: str) -> torch.device:
@@ -22,7 +23,7 @@ def setup_torch(seed: int, device: str) -> torch.device:
     """The device; the CPU threads of train.core.threads (default one: fastest on small MLPs, and the
     same bits whatever the machine's core count); the seed, before any draw."""
     dev = resolve_device(device)
-    if dev.type == "cpu":
-        torch.set_num_threads(cpu_threads())
+    if dev.type == "cpu":  # workers started now flush subnormals (train.torch_backend.denormals)
+        start_workers_flushing(cpu_threads())
     torch.manual_seed(seed)
     return dev

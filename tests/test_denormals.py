@@ -104,6 +104,13 @@ print(flushing(), zeros, spread.numel())
 """
 
 
+def _gnu_openmp() -> bool:
+    """torch's intra-op pool is GNU OpenMP (libgomp), whose workers keep the MXCSR they started with."""
+    with open("/proc/self/maps") as maps:
+        return any("libgomp" in line for line in maps)
+
+
+@pytest.mark.skipif(not Path("/proc/self/maps").exists() or not _gnu_openmp(), reason="needs GNU OpenMP")
 @pytest.mark.parametrize("mode", ["flushing", "plain"])
 def test_intra_op_workers_started_by_the_agents_setup_flush(mode: str) -> None:
     """With two threads, the part of an elementwise op that torch hands to its worker flushes subnormals

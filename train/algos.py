@@ -223,7 +223,8 @@ def train(
     caller has started (train.distributed.cluster.ray_session). `on_evaluation(step, result)` is called
     after each periodic evaluation; False stops the run there (it still finishes: checkpoint, summary).
     `threads`: CPU threads per op for the framework (train.core.threads). `compile_update`: torch PPO/A2C
-    run their forward pass and loss as one torch.compile graph (TorchPPO.compile_update)."""
+    run their forward pass and loss as one torch.compile graph (TorchPPO.compile_update), TF's off-policy
+    agents their training phase as one XLA computation (TFOffPolicyBase.compile_update)."""
     set_cpu_threads(threads)
     algo = get(cfg.algo)
     check_env(cfg.algo, env_id)

@@ -101,7 +101,9 @@ class TFOffPolicyBase:
         Off by default because on a CPU it does not pay: XLA's own matmuls replace oneDNN's, and per
         gradient step (Pendulum presets, one core of an AVX-512 Xeon, timed by hand) SAC took 5.5-5.8 ms
         against 5.6-5.7 as a graph and TD3 6.6-6.7 against 5.7-6.2. It is there for GPUs, where fusing the
-        step's some 300 small ops into a few kernels is what XLA is for; not measured on one here."""
+        step's some 300 small ops into a few kernels is what XLA is for; not measured on one here.
+        The graph that compile() traced is replaced (trace_counts reports the XLA function's traces); XLA
+        compiles once per shape of the stacked batches, which a run keeps fixed."""
         tf = self.tf
         self._train_many = tf.function(
             self.train_phase_graph, input_signature=self._train_signature, jit_compile=True

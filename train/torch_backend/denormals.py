@@ -12,8 +12,11 @@ weight can register (tests/test_denormals.py checks that a run's weights come ou
 The setting is per thread (the x86 MXCSR's FTZ and DAZ bits, set by torch.set_flush_denormal), and a
 thread takes it from the thread that starts it: with `--threads` above 1, `start_workers_flushing`
 starts torch's intra-op workers (OpenMP threads) under the flush, and they keep it for the process.
-In a 3000-step SAC run at two threads the train call took 4.94 / 4.98 ms with workers that did not
-flush and 4.40 / 4.51 with workers that did (timed by hand).
+In 3000-step SAC runs at two threads the train call took 4.86-4.98 ms with workers that did not flush
+and 4.40-4.61 with workers that do (timed by hand, five runs). This holds for GNU OpenMP (libgomp, what
+torch's Linux wheels ship), whose workers keep the MXCSR they started with; outside the training phase
+they still flush, where the calling thread does not (harmless: what is flushed is below 1.2e-38).
+Leaving the flush turns off both FTZ and DAZ: a caller that had set only one of them loses it.
 """
 
 from __future__ import annotations

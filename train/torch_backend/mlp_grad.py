@@ -37,8 +37,9 @@ def activation_of(*seqs: nn.Sequential) -> type[nn.Module]:
 
 
 def ensure_grads(params: list[nn.Parameter]) -> None:
-    """Give every parameter a `.grad` to write into: zeros, not empty, so a gradient the backward failed to
-    write cannot step on garbage."""
+    """Give every parameter without one a `.grad` to write into: zeros, not empty, so that on the first step
+    a gradient the backward failed to write is zero, not garbage (on later steps it would be the previous
+    step's: tests/test_offpolicy_grad.py fills every gradient with NaN before a step to catch that)."""
     for p in params:
         if p.grad is None:
             p.grad = torch.zeros_like(p)

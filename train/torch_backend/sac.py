@@ -5,8 +5,9 @@ and nothing else. The driver is train.core.offpolicy_driver, shared with TF.
 The gradient step is written out twice: `autograd_step` through autograd (the reference, and the path for
 a network the written-out one does not cover), and `written_out_step`, the default, the same arithmetic
 with the chain rule written by hand (train.torch_backend.mlp_grad) and no autograd graph: on SAC's
-Pendulum preset (256x256 nets, batch 256, one core of an AVX-512 Xeon) a gradient step took 6.1-6.4 ms
-through autograd and 5.2-5.4 ms this way, of which 3.7 ms are its matmuls (timed by hand).
+Pendulum preset (256x256 nets, batch 256, one core of an AVX-512 Xeon) a gradient step took 6.1-6.7 ms
+through autograd and 5.2-6.0 ms this way, interleaved in one process, of which some 4 ms are its matmuls
+(timed by hand in three sittings; the spread is this shared host's).
 tests/test_offpolicy_grad.py holds the two within float32 rounding."""
 
 from __future__ import annotations

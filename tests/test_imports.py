@@ -46,6 +46,10 @@ def loaded_after(statement: str) -> set[str]:
             {"torch", "tensorflow", "ray", "export", "runtime"},
         ),
         ("import rl2edge.cli", {"torch", "tensorflow", "train", "export", "runtime", "numpy"}),
+        (  # every command's parser, as `rl2edge serve` builds it on the device: nothing outside [edge]
+            "from rl2edge.cli import build_parser; build_parser()",
+            {"torch", "tensorflow", "threadpoolctl", "gymnasium", "ray", "onnx", "stable_baselines3", "tqdm"},
+        ),
         (  # the algorithm table and every config class: the CLI's choices, no framework
             "import rl2edge.train.algos as a; [r.config_class() for r in a.ALGOS.values()]",
             {"torch", "tensorflow", "export", "runtime"},

@@ -13,8 +13,6 @@ from contextlib import AbstractContextManager
 from functools import cache
 from typing import Any
 
-from threadpoolctl import ThreadpoolController
-
 from rl2edge.errors import ConfigError
 
 _threads = 1
@@ -34,6 +32,10 @@ def cpu_threads() -> int:
 
 @cache
 def _numpy_blas() -> Any:
+    # imported here: the CLI's parser reads this module (through train.algos) on the device, whose edge
+    # install has no threadpoolctl (a training extra)
+    from threadpoolctl import ThreadpoolController
+
     return ThreadpoolController().select(user_api="blas")  # the BLAS libraries loaded, found once
 
 

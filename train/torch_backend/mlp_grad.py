@@ -79,9 +79,8 @@ class MLPGrad:
         """d loss / d the last Linear's output, from d loss / d the MLP's output."""
         return self.act_backward(g, inputs[-1]) if self.activate_last else g
 
-    def backward(self, inputs: list[torch.Tensor], g: torch.Tensor) -> torch.Tensor:
-        """Write every layer's weight and bias gradient for d loss / d output `g` ([B, out]); returns
-        d loss / d the first hidden layer's pre-activation (callers ignore it)."""
+    def backward(self, inputs: list[torch.Tensor], g: torch.Tensor) -> None:
+        """Write every layer's weight and bias gradient for d loss / d output `g` ([B, out])."""
         g = self._top(inputs, g)
         for i in range(len(self.linears) - 1, -1, -1):
             layer = self.linears[i]
@@ -89,7 +88,6 @@ class MLPGrad:
             torch.sum(g, 0, out=layer.bias.grad)
             if i:
                 g = self.act_backward(torch.mm(g, layer.weight), inputs[i])
-        return g
 
     def input_grad(self, inputs: list[torch.Tensor], g: torch.Tensor, first_col: int = 0) -> torch.Tensor:
         """d loss / d input[:, first_col:] for d loss / d output `g`, no weight gradient (the columns

@@ -191,13 +191,21 @@ class SACActor(nn.Module):
 
     def sample(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """A reparameterized squashed sample in [-1, 1] and its log-probability (with tanh's correction)."""
-        mean, log_std = self.mean_log_std(obs)
+        action, logp, _, _ = self.squash(*self.mean_log_std(obs))
+        return action, logp
+
+    @staticmethod
+    def squash(
+        mean: torch.Tensor, log_std: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The sample, its log-probability, and the std and noise it was drawn with (the written-out
+        gradient's backward reuses them): tanh(mean + std eps), eps one draw of standard normal noise."""
         eps = torch.randn_like(mean)
-        pre = mean + log_std.exp() * eps
-        action = torch.tanh(pre)
+        std = log_std.exp()
+        action = torch.tanh(mean + std * eps)
         logp = (-0.5 * eps.square() - log_std - 0.5 * LOG_2PI).sum(-1)
         logp = logp - torch.log(1.0 - action.square() + 1e-6).sum(-1)  # SB3's epsilon
-        return action, logp
+        return action, logp, std, eps
 
 
 class TD3Actor(nn.Module):

@@ -2,9 +2,8 @@
 squashed Gaussian actor, and an entropy temperature learned by its own optimizer, which owns log-alpha
 and nothing else. The driver is train.core.offpolicy_driver, shared with TF.
 
-The gradient step is written out twice: `autograd_step` through autograd (the reference, and the path for
-a network the written-out one does not cover), and `written_out_step`, the default, the same arithmetic
-with the chain rule written by hand (train.torch_backend.mlp_grad) and no autograd graph: on SAC's
+The gradient step is written out twice: `autograd_step` through autograd (the reference), and
+`written_out_step`, the default, the same arithmetic with the chain rule written by hand (train.torch_backend.mlp_grad) and no autograd graph: on SAC's
 Pendulum preset (256x256 nets, batch 256, one core of an AVX-512 Xeon) a gradient step took 6.1-6.7 ms
 through autograd and 5.2-6.0 ms this way, interleaved in one process, of which some 4 ms are its matmuls
 (timed by hand in three sittings; the spread is this shared host's).
@@ -13,7 +12,6 @@ tests/test_offpolicy_grad.py holds the two within float32 rounding."""
 from __future__ import annotations
 
 import copy
-import logging
 import math
 from typing import Any
 
@@ -23,11 +21,9 @@ from torch import nn
 
 from rl2edge.train.core.offpolicy_config import SACConfig
 from rl2edge.train.torch_backend.mlp_grad import CriticsGrad, MLPGrad, activation_of, ensure_grads
-from rl2edge.train.torch_backend.nets import LOG_2PI, Critics, SACActor, frozen, polyak_update
+from rl2edge.train.torch_backend.nets import Critics, SACActor, frozen, polyak_update
 from rl2edge.train.torch_backend.offpolicy_base import TorchOffPolicyBase
 from rl2edge.train.torch_backend.optim_step import clear_grads, fused_adam_step
-
-_logger = logging.getLogger(__name__)
 
 
 class TorchSAC(TorchOffPolicyBase):
@@ -53,18 +49,13 @@ class TorchSAC(TorchOffPolicyBase):
         a = self.actor
         linears = [m for m in a.latent if isinstance(m, nn.Linear)] + [a.mu, a.log_std]
         self.explorer = self.numpy_explorer("sac", network, linears)
-        # `autograd` True: train_step differentiates through autograd (tests set it for the reference).
-        # False, the default: the written-out gradient; a network it does not cover falls back.
-        try:
-            activation = activation_of(self.actor.latent, *self.critic.qs)
-            self.actor_grad = MLPGrad(self.actor.latent, activation)
-            self.critic_grad = CriticsGrad(self.critic, network["obs_dim"], activation)
-            self.target_grad = CriticsGrad(self.critic_target, network["obs_dim"], activation)
-            self.actor_params = list(self.actor.parameters())
-            self.autograd = False
-        except ValueError as exc:
-            _logger.info("SAC trains through autograd: %s", exc)
-            self.autograd = True
+        # The written-out gradient, the default; `autograd` True (tests set it) takes autograd_step instead.
+        activation = activation_of(self.actor.latent, *self.critic.qs)
+        self.actor_grad = MLPGrad(self.actor.latent, activation)
+        self.critic_grad = CriticsGrad(self.critic, network["obs_dim"], activation)
+        self.target_grad = CriticsGrad(self.critic_target, network["obs_dim"], activation)
+        self.actor_params = list(self.actor.parameters())
+        self.autograd = False
 
     def parts(self) -> dict[str, nn.Module]:
         return {"actor": self.actor, "critic": self.critic, "critic_target": self.critic_target}
@@ -121,18 +112,13 @@ class TorchSAC(TorchOffPolicyBase):
 
     # ----------------------------------------------------------------------- the written-out step
     def _sample(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, tuple]:
-        """SACActor.sample's ops (the same draw, the same order), keeping what the backward needs: the
-        trunk's layer inputs, the log std before its clamp, the std and the noise."""
+        """SACActor.sample (the same ops, the same draw), keeping what the backward needs: the trunk's
+        layer inputs, the log std before its clamp, the std and the noise."""
         a = self.actor
         h, inputs = self.actor_grad.forward(obs)
         mean = torch.addmm(a.mu.bias, h, a.mu.weight.t())
         raw_log_std = torch.addmm(a.log_std.bias, h, a.log_std.weight.t())
-        log_std = raw_log_std.clamp(a.log_std_min, a.log_std_max)
-        eps = torch.randn_like(mean)
-        std = log_std.exp()
-        pi = torch.tanh(mean + std * eps)
-        logp = (-0.5 * eps.square() - log_std - 0.5 * LOG_2PI).sum(-1)
-        logp = logp - torch.log(1.0 - pi.square() + 1e-6).sum(-1)  # SB3's epsilon
+        pi, logp, std, eps = a.squash(mean, raw_log_std.clamp(a.log_std_min, a.log_std_max))
         return pi, logp, (inputs, raw_log_std, std, eps)
 
     def _actor_backward(

@@ -9,7 +9,6 @@ without an autograd graph; tests/test_offpolicy_grad.py holds the two within flo
 from __future__ import annotations
 
 import copy
-import logging
 from typing import Any
 
 import numpy as np
@@ -21,8 +20,6 @@ from rl2edge.train.torch_backend.mlp_grad import CriticsGrad, MLPGrad, activatio
 from rl2edge.train.torch_backend.nets import Critics, TD3Actor, frozen, polyak_update
 from rl2edge.train.torch_backend.offpolicy_base import TorchOffPolicyBase
 from rl2edge.train.torch_backend.optim_step import clear_grads, fused_adam_step
-
-_logger = logging.getLogger(__name__)
 
 
 class TorchTD3(TorchOffPolicyBase):
@@ -49,18 +46,13 @@ class TorchTD3(TorchOffPolicyBase):
         self.n_updates = 0  # critic steps taken; the actor steps when it is a multiple of policy_delay
         linears = [m for m in self.actor.net if isinstance(m, nn.Linear)]
         self.explorer = self.numpy_explorer("td3", network, linears)
-        # `autograd` True: train_step differentiates through autograd (tests set it for the reference).
-        # False, the default: the written-out gradient; a network it does not cover falls back.
-        try:
-            activation = activation_of(self.actor.net, *self.critic.qs)
-            self.actor_grad = MLPGrad(self.actor.net, activation)
-            self.target_actor_grad = MLPGrad(self.actor_target.net, activation)
-            self.critic_grad = CriticsGrad(self.critic, network["obs_dim"], activation)
-            self.target_grad = CriticsGrad(self.critic_target, network["obs_dim"], activation)
-            self.autograd = False
-        except ValueError as exc:
-            _logger.info("TD3 trains through autograd: %s", exc)
-            self.autograd = True
+        # The written-out gradient, the default; `autograd` True (tests set it) takes autograd_step instead.
+        activation = activation_of(self.actor.net, *self.critic.qs)
+        self.actor_grad = MLPGrad(self.actor.net, activation)
+        self.target_actor_grad = MLPGrad(self.actor_target.net, activation)
+        self.critic_grad = CriticsGrad(self.critic, network["obs_dim"], activation)
+        self.target_grad = CriticsGrad(self.critic_target, network["obs_dim"], activation)
+        self.autograd = False
 
     def parts(self) -> dict[str, nn.Module]:
         return {

@@ -7,7 +7,8 @@ on its way to zero, and x86 CPUs take a slow microcode path for each subnormal o
 of SAC on Pendulum, 38k of the actor's 65k second-layer first moments were subnormal, and the run's
 gradient step took 7.3 ms against 6.3 ms with subnormals flushed (timed by hand, two runs each). What
 flushing drops is a weight change of lr * m / sqrt(v) with m below 1.2e-38: smaller than a float32
-weight can register (tests/test_denormals.py checks that a run's weights come out the same).
+weight can register (a 3000-step run's weights came out bit for bit the same, by hand;
+tests/test_denormals.py checks one phase from a state full of subnormal moments).
 
 The setting is per thread (the x86 MXCSR's FTZ and DAZ bits, set by torch.set_flush_denormal), and a
 thread takes it from the thread that starts it: with `--threads` above 1, `start_workers_flushing`

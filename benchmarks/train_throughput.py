@@ -121,8 +121,12 @@ def contenders(algo: str, env_id: str) -> dict[str, tuple[str, str, str, dict[st
         }
     if algo in ("sac", "td3", "dqn"):
         name = algo.upper()
+        compiled = {  # torch's written-out step as a torch.compile graph; its wall time includes compiling
+            "torch-compile": (f"rl2edge {name} (torch, --compile)", "torch-compile", algo, {})
+        }
         return {
             "torch": (f"rl2edge {name} (torch)", "torch", algo, {}),
+            **(compiled if algo != "dqn" else {}),
             "tf": (f"rl2edge {name} (TF)", "tf", algo, {}),
             "sb3": (f"Stable-Baselines3 {name}", "sb3", algo, {}),
         }

@@ -29,7 +29,7 @@ OBS, ACT, B = 3, 2, 64
 GRAD_RTOL, GRAD_ATOL_OF_MAX = 1e-5, 5e-6
 
 
-def _agent(algo: str, activation: str, seed: int, **overrides: object):
+def _agent(algo: str, activation: str, seed: int, past_clamp: bool = True, **overrides: object):
     cfg = build_config("Pendulum-v1", overrides=dict(overrides), algo=algo)
     spec = {"type": "sac_mlp" if algo == "sac" else "td3_mlp", "obs_dim": OBS, "act_dim": ACT,
             "net_arch": [32, 24], "activation": activation, "log_std_min": -20.0, "log_std_max": 2.0,
@@ -39,7 +39,9 @@ def _agent(algo: str, activation: str, seed: int, **overrides: object):
     with torch.no_grad():  # away from the init, the same way in both agents
         for p in agent.nets.parameters():
             p.add_(torch.randn(p.shape, generator=gen) * 0.2)
-        if algo == "sac":  # a log std spread over [-60, 60]: beyond both clamp bounds for some samples
+        if (
+            algo == "sac" and past_clamp
+        ):  # a log std over [-60, 60]: beyond both clamp bounds for some samples
             agent.actor.log_std.weight.mul_(40.0)
         obs, actions = _batch(seed)[:2]
         for critics in (agent.critic, agent.critic_target):

@@ -168,9 +168,13 @@ def check_env(algo: str, env_id: str) -> None:
     get(algo).check_action_space(_discrete(env_id), env_id)
 
 
-# What `--compile` compiles: torch's on-policy update (torch.compile of the forward pass and the loss), and
-# TF's off-policy training phase (one XLA computation); TF's PPO and A2C always run theirs as XLA.
-COMPILED_UPDATE = {"torch": ("ppo", "a2c"), "tf": ("sac", "td3", "ddpg", "dqn", "rainbow")}
+# What `--compile` compiles: torch's on-policy update (torch.compile of the forward pass and the loss), torch's
+# SAC and TD3/DDPG gradient step (torch.compile of the written-out step with its Adam steps), and TF's
+# off-policy training phase (one XLA computation); TF's PPO and A2C always run theirs as XLA.
+COMPILED_UPDATE = {
+    "torch": ("ppo", "a2c", "sac", "td3", "ddpg"),
+    "tf": ("sac", "td3", "ddpg", "dqn", "rainbow"),
+}
 
 
 def check_compile(algo: str, framework: str) -> None:
@@ -223,8 +227,9 @@ def train(
     caller has started (train.distributed.cluster.ray_session). `on_evaluation(step, result)` is called
     after each periodic evaluation; False stops the run there (it still finishes: checkpoint, summary).
     `threads`: CPU threads per op for the framework (train.core.threads). `compile_update`: torch PPO/A2C
-    run their forward pass and loss as one torch.compile graph (TorchPPO.compile_update), TF's off-policy
-    agents their training phase as one XLA computation (TFOffPolicyBase.compile_update)."""
+    run their forward pass and loss as one torch.compile graph (TorchPPO.compile_update), torch SAC and
+    TD3/DDPG their gradient step (TorchOffPolicyBase.compile_update), TF's off-policy agents their
+    training phase as one XLA computation (TFOffPolicyBase.compile_update)."""
     set_cpu_threads(threads)
     algo = get(cfg.algo)
     check_env(cfg.algo, env_id)

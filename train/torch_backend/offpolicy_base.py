@@ -3,7 +3,9 @@ updates over all optimizers, weights in memory and on disk (safetensors, no pick
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -13,6 +15,8 @@ from rl2edge.train.core.numpy_actor import NumpyActor
 from rl2edge.train.core.numpy_policy import Layers
 from rl2edge.train.core.replay import ReplayBatch
 from rl2edge.train.torch_backend.denormals import flush_denormals
+from rl2edge.train.torch_backend.graph_adam import GraphAdam
+from rl2edge.train.torch_backend.mlp_grad import ensure_grads
 from rl2edge.train.torch_backend.setup import setup_torch
 from rl2edge.train.torch_backend.weights import save_safetensors, state_copy
 
@@ -29,6 +33,8 @@ class TorchOffPolicyBase:
         self.seed = seed
         # SAC and TD3 on a CPU explore through a numpy copy of the actor (train.core.numpy_actor)
         self.explorer: NumpyActor | None = None
+        self.graph_adams: list[GraphAdam] = []  # train --compile: the optimizers' traceable steps
+        self.compiled = False
 
     def numpy_explorer(self, kind: str, spec: dict, layers: list[nn.Linear]) -> NumpyActor | None:
         """The numpy actor over views of `layers`' parameters (SAC: the last two are the mean and log-std
@@ -64,6 +70,33 @@ class TorchOffPolicyBase:
         for opt in self.optimizers:
             for group in opt.param_groups:
                 group["lr"] = lr
+        for graph_adam in self.graph_adams:
+            graph_adam.sync_lr()
+
+    # ----------------------------------------------------------------------- train --compile
+    def compile_update(self) -> None:
+        """`train --compile`: the written-out gradient step as torch.compile graphs (fullgraph, static
+        shapes), each optimizer's Adam step inside them (train.torch_backend.graph_adam); what depends on
+        a Python counter (TD3's policy delay, SAC's target interval) stays outside, so each graph is
+        traced once (tests/test_compile.py counts them). Each agent names its graphs in `_compile`."""
+        self.graph_adams = []
+        for opt in self.optimizers:
+            ensure_grads(opt.param_groups[0]["params"])  # the graph writes into them: none made inside
+        self._compile()
+        self.compiled = True
+
+    def graph_adam_step(self, opt: torch.optim.Optimizer) -> Callable[[], None]:
+        """`opt`'s step as the compiled graph runs it (its learning rate synced by set_learning_rate)."""
+        graph_adam = GraphAdam(opt)
+        self.graph_adams.append(graph_adam)
+        return graph_adam.step
+
+    @staticmethod
+    def compiled_graph(fn: Callable[..., Any]) -> Callable[..., Any]:
+        return torch.compile(fn, fullgraph=True, dynamic=False)
+
+    def _compile(self) -> None:
+        raise NotImplementedError
 
     def update_target(self) -> None:
         """Only DQN has a target that the driver updates on a period."""

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import copy
 import math
+from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -56,9 +58,25 @@ class TorchSAC(TorchOffPolicyBase):
         self.target_grad = CriticsGrad(self.critic_target, network["obs_dim"], activation)
         self.actor_params = list(self.actor.parameters())
         self.autograd = False
+        # Each optimizer's step in the written-out update: the fused kernel, or (train --compile) the
+        # graph's own Adam (TorchOffPolicyBase.compile_update)
+        self.critic_opt_step: Callable[[], None] = partial(fused_adam_step, self.critic_opt)
+        self.actor_opt_step: Callable[[], None] = partial(fused_adam_step, self.actor_opt)
+        if self.alpha_opt is not None:
+            self.alpha_opt_step: Callable[[], None] = partial(fused_adam_step, self.alpha_opt)
 
     def parts(self) -> dict[str, nn.Module]:
         return {"actor": self.actor, "critic": self.critic, "critic_target": self.critic_target}
+
+    def _compile(self) -> None:
+        """One graph: the whole gradient update, the three Adam steps included; the target update, on
+        its interval, stays outside."""
+        self.critic_opt_step = self.graph_adam_step(self.critic_opt)
+        self.actor_opt_step = self.graph_adam_step(self.actor_opt)
+        if self.alpha_opt is not None:
+            self.alpha_opt_step = self.graph_adam_step(self.alpha_opt)
+        self.gradient_update = self.compiled_graph(self.gradient_update)
+        self.autograd = False
 
     @torch.no_grad()
     def deterministic(self, obs: np.ndarray) -> np.ndarray:
@@ -143,9 +161,15 @@ class TorchSAC(TorchOffPolicyBase):
         g_h = torch.addmm(torch.mm(g_log_std, a.log_std.weight), g_pre, a.mu.weight)
         self.actor_grad.backward(inputs, g_h)
 
-    @torch.no_grad()
     def written_out_step(self, obs, actions, rewards, next_obs, dones) -> torch.Tensor:
         """autograd_step's update, the same draws in the same order, with the gradients written out."""
+        stats = self.gradient_update(obs, actions, rewards, next_obs, dones)
+        self._update_targets()
+        return stats
+
+    @torch.no_grad()
+    def gradient_update(self, obs, actions, rewards, next_obs, dones) -> torch.Tensor:
+        """The written-out step's gradients and optimizer steps (a graph under train --compile)."""
         batch = obs.shape[0]
         pi, logp, saved = self._sample(obs)
         alpha = self.log_alpha.detach().exp()  # the temperature before this step's update, as SB3
@@ -155,7 +179,7 @@ class TorchSAC(TorchOffPolicyBase):
             alpha_loss = -(self.log_alpha.detach() * shifted).mean()
             ensure_grads([self.log_alpha])
             torch.mean(shifted, 0, out=self.log_alpha.grad).neg_()
-            fused_adam_step(self.alpha_opt)
+            self.alpha_opt_step()
 
         next_a, next_logp, _ = self._sample(next_obs)
         next_qs, _ = self.target_grad.forward(next_obs, next_a)
@@ -167,7 +191,7 @@ class TorchSAC(TorchOffPolicyBase):
         critic_loss = 0.5 * sum(e.square().mean() for e in errors)
         ensure_grads(self.critic_grad.params)
         self.critic_grad.backward(inputs, [e / batch for e in errors])
-        fused_adam_step(self.critic_opt)
+        self.critic_opt_step()
 
         # loss mean(alpha logp - min(q1, q2)) through the critics just stepped (their weights untouched):
         # torch.min's gradient goes to the smaller, half to each on a tie, as autograd gives it.
@@ -177,7 +201,5 @@ class TorchSAC(TorchOffPolicyBase):
         g_pi = self.critic_grad.action_grad(inputs, [to_q1 * (-1.0 / batch), (to_q1 - 1.0) / batch])
         ensure_grads(self.actor_params)
         self._actor_backward(pi, g_pi, (alpha / batch).expand(batch), saved)
-        fused_adam_step(self.actor_opt)
-
-        self._update_targets()
+        self.actor_opt_step()
         return torch.stack([actor_loss, critic_loss, alpha, alpha_loss])

@@ -9,6 +9,8 @@ without an autograd graph; tests/test_offpolicy_grad.py holds the two within flo
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -53,6 +55,10 @@ class TorchTD3(TorchOffPolicyBase):
         self.critic_grad = CriticsGrad(self.critic, network["obs_dim"], activation)
         self.target_grad = CriticsGrad(self.critic_target, network["obs_dim"], activation)
         self.autograd = False
+        # Each optimizer's step in the written-out update: the fused kernel, or (train --compile) the
+        # graph's own Adam (TorchOffPolicyBase.compile_update)
+        self.critic_opt_step: Callable[[], None] = partial(fused_adam_step, self.critic_opt)
+        self.actor_opt_step: Callable[[], None] = partial(fused_adam_step, self.actor_opt)
 
     def parts(self) -> dict[str, nn.Module]:
         return {
@@ -67,6 +73,15 @@ class TorchTD3(TorchOffPolicyBase):
         return self.actor(self._t(obs)).cpu().numpy()
 
     framework_explore = deterministic  # the driver adds the exploration noise
+
+    def _compile(self) -> None:
+        """Two graphs, as the policy delay splits the step: the critics' update, and the actor's with the
+        target updates; which run is decided outside, on the Python counter."""
+        self.critic_opt_step = self.graph_adam_step(self.critic_opt)
+        self.actor_opt_step = self.graph_adam_step(self.actor_opt)
+        self.critic_update = self.compiled_graph(self.critic_update)
+        self.actor_update = self.compiled_graph(self.actor_update)
+        self.autograd = False
 
     def train_step(self, obs, actions, rewards, next_obs, dones) -> torch.Tensor:
         if self.autograd:
@@ -105,11 +120,20 @@ class TorchTD3(TorchOffPolicyBase):
             self._update_targets()
         return torch.stack([actor_loss.detach(), critic_loss.detach()])
 
-    @torch.no_grad()
     def written_out_step(self, obs, actions, rewards, next_obs, dones) -> torch.Tensor:
         """autograd_step's update, the same draw, with the gradients written out."""
-        cfg, batch = self.cfg, obs.shape[0]
         self.n_updates += 1
+        critic_loss = self.critic_update(obs, actions, rewards, next_obs, dones)
+        if self.n_updates % self.cfg.policy_delay == 0:
+            actor_loss = self.actor_update(obs)
+        else:
+            actor_loss = torch.full((), float("nan"), device=self.dev)
+        return torch.stack([actor_loss, critic_loss])
+
+    @torch.no_grad()
+    def critic_update(self, obs, actions, rewards, next_obs, dones) -> torch.Tensor:
+        """The critics' written-out gradient and optimizer step (a graph under train --compile)."""
+        cfg, batch = self.cfg, obs.shape[0]
         noise = self._smoothing_noise(actions)
         next_a = (torch.tanh_(self.target_actor_grad.forward(next_obs)[0]) + noise).clamp(-1.0, 1.0)
         next_qs, _ = self.target_grad.forward(next_obs, next_a)
@@ -121,18 +145,22 @@ class TorchTD3(TorchOffPolicyBase):
         critic_loss = sum(e.square().mean() for e in errors)
         ensure_grads(self.critic_grad.params)
         self.critic_grad.backward(inputs, [e * (2.0 / batch) for e in errors])
-        fused_adam_step(self.critic_opt)
+        self.critic_opt_step()
+        return critic_loss
 
-        actor_loss = torch.full((), float("nan"), device=self.dev)
-        if self.n_updates % cfg.policy_delay == 0:
-            # loss -mean(Q_1(obs, tanh(net(obs)))), through the critic just stepped, its weights untouched
-            out, actor_inputs = self.actor_grad.forward(obs)
-            pi = torch.tanh_(out)
-            (q1,), inputs = self.critic_grad.forward(obs, pi, n=1)
-            actor_loss = -q1.mean()
-            g_pi = self.critic_grad.action_grad(inputs, [torch.full_like(q1, -1.0 / batch)])
-            ensure_grads(self.actor_grad.params)
-            self.actor_grad.backward(actor_inputs, torch.ops.aten.tanh_backward(g_pi, pi))
-            fused_adam_step(self.actor_opt)
-            self._update_targets()
-        return torch.stack([actor_loss, critic_loss])
+    @torch.no_grad()
+    def actor_update(self, obs: torch.Tensor) -> torch.Tensor:
+        """The actor's written-out gradient and optimizer step, then the target updates (a graph under
+        train --compile): loss -mean(Q_1(obs, tanh(net(obs)))), through the critic just stepped, its
+        weights untouched."""
+        batch = obs.shape[0]
+        out, actor_inputs = self.actor_grad.forward(obs)
+        pi = torch.tanh_(out)
+        (q1,), inputs = self.critic_grad.forward(obs, pi, n=1)
+        actor_loss = -q1.mean()
+        g_pi = self.critic_grad.action_grad(inputs, [torch.full_like(q1, -1.0 / batch)])
+        ensure_grads(self.actor_grad.params)
+        self.actor_grad.backward(actor_inputs, torch.ops.aten.tanh_backward(g_pi, pi))
+        self.actor_opt_step()
+        self._update_targets()
+        return actor_loss

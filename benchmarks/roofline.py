@@ -243,7 +243,16 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--env", required=True)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--matmuls", help="JSON file of the recorded matmuls (else recorded here, with torch)")
+    ap.add_argument(
+        "--matmul-precision",
+        default="highest",
+        choices=("highest", "medium"),
+        help="torch only: medium replays the matmuls and times the step with bfloat16 products "
+        "(train --matmul-precision medium); the library is then reported as torch-bf16",
+    )
     args = ap.parse_args(argv)
+    if args.framework == "tf" and args.matmul_precision != "highest":
+        ap.error("--matmul-precision is torch's")
     from rl2edge.train.core.threads import set_cpu_threads
 
     set_cpu_threads(args.threads)
@@ -255,8 +264,12 @@ def main(argv: list[str] | None = None) -> None:
         import torch
 
         torch.set_num_threads(args.threads)
+        torch.set_float32_matmul_precision(args.matmul_precision)  # this process's every matmul
     calls = [Matmul(**c) for c in json.loads(Path(args.matmuls).read_text())] if args.matmuls else None
-    print(json.dumps(measure(args.framework, args.algo, args.env, calls)))
+    fig = measure(args.framework, args.algo, args.env, calls)
+    if args.matmul_precision == "medium":
+        fig["library"] = "torch-bf16"
+    print(json.dumps(fig))
 
 
 if __name__ == "__main__":

@@ -82,7 +82,7 @@ else:
         prof = cProfile.Profile()
         prof.enable()
     r = train("tf" if who == "tf" else "torch", env_id, cfg, seed, out, device="cpu", progress=False, threads=threads,
-              compile_update=who == "torch-compile")
+              compile_update=who == "torch-compile", matmul_precision="medium" if who == "torch-bf16" else "highest")
     wall, done = r.wall_time_s, r.steps
     if prof is not None:
         import pstats
@@ -122,7 +122,9 @@ def contenders(algo: str, env_id: str) -> dict[str, tuple[str, str, str, dict[st
     if algo in ("sac", "td3", "dqn"):
         name = algo.upper()
         compiled = {  # torch's written-out step as a torch.compile graph; its wall time includes compiling
-            "torch-compile": (f"rl2edge {name} (torch, --compile)", "torch-compile", algo, {})
+            "torch-compile": (f"rl2edge {name} (torch, --compile)", "torch-compile", algo, {}),
+            # bfloat16 products where oneDNN has them (AMX, AVX512-BF16): another run, its return measured
+            "torch-bf16": (f"rl2edge {name} (torch, --matmul-precision medium)", "torch-bf16", algo, {}),
         }
         return {
             "torch": (f"rl2edge {name} (torch)", "torch", algo, {}),
@@ -195,10 +197,11 @@ def _mlp_flops(dims: list[int], batch: int) -> float:
 def _matmul_gflops(lib: str, b: int, width: int, threads: int, n: int = 400) -> float:
     """GFLOP/s on a [b, width] x [width, width] matmul with `threads` threads, the best of 3 timings of
     n: the library's rate at the run's largest layer, next to the step's own mix of shapes."""
-    if lib == "torch":
+    if lib in ("torch", "torch-bf16"):
         import torch
 
         torch.set_num_threads(threads)
+        torch.set_float32_matmul_precision("medium" if lib == "torch-bf16" else "highest")
         x, w = torch.randn(b, width), torch.randn(width, width)
         mm = lambda: x @ w  # noqa: E731
     else:
@@ -218,8 +221,9 @@ def _matmul_gflops(lib: str, b: int, width: int, threads: int, n: int = 400) -> 
 
 
 def _matmul_library(runner: str) -> str:
-    """The library whose matmul a contender's dense layers run on: TF's or torch's (SB3 too)."""
-    return "tensorflow" if runner == "tf" else "torch"
+    """The library whose matmul a contender's dense layers run on: TF's or torch's (SB3 too), or torch's
+    with bfloat16 products (train --matmul-precision medium)."""
+    return {"tf": "tensorflow", "torch-bf16": "torch-bf16"}.get(runner, "torch")
 
 
 def _formula_flops(algo: str, env_id: str, cfg: Any) -> tuple[float, str]:
@@ -248,10 +252,11 @@ def _formula_flops(algo: str, env_id: str, cfg: Any) -> tuple[float, str]:
     return fa + 8 * fc + (3 * fa + 2 * fc) / d, f"F_a + 8 F_c + (3 F_a + 2 F_c) / {d}"
 
 
-def roofline(algo: str, env_id: str, steps: int, threads: int = 1) -> dict[str, Any]:
+def roofline(algo: str, env_id: str, steps: int, threads: int = 1, bf16: bool = False) -> dict[str, Any]:
     """The gradient steps of a run; per rl2edge backend, benchmarks.roofline's figures (the step's own
     matmuls replayed bare, the gradient step alone, an 8-wide net's step), each in a fresh process with
-    the run's threads; and each library's bare rate at the run's largest layer."""
+    the run's threads; and each library's bare rate at the run's largest layer. `bf16`: torch's figures
+    again with bfloat16 products, for the torch-bf16 contender."""
     import os
 
     from rl2edge.train.algos import build_config
@@ -277,12 +282,28 @@ def roofline(algo: str, env_id: str, steps: int, threads: int = 1) -> dict[str, 
         by_framework["tf"] = child(
             ["-m", "benchmarks.roofline", "--framework", "tf", *common, "--matmuls", str(recorded)]
         )
+        if bf16:
+            by_framework["torch-bf16"] = child(
+                [
+                    "-m",
+                    "benchmarks.roofline",
+                    "--framework",
+                    "torch",
+                    *common,
+                    "--matmuls",
+                    str(recorded),
+                    "--matmul-precision",
+                    "medium",
+                ]
+            )
     width, b = max(cfg.net_arch), cfg.batch_size
     code = (
         "import json, sys; sys.path.insert(0, sys.argv[1]); from benchmarks.train_throughput import _matmul_gflops; "
         f"print(json.dumps(_matmul_gflops(sys.argv[2], {b}, {width}, {threads})))"
     )
-    peak = {lib: child(["-c", code, str(ROOT), lib]) for lib in ("torch", "tensorflow")}
+    peak = {
+        lib: child(["-c", code, str(ROOT), lib]) for lib in ("torch", "tensorflow", "torch-bf16")[: 2 + bf16]
+    }
     formula_flops, formula = _formula_flops(algo, env_id, cfg)
     torch_fig = by_framework["torch"]
     return {
@@ -314,7 +335,7 @@ def _roofline_markdown(
         summary[w].update(
             matmul_library=lib, run_s_per_gradient_step=per_step, share_of_limit=limit[lib] / per_step
         )
-        fig = roof["by_framework"].get(runner[w]) if runner[w] in ("torch", "tf") else None
+        fig = roof["by_framework"].get(runner[w]) if runner[w] in ("torch", "tf", "torch-bf16") else None
         ms = lambda v: f"{1e3 * v:.2f}"  # noqa: E731
         rows.append(
             [
@@ -467,7 +488,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         )
     )
     roof = (
-        roofline(args.algo, args.env, args.steps, args.threads)
+        roofline(args.algo, args.env, args.steps, args.threads, bf16="torch-bf16" in who)
         if args.algo in ("sac", "td3", "dqn")
         else None
     )

@@ -190,6 +190,21 @@ def check_compile(algo: str, framework: str) -> None:
         )
 
 
+MATMUL_PRECISIONS = ("highest", "high", "medium")  # torch.set_float32_matmul_precision's names
+
+
+def check_matmul_precision(precision: str, framework: str) -> None:
+    """--matmul-precision suits this run: one of torch's names, and torch (TF has its own switches)."""
+    if precision not in MATMUL_PRECISIONS:
+        raise ConfigError(f"--matmul-precision {precision!r}: choose {_either(MATMUL_PRECISIONS)}")
+    if framework != "torch" and precision != "highest":
+        raise ConfigError(
+            "--matmul-precision sets torch's float32 matmul precision; TensorFlow has its own switches "
+            "(TF32 on Ampere GPUs is on by default there; oneDNN's bfloat16 mode on a CPU comes from the "
+            "TF_SET_ONEDNN_FPMATH_MODE environment variable), which rl2edge neither sets nor has tested"
+        )
+
+
 def check_rollout_workers(cfg: Any, workers: int) -> None:
     """--rollout-workers suits this run: an on-policy algorithm, and no more workers than envs."""
     if get(cfg.algo).driver != _PPO_DRIVER:
@@ -220,6 +235,7 @@ def train(
     on_evaluation: Callable[[int, Any], bool] | None = None,
     threads: int = 1,
     compile_update: bool = False,
+    matmul_precision: str = "highest",
 ) -> Any:
     """Train cfg.algo with `framework`'s agent: the one entry point of the CLI, the tests and the
     benchmarks. `agent_out`, when given, receives the agent (tests read its state and trace counts).
@@ -229,8 +245,11 @@ def train(
     `threads`: CPU threads per op for the framework (train.core.threads). `compile_update`: torch PPO/A2C
     run their forward pass and loss as one torch.compile graph (TorchPPO.compile_update), torch SAC and
     TD3/DDPG their gradient step (TorchOffPolicyBase.compile_update), TF's off-policy agents their
-    training phase as one XLA computation (TFOffPolicyBase.compile_update)."""
+    training phase as one XLA computation (TFOffPolicyBase.compile_update). `matmul_precision`: torch's
+    float32 matmul precision for the run (train.torch_backend.matmul_precision), the process's own back
+    after it."""
     set_cpu_threads(threads)
+    check_matmul_precision(matmul_precision, framework)
     algo = get(cfg.algo)
     check_env(cfg.algo, env_id)
     if compile_update:
@@ -257,4 +276,11 @@ def train(
         return agent
 
     driver = _load(algo.driver)
-    return driver(env_id, cfg, seed, run_dir, make_agent, device=device, progress=progress, **extra)
+    if framework != "torch":
+        return driver(env_id, cfg, seed, run_dir, make_agent, device=device, progress=progress, **extra)
+    from rl2edge.train.torch_backend.matmul_precision import matmul_precision as precision
+
+    if matmul_precision != "highest":
+        _logger.info("torch float32 matmul precision for this run: %s", matmul_precision)
+    with precision(matmul_precision):
+        return driver(env_id, cfg, seed, run_dir, make_agent, device=device, progress=progress, **extra)

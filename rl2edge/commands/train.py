@@ -74,8 +74,17 @@ def add_parser(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
         "--compile",
         action="store_true",
         help="torch PPO/A2C: run the forward pass and loss as one torch.compile graph (some 13 s to compile "
-        "on a first run); TF SAC/TD3/DDPG/DQN/Rainbow: run the training phase as one XLA computation. For "
-        "GPUs: on a CPU neither beats the default path (see the README's throughput section)",
+        "on a first run); torch SAC/TD3/DDPG: the gradient step with its Adam steps (some 15 s); TF "
+        "SAC/TD3/DDPG/DQN/Rainbow: the training phase as one XLA computation. For GPUs: on a CPU none "
+        "beats the default path over a short run (see the README's throughput section)",
+    )
+    t.add_argument(
+        "--matmul-precision",
+        default="highest",
+        choices=["highest", "high", "medium"],
+        help="torch's float32 matmul precision while training (torch.set_float32_matmul_precision): highest "
+        "(default) is float32; high allows TF32 on a CUDA GPU; medium bfloat16 products on a CPU with AMX or "
+        "AVX512-BF16. The run changes with it: see the README's throughput section for the returns measured",
     )
     t.add_argument("--force", action="store_true", help="replace a non-empty --out directory")
     t.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -94,7 +103,13 @@ def parse_seeds(text: str) -> list[int]:
 
 def run(args: argparse.Namespace) -> int:
     from rl2edge.fileio import check_output_dir
-    from rl2edge.train.algos import build_config, check_compile, check_env, check_rollout_workers
+    from rl2edge.train.algos import (
+        build_config,
+        check_compile,
+        check_env,
+        check_matmul_precision,
+        check_rollout_workers,
+    )
     from rl2edge.train.core.envs import check_env_id
     from rl2edge.train.core.threads import set_cpu_threads
 
@@ -108,6 +123,7 @@ def run(args: argparse.Namespace) -> int:
     set_cpu_threads(args.threads)  # checks it before anything starts
     if args.compile:
         check_compile(args.algo, args.framework)
+    check_matmul_precision(args.matmul_precision, args.framework)
     if args.rollout_workers:
         check_rollout_workers(cfg, args.rollout_workers)
     if seeds and args.rollout_workers:
@@ -159,6 +175,7 @@ def _run_one(args: argparse.Namespace, cfg: Any, run_dir: Path) -> int:
             rollout_workers=args.rollout_workers,
             threads=args.threads,
             compile_update=args.compile,
+            matmul_precision=args.matmul_precision,
         )
         check_interrupted()
     print(
@@ -204,6 +221,7 @@ def _run_seeds(args: argparse.Namespace, cfg: Any, seeds: list[int], out: Path) 
                 device=args.device,
                 threads=args.threads,
                 compile_update=args.compile,
+                matmul_precision=args.matmul_precision,
             )
         print(table(["seed", "run", "steps", "wall s", "eval return"], summary_rows(results)))
         finals = [r.eval_mean for r in results]

@@ -40,7 +40,14 @@ class SeedResult:
 
 
 def _train_one(
-    framework: str, env_id: str, cfg: Any, seed: int, device: str, threads: int, compile_update: bool
+    framework: str,
+    env_id: str,
+    cfg: Any,
+    seed: int,
+    device: str,
+    threads: int,
+    compile_update: bool,
+    matmul_precision: str,
 ) -> tuple[dict[str, Any], bytes]:
     """On a Ray worker: one seed's run, in a temporary folder; (its numbers, the folder as an archive)."""
     from rl2edge.train.algos import train
@@ -58,6 +65,7 @@ def _train_one(
             progress=False,
             threads=threads,
             compile_update=compile_update,
+            matmul_precision=matmul_precision,
         )
         numbers = {
             "steps": r.steps,
@@ -79,6 +87,7 @@ def train_seeds(
     device: str = "cpu",
     threads: int = 1,
     compile_update: bool = False,
+    matmul_precision: str = "highest",
 ) -> list[SeedResult]:
     """Train every seed in parallel on the connected Ray, each a task of `threads` CPUs; write
     <out>/s<seed>, seeds.json and seeds.md."""
@@ -92,7 +101,8 @@ def train_seeds(
             "fewer threads"
         )
     task = ray.remote(num_cpus=threads, max_retries=1)(_train_one)
-    pending = {task.remote(framework, env_id, cfg, s, device, threads, compile_update): s for s in seeds}
+    args = (device, threads, compile_update, matmul_precision)
+    pending = {task.remote(framework, env_id, cfg, s, *args): s for s in seeds}
     results: list[SeedResult] = []
     failed: dict[int, str] = {}
     # A seed between ray.get and results, with the inode of what was at its folder before (--force

@@ -1,0 +1,74 @@
+"""`train --matmul-precision`: torch's float32 matmul precision holds for the training run and only for
+it, changes the products where the CPU has bfloat16 kernels, and is refused for TensorFlow."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from rl2edge.train.algos import build_config, train
+from rl2edge.train.torch_backend.matmul_precision import has_bf16_matmul, matmul_precision
+from tests.helpers import assert_clean_failure, rl2edge
+
+
+def _product_error() -> float:
+    """Relative error of a [256, 256] x [256, 256] float32 product against float64: about 1e-7 in float32,
+    some 4e-3 with bfloat16 operands (8 bits of mantissa)."""
+    gen = torch.Generator().manual_seed(0)
+    x, w = torch.randn(256, 256, generator=gen), torch.randn(256, 256, generator=gen)
+    exact = x.double() @ w.double()
+    return float(((x @ w).double() - exact).abs().max() / exact.abs().max())
+
+
+def test_the_precision_holds_for_the_run_and_comes_back_after(tmp_path: Path) -> None:
+    """A short torch SAC run under "medium": inside it (at its evaluations) torch's setting is "medium"
+    and, on a CPU with AMX or AVX512-BF16, products carry bfloat16's error (over 1e-4, against 1e-6 for
+    float32); after it the process is back at "highest" and float32 products."""
+    seen: list[tuple[str, float]] = []
+
+    def at_evaluation(step: int, result: object) -> bool:
+        seen.append((torch.get_float32_matmul_precision(), _product_error()))
+        return True
+
+    cfg = build_config(
+        "Pendulum-v1",
+        overrides={
+            "n_timesteps": 300,
+            "learning_starts": 100,
+            "eval_freq": 150,
+            "eval_episodes": 1,
+            "net_arch": [16, 16],
+        },
+        algo="sac",
+    )
+    assert torch.get_float32_matmul_precision() == "highest"
+    train("torch", "Pendulum-v1", cfg, 0, tmp_path / "run", device="cpu", progress=False,
+          on_evaluation=at_evaluation, matmul_precision="medium")  # fmt: skip
+    assert seen and all(precision == "medium" for precision, _ in seen)
+    if has_bf16_matmul():
+        assert all(error > 1e-4 for _, error in seen), seen
+    else:
+        assert all(error < 1e-6 for _, error in seen), seen  # "medium" falls back to float32 here
+    assert torch.get_float32_matmul_precision() == "highest"
+    assert _product_error() < 1e-6
+
+
+def test_the_precision_comes_back_after_a_failure() -> None:
+    with pytest.raises(RuntimeError, match="inside"):
+        with matmul_precision("medium"):
+            raise RuntimeError("inside")
+    assert torch.get_float32_matmul_precision() == "highest"
+
+
+def test_tensorflow_and_unknown_names_are_refused(tmp_path: Path) -> None:
+    args = ("train", "--algo", "sac", "--env", "Pendulum-v1", "--steps", "300")
+    assert_clean_failure(
+        rl2edge(*args, "--framework", "tf", "--matmul-precision", "medium", "--out", tmp_path / "run"),
+        "TensorFlow has its own switches",
+    )
+    assert not (tmp_path / "run").exists()
+    proc = rl2edge(*args, "--matmul-precision", "low", "--out", tmp_path / "run")
+    assert proc.returncode == 2 and "invalid choice: 'low'" in proc.stderr
+    assert not (tmp_path / "run").exists()

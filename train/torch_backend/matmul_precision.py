@@ -1,0 +1,40 @@
+"""`train --matmul-precision`: the internal precision of torch's float32 matrix products during training,
+by torch's own names (`torch.set_float32_matmul_precision`):
+
+- "highest" (the default): float32 throughout, what the tests and the export parity checks assume.
+- "high": TF32 on a CUDA GPU with tensor cores (an A100's default in TensorFlow, not in torch); float32
+  on a CPU.
+- "medium": bfloat16 products with float32 accumulation where oneDNN has a bfloat16 kernel (x86 with
+  AMX or AVX512-BF16, such as a Sapphire Rapids Xeon); elsewhere as "high".
+
+Why opt-in: the weights, their gradients and Adam stay float32, but each product rounds its operands to
+8 bits of mantissa, so a run under "medium" is another run than the default one (a different trajectory
+from the same seed), and its return has to be measured, not assumed (benchmarks/train_throughput.py
+`--who torch-bf16`). The setting holds for the training run only: the process's own comes back after it,
+so an export or parity check later in the same process runs at float32.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import torch
+
+
+@contextmanager
+def matmul_precision(precision: str) -> Iterator[None]:
+    """torch's float32 matmul precision inside the `with` (torch refuses a name it does not know)."""
+    before = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision(precision)
+    try:
+        yield
+    finally:
+        torch.set_float32_matmul_precision(before)
+
+
+def has_bf16_matmul() -> bool:
+    """oneDNN on this CPU multiplies float32 matrices through bfloat16 under "medium" (AMX or AVX512-BF16)."""
+    return torch.backends.mkldnn.is_available() and bool(
+        torch.cpu._is_amx_tile_supported() or torch.cpu._is_avx512_bf16_supported()
+    )

@@ -3,6 +3,7 @@ it, changes the products where the CPU has bfloat16 kernels, and is refused for 
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -53,6 +54,7 @@ def test_the_precision_holds_for_the_run_and_comes_back_after(tmp_path: Path) ->
         assert all(error < 1e-6 for _, error in seen), seen  # "medium" falls back to float32 here
     assert torch.get_float32_matmul_precision() == "highest"
     assert _product_error() < 1e-6
+    assert json.loads((tmp_path / "run" / "summary.json").read_text())["matmul_precision"] == "medium"
 
 
 def test_the_precision_comes_back_after_a_failure() -> None:

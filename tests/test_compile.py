@@ -106,7 +106,8 @@ def test_a_python_float_clip_would_retrace() -> None:
 
 def test_graph_adam_matches_torch_fused_adam() -> None:
     """The compiled graph's Adam against torch's fused kernel on the same gradients, six steps of
-    gradients from 0.1 to 10 in scale and a learning-rate change: parameters within 1e-6 (16 ulps of a
+    gradients of 1e-8 (the scale of eps, where its place in the formula shows), 1 and 10, and a
+    learning-rate change: parameters within 1e-6 (16 ulps of a
     weight near 1, a thousandth of one step at lr 1e-3: the two order a few float32 operations
     differently; measured 2.4e-7), one graph, and the step counters the optimizer's own."""
     _reset_dynamo()
@@ -122,7 +123,7 @@ def test_graph_adam_matches_torch_fused_adam() -> None:
     step = torch.compile(graph_adam.step, fullgraph=True, dynamic=False)
     for i in range(6):
         for p, q in zip(fused, ours, strict=True):
-            p.grad = torch.randn(p.shape, generator=gen) * 10.0 ** (i % 3 - 1)
+            p.grad = torch.randn(p.shape, generator=gen) * (1e-8, 1.0, 10.0)[i % 3]  # 1e-8: where eps tells
             q.grad = p.grad.clone()
         ref_opt.step()
         step()
@@ -219,9 +220,13 @@ def test_compiled_offpolicy_step_matches_eager(algo: str, overrides: dict, graph
             for opt in shadow_opts:
                 if any(q.grad is not None for q in opt.param_groups[0]["params"]):
                     opt.step()
-            for (name, p), s in zip(compiled.nets.named_parameters(), shadow, strict=True):
+            for (name, p), s, e in zip(
+                compiled.nets.named_parameters(), shadow, eager.nets.parameters(), strict=True
+            ):
                 if "target" not in name:
                     torch.testing.assert_close(p, s, rtol=0, atol=1e-6, msg=name)
+                else:  # the polyak updates (inside TD3's actor graph, eager after SAC's): from the same weights
+                    torch.testing.assert_close(p, e, rtol=0, atol=1e-6, msg=f"{name}, step {step}")
             with torch.no_grad():  # the next step from the eager agent's weights again
                 for p, e in zip(params, eager.nets.parameters(), strict=True):
                     p.copy_(e)

@@ -75,14 +75,14 @@ def test_a_flushed_training_phase_steps_the_weights_as_an_unflushed_one() -> Non
     chaotic divergence of two whole runs is compared; measured here: bit for bit."""
     import copy
 
-    import rl2edge.train.torch_backend.offpolicy_base as base
+    import rl2edge.train.torch_backend.matmul_precision as phase  # training_phase: its flush
     from rl2edge.train.core.replay import ReplayBatch
 
     cfg = build_config("Pendulum-v1", overrides={"n_timesteps": 1000, "net_arch": [64, 64], "eval_freq": 0},
                        algo="sac")  # fmt: skip
     out: list = []
     with pytest.MonkeyPatch.context() as mp, tempfile.TemporaryDirectory() as d:
-        mp.setattr(base, "flush_denormals", nullcontext)
+        mp.setattr(phase, "flush_denormals", nullcontext)
         train("torch", "Pendulum-v1", cfg, 0, Path(d) / "run", device="cpu", progress=False, agent_out=out)
     trained = out[0]
     assert _subnormal_moments(trained) > 0
@@ -95,7 +95,7 @@ def test_a_flushed_training_phase_steps_the_weights_as_an_unflushed_one() -> Non
     torch.manual_seed(1)
     flushed.train(batch)
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(base, "flush_denormals", nullcontext)
+        mp.setattr(phase, "flush_denormals", nullcontext)
         torch.manual_seed(1)
         plain.train(batch)
     assert _subnormal_moments(flushed) == 0 and _subnormal_moments(plain) > 0

@@ -1,5 +1,5 @@
-"""`train --matmul-precision`: torch's float32 matmul precision holds for the training run and only for
-it, changes the products where the CPU has bfloat16 kernels, and is refused for TensorFlow."""
+"""`train --matmul-precision`: torch's float32 matmul precision holds for the training phases and only
+for them, changes the products where the CPU has bfloat16 kernels, and is refused for TensorFlow."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import torch
 
 from rl2edge.train.algos import build_config, train
 from rl2edge.train.torch_backend.matmul_precision import has_bf16_matmul, matmul_precision
+from rl2edge.train.torch_backend.sac import TorchSAC
 from tests.helpers import assert_clean_failure, rl2edge
 
 
@@ -23,45 +24,55 @@ def _product_error() -> float:
     return float(((x @ w).double() - exact).abs().max() / exact.abs().max())
 
 
-def test_the_precision_holds_for_the_run_and_comes_back_after(tmp_path: Path) -> None:
-    """A short torch SAC run under "medium": inside it (at its evaluations) torch's setting is "medium"
-    and, on a CPU with AMX or AVX512-BF16, products carry bfloat16's error (over 1e-4, against 1e-6 for
-    float32); after it the process is back at "highest" and float32 products."""
-    seen: list[tuple[str, float]] = []
+def test_the_precision_holds_for_the_training_phases_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A short torch SAC run under "medium": in its gradient steps torch's setting is "medium" and, on a
+    CPU with AMX or AVX512-BF16, products carry bfloat16's error (over 1e-4, against 1e-6 for float32);
+    its evaluations (which choose the checkpoint) and the process after it are at "highest", float32
+    products; summary.json records the run's setting."""
+    in_steps: list[tuple[str, float]] = []
+    at_evaluations: list[str] = []
+    step = TorchSAC.train_step
+
+    def spy(self: TorchSAC, *batch: torch.Tensor) -> torch.Tensor:
+        in_steps.append((torch.get_float32_matmul_precision(), _product_error()))
+        return step(self, *batch)
 
     def at_evaluation(step: int, result: object) -> bool:
-        seen.append((torch.get_float32_matmul_precision(), _product_error()))
+        at_evaluations.append(torch.get_float32_matmul_precision())
         return True
 
+    monkeypatch.setattr(TorchSAC, "train_step", spy)
     cfg = build_config(
         "Pendulum-v1",
-        overrides={
-            "n_timesteps": 300,
-            "learning_starts": 100,
-            "eval_freq": 150,
-            "eval_episodes": 1,
-            "net_arch": [16, 16],
-        },
+        overrides={"n_timesteps": 300, "learning_starts": 100, "eval_freq": 150, "eval_episodes": 1,
+                   "net_arch": [16, 16]},
         algo="sac",
-    )
-    assert torch.get_float32_matmul_precision() == "highest"
+    )  # fmt: skip
+    before = torch.get_float32_matmul_precision()
+    assert before != "medium"
     train("torch", "Pendulum-v1", cfg, 0, tmp_path / "run", device="cpu", progress=False,
           on_evaluation=at_evaluation, matmul_precision="medium")  # fmt: skip
-    assert seen and all(precision == "medium" for precision, _ in seen)
+    assert len(in_steps) == 200 and all(precision == "medium" for precision, _ in in_steps)
     if has_bf16_matmul():
-        assert all(error > 1e-4 for _, error in seen), seen
+        assert all(error > 1e-4 for _, error in in_steps), in_steps[:3]
     else:
-        assert all(error < 1e-6 for _, error in seen), seen  # "medium" falls back to float32 here
-    assert torch.get_float32_matmul_precision() == "highest"
+        assert all(error < 1e-6 for _, error in in_steps), in_steps[:3]  # "medium" falls back to float32
+    assert at_evaluations and all(precision == before for precision in at_evaluations)
+    assert torch.get_float32_matmul_precision() == before
     assert _product_error() < 1e-6
     assert json.loads((tmp_path / "run" / "summary.json").read_text())["matmul_precision"] == "medium"
 
 
 def test_the_precision_comes_back_after_a_failure() -> None:
+    before = torch.get_float32_matmul_precision()
+    other = "medium" if before != "medium" else "highest"
     with pytest.raises(RuntimeError, match="inside"):
-        with matmul_precision("medium"):
+        with matmul_precision(other):
+            assert torch.get_float32_matmul_precision() == other
             raise RuntimeError("inside")
-    assert torch.get_float32_matmul_precision() == "highest"
+    assert torch.get_float32_matmul_precision() == before
 
 
 def test_tensorflow_and_unknown_names_are_refused(tmp_path: Path) -> None:

@@ -246,8 +246,7 @@ def train(
     run their forward pass and loss as one torch.compile graph (TorchPPO.compile_update), torch SAC and
     TD3/DDPG their gradient step (TorchOffPolicyBase.compile_update), TF's off-policy agents their
     training phase as one XLA computation (TFOffPolicyBase.compile_update). `matmul_precision`: torch's
-    float32 matmul precision for the run (train.torch_backend.matmul_precision), the process's own back
-    after it."""
+    float32 matmul precision in the run's training phases (train.torch_backend.matmul_precision)."""
     set_cpu_threads(threads)
     check_matmul_precision(matmul_precision, framework)
     algo = get(cfg.algo)
@@ -269,18 +268,15 @@ def train(
 
     def make_agent(network: dict[str, Any], cfg: Any, seed: int, device: str) -> Any:
         agent = cls(network, cfg, seed, device)
+        if framework == "torch":
+            agent.matmul_precision = matmul_precision
         if compile_update:
             agent.compile_update()
         if agent_out is not None:
             agent_out.append(agent)
         return agent
 
-    driver = _load(algo.driver)
-    if framework != "torch":
-        return driver(env_id, cfg, seed, run_dir, make_agent, device=device, progress=progress, **extra)
-    from rl2edge.train.torch_backend.matmul_precision import matmul_precision as precision
-
     if matmul_precision != "highest":
-        _logger.info("torch float32 matmul precision for this run: %s", matmul_precision)
-    with precision(matmul_precision):
-        return driver(env_id, cfg, seed, run_dir, make_agent, device=device, progress=progress, **extra)
+        _logger.info("torch float32 matmul precision of the training phases: %s", matmul_precision)
+    driver = _load(algo.driver)
+    return driver(env_id, cfg, seed, run_dir, make_agent, device=device, progress=progress, **extra)

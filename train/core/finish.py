@@ -117,8 +117,8 @@ def finish_run(
             "steps_per_s": global_step / wall,
             "device": agent.device,
             "framework": agent.framework,
-            # what the run's matmuls computed in (train --matmul-precision): another setting, another run
-            **({"matmul_precision": _torch_matmul_precision()} if agent.framework == "torch" else {}),
+            # what the training phases' matmuls computed in (train --matmul-precision): another run
+            **({"matmul_precision": agent.matmul_precision} if agent.framework == "torch" else {}),
             "checkpoint": kept,
             "last_eval": {"mean_return": last_eval.mean, "std_return": last_eval.std},
             "final_eval": {
@@ -130,12 +130,6 @@ def finish_run(
         },
     )
     return TrainResult(run_dir, global_step, wall, final_eval)
-
-
-def _torch_matmul_precision() -> str:
-    import torch
-
-    return torch.get_float32_matmul_precision()
 
 
 def deterministic_fn(

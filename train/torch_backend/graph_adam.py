@@ -4,8 +4,10 @@ torch off-policy agents' compiled gradient step (TorchOffPolicyBase.compile_upda
 Why not torch's own: the fused kernel (`torch._fused_adam_`) does not trace in torch 2.13 (functionalization
 refuses its in-place writes of the graph's inputs), and `Optimizer.step` breaks the graph (its grad-mode
 wrapper), which would split the step into a graph per optimizer, each paying its guard checks. Written as
-torch's single-tensor Adam computes it (torch/optim/adam.py, `_single_tensor_adam`, not capturable),
-inductor fuses it into one loop per tensor.
+torch's single-tensor Adam computes it (torch/optim/adam.py, `_single_tensor_adam`), the bias corrections
+in float64 as the fused kernel takes them, from the step counter; inductor fuses it into one loop per
+tensor. Betas and eps are read once, when the graph's Adam is made (`train --compile` makes it before the
+first step): a later change to them, or an optimizer state loaded over this one, is not seen.
 
 The optimizer keeps owning the state: the moments and step counters are its own `state` tensors, created
 here as Adam's first step would create them for the fused kernel, so a later eager step, `state_dict` and
@@ -18,15 +20,19 @@ from __future__ import annotations
 
 import torch
 
+from rl2edge.train.torch_backend.optim_step import ADAM_OPTIONS
+
 
 def _check(opt: torch.optim.Optimizer) -> dict:
-    """The one param group of a plain Adam (ValueError for anything this update does not compute)."""
+    """The one param group of a plain Adam (ValueError for anything this update does not compute,
+    including an option a later torch adds)."""
     if type(opt) is not torch.optim.Adam or len(opt.param_groups) != 1:
         raise ValueError(f"GraphAdam computes one param group of torch.optim.Adam, got {opt!r}")
     group = opt.param_groups[0]
     unsupported = [k for k in ("amsgrad", "maximize", "decoupled_weight_decay") if group[k]]
     if group["weight_decay"]:
         unsupported.append("weight_decay")
+    unsupported += sorted(group.keys() - ADAM_OPTIONS)
     if unsupported:
         raise ValueError(f"GraphAdam does not compute Adam's {', '.join(unsupported)}")
     return group
@@ -73,6 +79,8 @@ class GraphAdam:
             t.add_(1)
             m.lerp_(g, 1 - b1)
             v.mul_(b2).addcmul_(g, g, value=1 - b2)
-            step_size = self.lr / (1 - torch.pow(b1, t))
-            denom = (v.sqrt() / torch.sqrt(1 - torch.pow(b2, t))).add_(self.eps)
+            step = t.double()
+            step_size = (self.lr / (1 - torch.pow(b1, step))).float()
+            bias_correction2_sqrt = torch.sqrt(1 - torch.pow(b2, step)).float()
+            denom = (v.sqrt() / bias_correction2_sqrt).add_(self.eps)
             p.sub_(step_size * m / denom)

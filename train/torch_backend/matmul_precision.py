@@ -10,8 +10,9 @@ by torch's own names (`torch.set_float32_matmul_precision`):
 Why opt-in: the weights, their gradients and Adam stay float32, but each product rounds its operands to
 8 bits of mantissa, so a run under "medium" is another run than the default one (a different trajectory
 from the same seed), and its return has to be measured, not assumed (benchmarks/train_throughput.py
-`--who torch-bf16`). The setting holds for the training run only: the process's own comes back after it,
-so an export or parity check later in the same process runs at float32.
+`--who torch-bf16`). The setting holds for the training phases only (`training_phase`, where the agents
+also flush subnormals): evaluations, the checkpoint's choice and the exported policy compute at float32,
+and the process's own setting comes back after each phase.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import torch
+
+from rl2edge.train.torch_backend.denormals import flush_denormals
 
 
 @contextmanager
@@ -31,6 +34,14 @@ def matmul_precision(precision: str) -> Iterator[None]:
         yield
     finally:
         torch.set_float32_matmul_precision(before)
+
+
+@contextmanager
+def training_phase(precision: str) -> Iterator[None]:
+    """What every torch trainer's training phase runs under: subnormals flushed, as TF's executor does
+    (train.torch_backend.denormals), and the run's matmul precision."""
+    with flush_denormals(), matmul_precision(precision):
+        yield
 
 
 def has_bf16_matmul() -> bool:

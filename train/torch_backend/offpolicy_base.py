@@ -14,8 +14,8 @@ from torch import nn
 from rl2edge.train.core.numpy_actor import NumpyActor
 from rl2edge.train.core.numpy_policy import Layers
 from rl2edge.train.core.replay import ReplayBatch
-from rl2edge.train.torch_backend.denormals import flush_denormals
 from rl2edge.train.torch_backend.graph_adam import GraphAdam
+from rl2edge.train.torch_backend.matmul_precision import training_phase
 from rl2edge.train.torch_backend.mlp_grad import ensure_grads
 from rl2edge.train.torch_backend.setup import setup_torch
 from rl2edge.train.torch_backend.weights import save_safetensors, state_copy
@@ -24,6 +24,7 @@ from rl2edge.train.torch_backend.weights import save_safetensors, state_copy
 class TorchOffPolicyBase:
     framework = "torch"
     stat_names: tuple[str, ...] = ()
+    matmul_precision = "highest"  # of the training phases (train --matmul-precision sets it)
 
     def __init__(self, seed: int, device: str):
         dev = setup_torch(seed, device)
@@ -79,6 +80,8 @@ class TorchOffPolicyBase:
         shapes), each optimizer's Adam step inside them (train.torch_backend.graph_adam); what depends on
         a Python counter (TD3's policy delay, SAC's target interval) stays outside, so each graph is
         traced once (tests/test_compile.py counts them). Each agent names its graphs in `_compile`."""
+        if type(self)._compile is TorchOffPolicyBase._compile:  # before any change to the agent
+            raise NotImplementedError(f"{type(self).__name__} has no compiled update")
         self.graph_adams = []
         for opt in self.optimizers:
             ensure_grads(opt.param_groups[0]["params"])  # the graph writes into them: none made inside
@@ -128,6 +131,6 @@ class TorchOffPolicyBase:
         t = [self._t(x) for x in (batch.obs, batch.actions, batch.rewards, batch.next_obs, batch.dones)]
         # no explorer.invalidate() here: its views see the in-place updates (making them again costs
         # some 30 us a phase, timed by hand)
-        with flush_denormals():  # as TF's executor does (train.torch_backend.denormals)
+        with training_phase(self.matmul_precision):  # subnormals flushed, the run's precision
             rows = [self.train_step(*(x[i] for x in t)) for i in range(batch.n)]
         return torch.stack(rows).nanmean(0).cpu().numpy()  # one host sync per training phase

@@ -19,7 +19,7 @@ from torch.optim import optimizer as _optimizer
 
 # The param_group options of torch 2.13's Adam, every one of which the short path either passes on or
 # checks: a torch that adds one makes the short path fall back rather than ignore it.
-_ADAM_OPTIONS = frozenset(torch.optim.Adam([torch.zeros(1, requires_grad=True)], fused=True).param_groups[0])
+ADAM_OPTIONS = frozenset(torch.optim.Adam([torch.zeros(1, requires_grad=True)], fused=True).param_groups[0])
 
 
 def clear_grads(opt: torch.optim.Optimizer) -> None:
@@ -46,7 +46,7 @@ def fused_adam_step(opt: torch.optim.Optimizer) -> None:
         or group["amsgrad"]
         or group["maximize"]
         or group["decoupled_weight_decay"]
-        or group.keys() != _ADAM_OPTIONS
+        or group.keys() != ADAM_OPTIONS
         or getattr(opt, "grad_scale", None) is not None
         or getattr(opt, "found_inf", None) is not None
         or opt._optimizer_step_pre_hooks

@@ -15,7 +15,7 @@ from rl2edge.train.core.config import PPOConfig
 from rl2edge.train.core.numpy_policy import RolloutWeights
 from rl2edge.train.core.rollout import Minibatch
 from rl2edge.train.torch_backend.actor_critic_grad import ActorCriticGrad, ForwardPass
-from rl2edge.train.torch_backend.denormals import flush_denormals
+from rl2edge.train.torch_backend.matmul_precision import training_phase
 from rl2edge.train.torch_backend.nets import ActorCritic, clip_grad_norm
 from rl2edge.train.torch_backend.optim_step import clear_grads, fused_adam_step
 from rl2edge.train.torch_backend.setup import setup_torch
@@ -104,6 +104,7 @@ def ppo_grads(
 
 
 class TorchPPO:
+    matmul_precision = "highest"  # of the training phases (train --matmul-precision sets it)
     framework = "torch"
 
     def __init__(self, network: dict[str, Any], cfg: PPOConfig, seed: int, device: str):
@@ -238,7 +239,7 @@ class TorchPPO:
         return stats  # on the device: one sync per update, not five per minibatch
 
     def train_minibatches(self, mbs: list[Minibatch], clip: float) -> np.ndarray:
-        with flush_denormals():  # as TF's executor does (train.torch_backend.denormals)
+        with training_phase(self.matmul_precision):  # subnormals flushed, the run's precision
             rows = [self.train_step(mb, clip) for mb in mbs]
         return torch.stack(rows).mean(0).cpu().numpy()
 

@@ -17,8 +17,8 @@ from torch import nn
 
 from rl2edge.train.core.offpolicy_config import RainbowConfig
 from rl2edge.train.core.replay import ReplayBatch
-from rl2edge.train.torch_backend.denormals import flush_denormals
 from rl2edge.train.torch_backend.dqn import TorchDQN
+from rl2edge.train.torch_backend.matmul_precision import training_phase
 from rl2edge.train.torch_backend.nets import RainbowQNetwork, project_distribution
 from rl2edge.train.torch_backend.optim_step import clear_grads, fused_adam_step
 
@@ -100,6 +100,6 @@ class TorchRainbow(TorchDQN):
             batch.weights,
         )
         t = [self._t(x) for x in cols]
-        with flush_denormals():  # as TF's executor does (train.torch_backend.denormals)
+        with training_phase(self.matmul_precision):  # subnormals flushed, the run's precision
             stats, prios = zip(*(self.train_step(*(x[i] for x in t)) for i in range(batch.n)), strict=True)
         return torch.stack(stats).mean(0).cpu().numpy(), torch.stack(prios).cpu().numpy()

@@ -121,14 +121,16 @@ def contenders(algo: str, env_id: str) -> dict[str, tuple[str, str, str, dict[st
         }
     if algo in ("sac", "td3", "dqn"):
         name = algo.upper()
-        compiled = {  # torch's written-out step as a torch.compile graph; its wall time includes compiling
+        # SAC's and TD3's 256-wide torch variants (DQN's 64-wide nets gain from neither): the written-out
+        # step as torch.compile graphs, the wall time including compiling; and bfloat16 products where
+        # oneDNN has them (AMX, AVX512-BF16), another run whose return is measured
+        wide = {
             "torch-compile": (f"rl2edge {name} (torch, --compile)", "torch-compile", algo, {}),
-            # bfloat16 products where oneDNN has them (AMX, AVX512-BF16): another run, its return measured
             "torch-bf16": (f"rl2edge {name} (torch, --matmul-precision medium)", "torch-bf16", algo, {}),
         }
         return {
             "torch": (f"rl2edge {name} (torch)", "torch", algo, {}),
-            **(compiled if algo != "dqn" else {}),
+            **(wide if algo != "dqn" else {}),
             "tf": (f"rl2edge {name} (TF)", "tf", algo, {}),
             "sb3": (f"Stable-Baselines3 {name}", "sb3", algo, {}),
         }
@@ -301,9 +303,8 @@ def roofline(algo: str, env_id: str, steps: int, threads: int = 1, bf16: bool = 
         "import json, sys; sys.path.insert(0, sys.argv[1]); from benchmarks.train_throughput import _matmul_gflops; "
         f"print(json.dumps(_matmul_gflops(sys.argv[2], {b}, {width}, {threads})))"
     )
-    peak = {
-        lib: child(["-c", code, str(ROOT), lib]) for lib in ("torch", "tensorflow", "torch-bf16")[: 2 + bf16]
-    }
+    libraries = ["torch", "tensorflow", *(["torch-bf16"] if bf16 else [])]
+    peak = {lib: child(["-c", code, str(ROOT), lib]) for lib in libraries}
     formula_flops, formula = _formula_flops(algo, env_id, cfg)
     torch_fig = by_framework["torch"]
     return {

@@ -20,7 +20,7 @@ from rl2edge.train.torch_backend.graph_adam import GraphAdam
 from rl2edge.train.torch_backend.ppo import TorchPPO
 from tests.helpers import assert_clean_failure, rl2edge
 from tests.test_offpolicy_grad import _agent as _offpolicy_agent
-from tests.test_offpolicy_grad import _assert_close, _batch, _stepped_params
+from tests.test_offpolicy_grad import _assert_close, _batch, _step_both, _stepped_params
 
 NETWORK = {
     "type": "actor_critic_mlp",
@@ -199,11 +199,7 @@ def test_compiled_offpolicy_step_matches_eager(algo: str, overrides: dict, graph
                 opt.param_groups[0]["lr"] = lr
             stepped = _stepped_params(compiled)
             before = [p.detach().clone() for p in params]
-            torch.manual_seed(step)
-            expected = eager.train_step(*batch)
-            torch.manual_seed(step)
-            got = compiled.train_step(*batch)
-            torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6, equal_nan=True)
+            _step_both(eager, compiled, batch, step)
             eager_params = dict(eager.nets.named_parameters())
             for name, p in stepped.items():
                 if algo == "sac" and name.startswith("actor."):

@@ -85,6 +85,16 @@ def _stepped_params(agent) -> dict[str, torch.nn.Parameter]:
     }
 
 
+def _step_both(reference, agent, batch: list[torch.Tensor], step: int) -> None:
+    """One gradient step in each agent with the same random draws; their stats must agree (NaN where a
+    step computes none)."""
+    torch.manual_seed(step)
+    expected = reference.train_step(*batch)
+    torch.manual_seed(step)
+    got = agent.train_step(*batch)
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6, equal_nan=True)
+
+
 def _assert_close(name: str, got: torch.Tensor, expected: torch.Tensor) -> float:
     scale = float(expected.abs().max())
     torch.testing.assert_close(got, expected, rtol=GRAD_RTOL, atol=GRAD_ATOL_OF_MAX * scale + 1e-12, msg=name)
@@ -121,11 +131,7 @@ def test_written_out_step_matches_autograd(algo: str, activation: str, overrides
         for p in stepped.values():
             if p.grad is not None:
                 p.grad.fill_(float("nan"))
-        torch.manual_seed(step)
-        expected = reference.train_step(*batch)
-        torch.manual_seed(step)
-        got = written.train_step(*batch)
-        torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6, equal_nan=True)
+        _step_both(reference, written, batch, step)
         ref_params = dict(reference.nets.named_parameters())
         for name, p in stepped.items():
             worst = max(worst, _assert_close(f"{name}.grad, step {step}", p.grad, ref_params[name].grad))

@@ -15,7 +15,11 @@ _logger = logging.getLogger("rl2edge")
 
 
 def add_parser(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
-    from rl2edge.train.algos import ALGOS, FRAMEWORKS  # the table only: no framework is imported
+    from rl2edge.train.algos import (  # tables only: no framework is imported
+        ALGOS,
+        FRAMEWORKS,
+        MATMUL_PRECISIONS,
+    )
 
     t = sub.add_parser(
         "train",
@@ -81,7 +85,7 @@ def add_parser(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
     t.add_argument(
         "--matmul-precision",
         default="highest",
-        choices=["highest", "high", "medium"],
+        choices=MATMUL_PRECISIONS,
         help="torch's float32 matmul precision in the training phases (torch.set_float32_matmul_precision; "
         "evaluations and exports stay float32): highest (default) is float32; high allows TF32 on a CUDA GPU; "
         "medium bfloat16 products on a CPU with AMX or AVX512-BF16. The run changes with it: see the README's "

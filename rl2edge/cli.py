@@ -59,7 +59,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         cut = argv.index("--")
         argv, tail = argv[:cut], argv[cut + 1 :]
     args, rest = parser.parse_known_args(argv)
-    if getattr(args, "config", None):
+    if getattr(args, "options_file", None):  # only the commands that registered an options file have it
         from rl2edge.commands.config_file import apply_config_file
 
         args = apply_config_file(parser, argv, args)
@@ -74,7 +74,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # keep TensorFlow's C++ start-up noise out
     try:
         args = parse_args(argv)
-    except Rl2EdgeError as exc:  # a --config file that does not check out
+    except Rl2EdgeError as exc:  # an options file that does not check out
         print(f"rl2edge: error: {exc}", file=sys.stderr)
         return 2
     level = logging.DEBUG if args.verbose else logging.WARNING if args.quiet else logging.INFO

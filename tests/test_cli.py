@@ -200,3 +200,49 @@ def test_plc_sim_that_cannot_listen_is_one_line(tmp_path: Path) -> None:
         sim = ["plc-sim", "--env", "CartPole-v1", "--endpoint"]
         assert_clean_failure(rl2edge(*sim, f"opc.tcp://127.0.0.1:{port}"), "the port is in use")
     assert_clean_failure(rl2edge(*sim, "opc.tcp://no-such-plc.invalid:4840"), "does not resolve")
+
+
+# ------------------------------------------------------------------ --config: one name, one meaning
+# train's and tune's --config is a hyperparameter file; serve's is its options file (tests/test_serve_service.py).
+# Before they were told apart, `train --config` crashed on serve's loader (AttributeError: config_parser).
+@pytest.mark.parametrize(
+    "text",
+    [
+        "learning_rate: 0.000777\ngamma: 0.97\n",  # flat
+        "CartPole-v1:\n  learning_rate: 0.000777\n  gamma: 0.97\n",  # keyed by env id, as the Zoo's files
+    ],
+    ids=["flat", "keyed"],
+)
+def test_train_config_reaches_the_run(tmp_path: Path, text: str) -> None:
+    (tmp_path / "hp.yml").write_text(text)
+    run = tmp_path / "r"
+    proc = rl2edge(
+        "train", "--algo", "ppo", "--env", "CartPole-v1", "--steps", "512", "--config", tmp_path / "hp.yml",
+        "--out", run, "--no-progress",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    hp = json.loads((run / "checkpoint.json").read_text())["hyperparameters"]
+    assert hp["learning_rate"] == 0.000777 and hp["gamma"] == 0.97
+    assert hp["n_timesteps"] == 512  # --steps still overrides the file
+    assert json.loads((run / "summary.json").read_text())["steps"] >= 512
+
+
+def test_train_config_with_an_unknown_hyperparameter_is_one_line(tmp_path: Path) -> None:
+    (tmp_path / "hp.yml").write_text("learning_rat: 0.001\n")
+    proc = rl2edge(
+        "train", "--env", "CartPole-v1", "--config", tmp_path / "hp.yml", "--out", tmp_path / "r"
+    )  # fmt: skip
+    assert_clean_failure(proc, "learning_rat")
+    assert not (tmp_path / "r").exists()
+
+
+def test_tune_config_is_read_as_hyperparameters(tmp_path: Path) -> None:
+    """Without Ray's start-up: a hyperparameter the space does not know gets tune's own one-line error,
+    which shows the file reached the search space's loader (the old code crashed before it)."""
+    (tmp_path / "hp.yml").write_text("learning_rat: 0.001\n")
+    (tmp_path / "space.yml").write_text("space:\n  gamma: {uniform: [0.9, 0.99]}\n")
+    proc = rl2edge(
+        "tune", "--env", "CartPole-v1", "--space", tmp_path / "space.yml", "--config", tmp_path / "hp.yml",
+        "--out", tmp_path / "sw",
+    )  # fmt: skip
+    assert_clean_failure(proc, "learning_rat")

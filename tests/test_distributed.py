@@ -433,3 +433,19 @@ def _rows(report: dict) -> list:
     from types import SimpleNamespace
 
     return [SimpleNamespace(**r) for r in report["trials_table"]]
+
+
+@pytest.mark.integration
+def test_tune_config_reaches_every_trial(tmp_path: Path) -> None:
+    """tune --config FILE: hyperparameters under the space's draws, in every trial's checkpoint."""
+    (tmp_path / "hp.yml").write_text("gamma: 0.97\nn_epochs: 3\n")
+    space = "fixed: {n_timesteps: 1024, eval_freq: 1024, eval_episodes: 2}\nspace:\n  gae_lambda: {uniform: [0.8, 0.9]}\n"
+    out = tmp_path / "sweep"
+    proc = rl2edge(
+        "tune", "--env", "CartPole-v1", "--space", _space_file(tmp_path, space), "--config", tmp_path / "hp.yml",
+        "--trials", "2", "--max-concurrent", "1", "--out", out, "--no-progress",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for row in json.loads((out / "sweep.json").read_text())["trials_table"]:
+        hp = json.loads((Path(row["run_dirs"][0]) / "checkpoint.json").read_text())["hyperparameters"]
+        assert (hp["gamma"], hp["n_epochs"]) == (0.97, 3) and 0.8 <= hp["gae_lambda"] <= 0.9

@@ -1,6 +1,9 @@
-"""`--config FILE`: a YAML mapping of a command's options (`period_ms: 20`, the positional `artifact`
-too). The command line overrides the file; relative paths in the file are relative to the file's folder
-(a systemd unit starts in /, whatever folder the file is in)."""
+"""An options file: a YAML mapping of a command's own options (`period_ms: 20`, the positional `artifact`
+too), given as `--config FILE` to the commands that register it here (serve). The command line overrides
+the file; relative paths in the file are relative to the file's folder (a systemd unit starts in /).
+
+It lands in `args.options_file`, never `args.config`: train's and tune's `--config` is a hyperparameter
+file, which their runs read themselves."""
 
 from __future__ import annotations
 
@@ -13,13 +16,14 @@ from typing import Any
 from rl2edge.errors import ConfigError
 from rl2edge.fileio import load_yaml
 
-_NOT_OPTIONS = {"help", "config", "func"}
+_NOT_OPTIONS = {"help", "options_file", "func"}
 
 
 def add_config_option(parser: argparse.ArgumentParser, example: str, paths: Iterable[str]) -> None:
     """`paths`: the options (dest names) whose values are file paths."""
     parser.add_argument(
         "--config",
+        dest="options_file",
         metavar="FILE",
         help=f"YAML file of options (the command line overrides it), e.g. {example}",
     )
@@ -32,7 +36,7 @@ def apply_config_file(
     """args with the file's options as defaults under the command line's."""
     sub: argparse.ArgumentParser = args.config_parser
     paths: Iterable[str] = args.config_paths
-    path = Path(args.config)
+    path = Path(args.options_file)
     data = load_yaml(path, "config file")
     if data is None:
         data = {}

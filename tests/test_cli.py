@@ -246,3 +246,19 @@ def test_tune_config_is_read_as_hyperparameters(tmp_path: Path) -> None:
         "--out", tmp_path / "sw",
     )  # fmt: skip
     assert_clean_failure(proc, "learning_rat")
+
+
+def test_evaluate_takes_the_env_from_the_manifest(cartpole_all, tmp_path: Path) -> None:
+    art = cartpole_all[1] / "fp32"
+    given = rl2edge("evaluate", art, "--env", "CartPole-v1", "--episodes", "2", "--json")
+    implied = rl2edge("evaluate", art, "--episodes", "2", "--json")
+    assert given.returncode == 0 and implied.returncode == 0, implied.stderr
+    a, b = (json.loads(p.stdout.strip().splitlines()[-1]) for p in (given, implied))
+    assert b["env_id"] == "CartPole-v1" and b["returns"] == a["returns"]
+    # a manifest without its source's env id (an older or hand-made one): one line asking for --env
+    bare = tmp_path / "bare"
+    shutil.copytree(art, bare)
+    manifest = json.loads((bare / "manifest.json").read_text())
+    del manifest["source"]["env_id"]
+    (bare / "manifest.json").write_text(json.dumps(manifest))
+    assert_clean_failure(rl2edge("evaluate", bare, "--episodes", "1"), "give --env")

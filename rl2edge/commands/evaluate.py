@@ -17,10 +17,15 @@ def add_parser(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
         formatter_class=fmt,
         description="Run an artifact through the runtime (the code that serves it on the device) for N episodes "
         "with seeds S, S+1, ... and report the returns.",
-        epilog="example:\n  rl2edge evaluate artifacts/cp --env CartPole-v1 --episodes 20 --seed 0 --json",
+        epilog="examples:\n  rl2edge evaluate artifacts/cp --episodes 20 --seed 0 --json   # in the env it was trained on\n"
+        "  rl2edge evaluate artifacts/cp --env CartPole-v1   # or another registered id / package.module:EnvClass",
     )
     v.add_argument("artifact", help="artifact directory (manifest.json + policy.tflite)")
-    v.add_argument("--env", required=True, help="Gymnasium id or package.module:EnvClass")
+    v.add_argument(
+        "--env",
+        help="Gymnasium id or package.module:EnvClass (default: the env the artifact was trained on, from its "
+        "manifest)",
+    )
     v.add_argument("--episodes", type=int, default=20, help="episodes (default: 20)")
     v.add_argument("--seed", type=int, default=0, help="seed of the first episode (default: 0)")
     v.add_argument(
@@ -43,12 +48,16 @@ def run(args: argparse.Namespace) -> int:
     from rl2edge.train.core.envs import check_env_id
     from rl2edge.train.core.evaluation import evaluate
 
-    check_env_id(args.env)
+    if args.env is not None:
+        check_env_id(args.env)
     if args.episodes < 1:
         raise ConfigError(f"--episodes {args.episodes}: evaluate at least 1 episode")
     policy = Policy.load(
         args.artifact, backend=args.backend, explore=args.explore, noise_seed=args.noise_seed
     )
+    if args.env is None:
+        args.env = _trained_env(policy.manifest.data, args.artifact)
+        check_env_id(args.env)
     result = evaluate(policy.predict, args.env, args.episodes, args.seed)
     out = {
         "artifact": str(args.artifact),
@@ -80,3 +89,12 @@ def run(args: argparse.Namespace) -> int:
             )
         )
     return 0
+
+
+def _trained_env(manifest: dict[str, Any], artifact: str) -> str:
+    """The env id the manifest's source was trained on (every export records it)."""
+    source = manifest.get("source")
+    env_id = source.get("env_id") if isinstance(source, dict) else None
+    if not isinstance(env_id, str) or not env_id:
+        raise ConfigError(f"{artifact}: the manifest names no env it was trained on; give --env")
+    return env_id

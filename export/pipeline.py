@@ -33,9 +33,11 @@ from rl2edge.export.graph_spec import (
 )
 from rl2edge.export.noise_verify import check_noise_off, verify_distribution
 from rl2edge.export.report import ExportReport, FileRow
+from rl2edge.export.return_check import RULE as RETURN_RULE
+from rl2edge.export.return_check import check_return
 from rl2edge.export.source import ExportSource, source_from_checkpoint
 from rl2edge.export.tflite_convert import FLOAT_OPS, MODES, convert, uint8_input_saved_model
-from rl2edge.export.tolerances import DEFAULT, RETURN_DROP_WARNING, Tolerances
+from rl2edge.export.tolerances import DEFAULT, RETURN_DROP_WARNING_PCT, Tolerances
 from rl2edge.export.verify import (
     compare_actions,
     latency_interleaved_us,
@@ -63,7 +65,8 @@ CHOICES = (*MODES, "all", "auto")
 class ExportOptions:
     quantize: str = "int8"
     """A mode of MODES; 'all' for one artifact per mode in <out>/<mode>/; 'auto' for the fastest mode whose
-    closed-loop return stays within max_return_drop_pct of fp32's."""
+    closed-loop return stays within max_return_drop_pct of fp32's (export.return_check: % of the return's
+    scale)."""
     calib_episodes: int = 10
     eval_episodes: int = 10
     seed: int = 0
@@ -396,15 +399,10 @@ def _verify_file(
     latency = latency_us(served.predict, got.data.heldout)
     row = FileRow(mode, shown, (art / "policy.tflite").stat().st_size, parity, closed, latency)
     fp32_closed = (fp32_row or row).closed_loop
-    drop = fp32_closed["mean_return"] - closed["mean_return"]
-    if mode != "fp32" and drop > RETURN_DROP_WARNING * abs(fp32_closed["mean_return"]):
+    kept = check_return(fp32_closed, closed, RETURN_DROP_WARNING_PCT)
+    if mode != "fp32" and not kept.within:
         _logger.warning(
-            "%s loses %.1f of fp32's closed-loop return %.1f (more than %.0f%%); --quantize auto keeps the "
-            "fastest mode within --max-return-drop",
-            mode,
-            drop,
-            fp32_closed["mean_return"],
-            100 * RETURN_DROP_WARNING,
+            "%s; --quantize auto keeps the fastest mode within --max-return-drop", kept.describe(mode)
         )
     _logger.info(
         "%s: %s vs the source, return %.1f (fp32 %.1f), predict p50 %.1f us",
@@ -445,8 +443,11 @@ def _choose(
 ) -> None:
     """--quantize auto: the fastest file whose closed-loop return is within the allowed drop of fp32's."""
     rows = {r.mode: r for r in report.rows}
-    fp32 = rows["fp32"].closed_loop["mean_return"]
-    floor = fp32 - abs(fp32) * opts.max_return_drop_pct / 100.0
+    checks = {
+        m: check_return(rows["fp32"].closed_loop, r.closed_loop, opts.max_return_drop_pct)
+        for m, r in rows.items()
+    }
+    floor = checks["fp32"].floor
     # The per-file latencies were measured one file after another; the choice rests on a fresh,
     # interleaved measurement of all candidates, so that machine drift cannot pick the winner.
     policies = {m: Policy.load(work / m) for m in rows}
@@ -458,7 +459,7 @@ def _choose(
             "predict_p99_us": latency[m]["p99_us"],
             "mean_return": r.closed_loop["mean_return"],
             "size_bytes": r.size_bytes,
-            "within_drop": r.closed_loop["mean_return"] >= floor,
+            "within_drop": checks[m].within,
         }
         for m, r in rows.items()
     ]
@@ -470,8 +471,9 @@ def _choose(
         shutil.copyfile(f, staging / f.name)
     manifest = manifests[chosen]
     manifest["quantization"]["auto"] = {
-        "rule": "fastest predict p50 whose closed-loop mean return >= fp32's - |fp32's| * max_return_drop_pct / 100",
+        "rule": f"fastest predict p50 among the files kept: {RETURN_RULE} (pct: max_return_drop_pct)",
         "max_return_drop_pct": opts.max_return_drop_pct,
+        "return_scale": checks["fp32"].scale,
         "return_floor": floor,
         "chosen": chosen,
         "candidates": candidates,

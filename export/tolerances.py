@@ -28,8 +28,9 @@ DEFAULT = Tolerances()
 
 # Figures of the export's checks that are not tolerances of one file against its source (not recorded per
 # file in the manifest); kept here so that every threshold of the export is in one place.
-RETURN_DROP_WARNING = 0.05
-"""Warn when a quantized file's closed-loop mean return is below fp32's by more than this fraction of |fp32|."""
+RETURN_DROP_WARNING_PCT = 5.0
+"""Warn when a quantized file's closed-loop mean return is below fp32's by more than this % of the return's
+scale (export.return_check: the larger of |fp32's mean| and its spread over the episodes)."""
 NOISE_N_SIGMA = 5.0
 """Folded noise: sample mean and std within this many standard errors of the configured distribution."""
 NOISE_SLACK = {"fp32": (1e-3, 0.0), "fp16": (5e-3, 0.02), "dynamic": (0.03, 0.05), "int8": (0.03, 0.05)}

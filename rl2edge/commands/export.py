@@ -42,7 +42,8 @@ def add_parser(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
         type=float,
         default=1.0,
         metavar="PCT",
-        help="--quantize auto: allowed drop of the mean return below fp32's, in %% of |fp32| (default: 1)",
+        help="--quantize auto: allowed drop of the mean return below fp32's on the same seeds, in %% of the "
+        "return's scale, the larger of |fp32's mean| and its spread over the episodes (default: 1)",
     )
     e.add_argument(
         "--env", help="Stable-Baselines3 models only: the Gymnasium env id the model was trained on"

@@ -23,6 +23,12 @@ __all__ = ["free_port"]
 # from the workstation's.
 PLC_SIM_EXE = os.environ.get("RL2EDGE_PLC_SIM_EXE", EXE)
 
+# serve's flags for a test that compares a served closed loop with `evaluate` exactly: a deadline miss
+# writes the safe action, which a busy machine makes at any deadline a cycle can really have. With a
+# lockstep plant (it steps only on an answer) nothing waits on the clock, so the deadline can be the
+# longest serve takes; the test still asserts that the summary counted no miss.
+NO_MISS = ("--deadline-ms", "60000")
+
 
 def start(args: list[str], log: Path, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
     exe = PLC_SIM_EXE if args[:1] == ["plc-sim"] else EXE

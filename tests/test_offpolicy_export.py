@@ -208,7 +208,7 @@ def test_serve_feeds_folded_noise_over_opcua_and_no_explore_is_deterministic(
 ) -> None:
     from rl2edge.runtime.policy import Policy
     from rl2edge.train.core.evaluation import evaluate
-    from tests.plc_helpers import free_port, running, stop, wait_for_server
+    from tests.plc_helpers import NO_MISS, free_port, running, stop, wait_for_server
 
     art = tmp_path / "art"
     _export(td3_torch, art, "fp32", noise="ou:theta=0.15,sigma=0.3")
@@ -220,11 +220,22 @@ def test_serve_feeds_folded_noise_over_opcua_and_no_explore_is_deterministic(
                     "--record", str(record)]  # fmt: skip
         with running(sim_args, tmp_path / "sim.log") as sim:
             wait_for_server(url)
-            with running(
-                ["serve", str(art), "--endpoint", url, "--period-ms", "5", *flags], tmp_path / "serve.log"
-            ) as serve:
+            summary = tmp_path / "serve.json"
+            serve_args = [
+                "serve",
+                str(art),
+                "--endpoint",
+                url,
+                "--period-ms",
+                "5",
+                *NO_MISS,
+                "--summary",
+                str(summary),
+            ]
+            with running([*serve_args, *flags], tmp_path / "serve.log") as serve:
                 assert sim.wait(timeout=120) == 0, (tmp_path / "sim.log").read_text()
                 assert stop(serve) == 0, (tmp_path / "serve.log").read_text()
+        assert json.loads(summary.read_text())["deadline_misses"] == 0
         return json.loads(record.read_text())["returns"][0]
 
     deterministic = evaluate(Policy.load(art, explore=False).predict, "Pendulum-v1", 1, 3).returns[0]

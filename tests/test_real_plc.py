@@ -27,7 +27,7 @@ from rl2edge.plc_bridge.nodemap import load_node_map
 from rl2edge.plc_bridge.security import make_certificate
 from rl2edge.runtime import Policy
 from rl2edge.train.core.evaluation import evaluate
-from tests.plc_helpers import free_port, running, start, stop
+from tests.plc_helpers import NO_MISS, free_port, running, start, stop
 from tests.standin_plc import StandinPlc
 
 CARTPOLE = PlantIo(4, 1, True, (0.0,), (1.0,))
@@ -117,13 +117,14 @@ def test_closed_loop_over_node_opcua_gives_the_returns_of_evaluate(
         env_id, seed=3, episodes=episodes, layout=layout, types=types, workdir=tmp_path / "plc", **sec
     ) as plc:
         node_map = _map(plc, tmp_path / "map.yaml")
-        extra = ["--period-ms", "5", "--mode", mode, *(_security_args(pki) if sec else [])]
+        extra = ["--period-ms", "5", *NO_MISS, "--mode", mode, *(_security_args(pki) if sec else [])]
         with running(_serve(art, plc, node_map, summary, *extra), tmp_path / "serve.log") as serve:
             returns = plc.wait_episodes(180)
             stats = plc.stats()
             assert stop(serve) == 0, (tmp_path / "serve.log").read_text()
-    assert returns == evaluate(Policy.load(art).predict, env_id, episodes, 3).returns
     s = _strict_json(summary)
+    assert s["deadline_misses"] == 0
+    assert returns == evaluate(Policy.load(art).predict, env_id, episodes, 3).returns
     assert s["invalid"] == 0 and s["write_rejected"] == 0 and s["reconnects"] == 0, s
     assert stats["writes"]["rejected"] == 0
     log = (tmp_path / "serve.log").read_text()
@@ -202,12 +203,13 @@ def test_counters_wrap_in_the_nodes_own_type(cartpole_all, tmp_path: Path, heart
     ) as plc:
         node_map = _map(plc, tmp_path / "map.yaml")
         with running(
-            _serve(art, plc, node_map, summary, "--period-ms", "5"), tmp_path / "serve.log"
+            _serve(art, plc, node_map, summary, "--period-ms", "5", *NO_MISS), tmp_path / "serve.log"
         ) as serve:
             returns = plc.wait_episodes(60)
             assert stop(serve) == 0
             v = plc.get()
             beats = plc.stats()["writes"]["accepted"]["Heartbeat"]
+    assert _strict_json(summary)["deadline_misses"] == 0
     assert returns == evaluate(Policy.load(art).predict, "CartPole-v1", 1, 0).returns
     assert v["ObsSeq"] < 0 and v["ActSeq"] < 0  # answered across the Int32 wrap
     # Every accepted write moved the heartbeat by one in the node's own type, across its wrap: the

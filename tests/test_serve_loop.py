@@ -16,7 +16,7 @@ from asyncua import Client, ua
 from rl2edge.plc_bridge.sim import PlcSim, SimConfig
 from rl2edge.runtime import Policy
 from rl2edge.train.core.evaluation import evaluate
-from tests.plc_helpers import free_port, read, running, stop, wait_for_server, wait_until, write
+from tests.plc_helpers import NO_MISS, free_port, read, running, stop, wait_for_server, wait_until, write
 
 
 @pytest.mark.parametrize(
@@ -66,6 +66,7 @@ def test_lockstep_loop_gives_the_returns_of_evaluate(
                 url,
                 "--period-ms",
                 "5",
+                *NO_MISS,
                 "--summary",
                 str(summary),
                 "--mode",
@@ -75,10 +76,11 @@ def test_lockstep_loop_gives_the_returns_of_evaluate(
         ) as serve:
             assert sim.wait(timeout=120) == 0, (tmp_path / "sim.log").read_text()
             assert stop(serve) == 0, (tmp_path / "serve.log").read_text()
+    s = json.loads(summary.read_text())
+    assert s["deadline_misses"] == 0
     over_opcua = json.loads(record.read_text())["returns"]
     direct = evaluate(Policy.load(art).predict, "CartPole-v1", 4, 3).returns
     assert over_opcua == direct
-    s = json.loads(summary.read_text())
     assert s["cycles"] > 0 and s["invalid"] == 0 and s["latency_ms"]["p50"] < 50
     assert s["mode"] == mode and s["write_rejected"] == 0
     assert s["cpu_ms_per_cycle"] > 0 and s["spin_ms"] == 2.0

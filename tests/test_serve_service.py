@@ -25,7 +25,7 @@ import pytest
 from rl2edge.plc_bridge.metrics import parse_metrics
 from rl2edge.runtime import Policy
 from tests.helpers import EXE, assert_clean_failure, rl2edge
-from tests.plc_helpers import free_port, running, stop, wait_for_server
+from tests.plc_helpers import NO_MISS, free_port, running, stop, wait_for_server
 
 
 def http(url: str) -> tuple[int, str]:
@@ -155,7 +155,17 @@ def _update_run(
     url, port = f"opc.tcp://127.0.0.1:{free_port()}", free_port()
     current, summary = tmp_path / "current", tmp_path / "serve.json"
     current.symlink_to(first)
-    serve_args = ["serve", str(current), "--endpoint", url, "--period-ms", "20", "--summary", str(summary)]
+    serve_args = [
+        "serve",
+        str(current),
+        "--endpoint",
+        url,
+        "--period-ms",
+        "20",
+        *NO_MISS,
+        "--summary",
+        str(summary),
+    ]
     serve_args += ["--metrics-port", str(port), "--watch", "--watch-interval", "0.2", "--shadow-cycles", "20"]
     with running(sim_args(url, "--trace", str(tmp_path / "trace.jsonl")), tmp_path / "sim.log") as sim:
         wait_for_server(url)
@@ -232,7 +242,7 @@ def test_updates_that_do_not_check_out_are_refused_and_the_old_policy_keeps_serv
 
 def _serve_flags(url: str, art: Path) -> list[str]:
     return [
-        "serve", str(art), "--endpoint", url, "--period-ms", "10", "--deadline-ms", "40", "--timeout-ms", "800",
+        "serve", str(art), "--endpoint", url, "--period-ms", "10", *NO_MISS, "--timeout-ms", "800",
         "--stats-interval", "0.5", "--cycles", "150", "--summary",
     ]  # fmt: skip
 
@@ -249,7 +259,7 @@ def test_a_config_file_gives_the_run_of_the_same_flags(cartpole_all, tmp_path: P
             args = [*_serve_flags(url, art), str(out / "out" / "serve.json")]
         else:
             (out / "serve.yaml").write_text(
-                f"artifact: {art}\nendpoint: {url}\nperiod_ms: 10\ndeadline-ms: 40\ntimeout_ms: 800\n"
+                f"artifact: {art}\nendpoint: {url}\nperiod_ms: 10\ndeadline-ms: {NO_MISS[1]}\ntimeout_ms: 800\n"
                 "stats_interval: 0.5\ncycles: 150\nsummary: out/serve.json   # relative to this file\n"
             )
             args = ["serve", "--config", str(out / "serve.yaml")]
@@ -262,7 +272,8 @@ def test_a_config_file_gives_the_run_of_the_same_flags(cartpole_all, tmp_path: P
     (flags, flags_trace), (file, file_trace) = runs["flags"], runs["file"]
     same = ("artifact", "security", "period_ms", "deadline_ms", "mode", "cycles", "ok", "invalid", "stale")
     assert {k: flags[k] for k in same} == {k: file[k] for k in same}
-    assert flags["cycles"] == 150 and flags["period_ms"] == 10 and flags["deadline_ms"] == 40
+    assert flags["cycles"] == 150 and flags["period_ms"] == 10 and flags["deadline_ms"] == float(NO_MISS[1])
+    assert flags["deadline_misses"] == file["deadline_misses"] == 0
     assert flags_trace[:100] == file_trace[:100]  # the same plant, the same actions
 
 

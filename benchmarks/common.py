@@ -1,5 +1,5 @@
 """What every benchmark shares: the machine's description, result files (JSON + markdown + PNG) and
-the reference figures of ../shared/REFERENCE.md that results are shown next to."""
+the reference figures of benchmarks/reference.md that results are shown next to."""
 
 from __future__ import annotations
 

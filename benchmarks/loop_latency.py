@@ -42,7 +42,7 @@ from rl2edge.plc_bridge.slot_timer import until_slot
 from rl2edge.runtime import Policy
 from tests.standin_plc import StandinPlc
 
-# ../shared/REFERENCE.md: asyncua 2.1, one batched Read + one batched Write, two processes on loopback.
+# benchmarks/reference.md: asyncua 2.1, one batched Read + one batched Write, two processes on loopback.
 REFERENCE_MS = {
     "none": {"p50": 0.83, "p99": 1.21, "max": 4.7},
     "sign_and_encrypt": {"p50": 1.13, "p99": 2.41, "max": 5.7},
@@ -335,7 +335,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 "CPU ms/cycle",
                 "start lateness p50 / p99 ms",
                 "serve / paced p50 / p99",
-                "REFERENCE.md p50 / p99 / max ms",
+                "benchmarks/reference.md p50 / p99 / max ms",
             ],
             rows,
         )

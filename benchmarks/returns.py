@@ -30,8 +30,8 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks.common import RESULTS, markdown_table, pyplot, save_figure, write_results  # noqa: E402
 
-# (algo, env) -> (steps, the Zoo's published return or None); ../shared/REFERENCE.md and the Zoo's
-# benchmark.md. The Zoo has no Rainbow: its step budgets are issue #15's targets.
+# (algo, env) -> (steps, the Zoo's published return or None); benchmarks/reference.md (from the Zoo's
+# benchmark.md). The Zoo has no Rainbow: its step budgets are issue #15's targets.
 ZOO: dict[tuple[str, str], tuple[int, float | None]] = {
     ("a2c", "CartPole-v1"): (500_000, 500.0),
     ("a2c", "Acrobot-v1"): (500_000, -83.4),

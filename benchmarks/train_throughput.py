@@ -12,7 +12,7 @@ switched off on that same preset (DQN's work per step, Rainbow's code path), and
 component on, on its own preset (train_freq 1: 256x the gradient steps per env step of DQN's preset).
 
 Writes benchmarks/results/train_throughput[_<algo>][_t<N>].{json,md,png}. One thread per op for every
-contender by default (--threads N for more), as in ../shared/REFERENCE.md (SB3 2.9.2, Zoo CartPole PPO preset: 4201 env steps/s, 23.8 s, 500 +- 0).
+contender by default (--threads N for more), as in benchmarks/reference.md (SB3 2.9.2, Zoo CartPole PPO preset: 4201 env steps/s, 23.8 s, 500 +- 0).
 """
 
 from __future__ import annotations
@@ -482,7 +482,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             else ""
         )
         + (
-            f"\n\nREFERENCE.md (SB3, same preset, a machine like this): {ref['sb3_steps_per_s']} steps/s, return "
+            f"\n\nbenchmarks/reference.md (SB3, same preset, a machine like this): {ref['sb3_steps_per_s']} steps/s, return "
             f"{ref['sb3_return']}."
             if ref
             else ""

@@ -75,10 +75,10 @@ class LoopConfig:
     """cyclic: one cycle per period; subscription: one per data-change of the PLC's sequence number."""
     spin_ms: float | None = None
     """Cyclic mode: wake from the event loop this long before each slot, then sleep in the kernel and spin
-    the last 0.15 ms (plc_bridge.slot_timer): the event loop's timer wakes 0.1-1 ms late (its poll timeout
-    has millisecond resolution). While enough of it is left, the decision is warmed up on the last
-    observation first. 0: the event loop's timer alone. None: DEFAULT_SPIN_MS, or half the period where
-    that is shorter (see `lead_ms`)."""
+    the last 0.15 ms (plc_bridge.slot_timer): the event loop's timer wakes up to a millisecond late (its
+    poll timeout has millisecond resolution; benchmarks/loop_latency.py reports the start lateness).
+    While enough of it is left, the decision is warmed up on the last observation first. 0: the event
+    loop's timer alone. None: DEFAULT_SPIN_MS, or half the period where that is shorter (see `lead_ms`)."""
 
     @property
     def lead_ms(self) -> float:
@@ -499,10 +499,9 @@ class ControlLoop:
 
     def _warm_up(self) -> None:
         """In the spin before a cycle, the decision's code and data once more on the last valid observation,
-        the result thrown away: after 20 ms of sleep they are out of the CPU's caches, and the cycle's own
-        decision took 133 to 160 us p50 in the loop against 3.5 us back to back, 78 us after a warm-up
-        (CartPole int8 on this project's 2-core host, timed by hand). Side-effect free: no staleness count,
-        no noise draw (Policy.warm_up)."""
+        the result thrown away: after a period of sleep they are out of the CPU's caches, and a cold
+        decision takes many times a warm one (benchmarks/loop_latency.py measures the loop with and without
+        the lead). Side-effect free: no staleness count, no noise draw (Policy.warm_up)."""
         if self._warm_obs is None:
             return
         t0 = time.monotonic()

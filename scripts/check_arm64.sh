@@ -413,7 +413,7 @@ for e in json.loads((art / "index.json").read_text()):
     for tag in tags:
         row = {"artifact": e["name"], "mode": e["mode"], "venv": tag, "samples": int(len(x86))}
         if (ref / f"arm-{tag}.error").exists():
-            # Known and documented (README, tests/test_runtime.py): tflite-runtime 2.14 lacks the
+            # Known and documented (docs/install.md, tests/test_runtime.py): tflite-runtime 2.14 lacks the
             # FULLY_CONNECTED v12 that TF 2.19 writes into dynamic-range files. Anything else fails.
             err = (ref / f"arm-{tag}.error").read_text()
             expected = tag == "venv-tflite" and e["mode"] == "dynamic" and "FULLY_CONNECTED" in err

@@ -61,8 +61,9 @@ def test_offpolicy_preset_reaches_the_zoo_and_ships_a_file_that_keeps_it(
     algo: str, framework: str, env_id: str, floor: float, tmp_path: Path
 ) -> None:
     """The preset at the Zoo's step count, seed 0 (benchmarks/returns.py runs 3 seeds of each). SAC and TD3
-    ship int8 within 5 % of the floor; DQN's int8 files can still lose return on some seeds (README,
-    Benchmarks: TF 357 against 456 over 3 seeds), so `--quantize auto` must ship a mode that keeps it."""
+    ship int8 within 5 % of the floor; DQN's int8 files can still lose return on some seeds
+    (benchmarks/results/returns_dqn_int8.md: TF 357 against 456 over 3 seeds), so `--quantize auto` must
+    ship a mode that keeps it."""
     from rl2edge.export.pipeline import ExportOptions, export_checkpoint
     from rl2edge.runtime import Policy
     from rl2edge.train.algos import build_config, train

@@ -1,11 +1,9 @@
 """The rollout's actor-critic in numpy: what PPO and A2C act with while collecting, in either backend.
 
-Why not the framework: a rollout step is one forward pass of two small MLPs on n_envs rows, and there a
-framework's per-call cost is most of the time (timed by hand on CartPole's 64x64 nets, 8 rows: the TF
-agent's `act` 164 us, torch's 43 us, this 21 us; the PPO profile in benchmarks/results/train_throughput.md
-has this module's `_mlp` at 10.5 us a call, two a step). The weights are read from the agent once
-per rollout (`RolloutWeights`), so the update stays in the framework and the rollout needs none: a Ray
-rollout worker runs this too.
+Why not the framework: a rollout step is one forward pass of two small MLPs on n_envs rows, where a
+framework's per-call cost is most of the time (`benchmarks/train_throughput.py --profile` shows this
+module's share). The weights are read from the agent once per rollout (`RolloutWeights`), so the rollout
+needs no framework: a Ray rollout worker runs this too.
 
 The numbers differ from the framework's own forward pass in the last bits (different matmul kernels and
 transcendental functions): the log-probs recorded here and the update's recomputed ones agree to about

@@ -111,8 +111,8 @@ def train_offpolicy(
     on_evaluation: Callable[[int, EvalResult], bool] | None = None,
 ) -> TrainResult:
     # numpy's BLAS on one thread for the run, as the PPO rollout has it: after the numpy explorer's
-    # 256-wide matmuls OpenBLAS's worker spun on sched_yield between calls. In a 3000-step torch SAC run
-    # (timed by hand) it held the second core, 12.5 s of system time in 18 s; the run took 28.2 -> 26.2 s.
+    # 256-wide matmuls OpenBLAS's idle worker spins on sched_yield and holds the second core
+    # (tests/test_offpolicy_mechanics.py checks the one thread).
     with one_blas_thread():
         return _train_offpolicy(env_id, cfg, seed, run_dir, make_agent, device, progress, on_evaluation)
 
@@ -212,7 +212,7 @@ def _train_offpolicy(
             # TRAIN: every train_freq steps once warm-up is over; n batches sampled here, stepped by the backend.
             if (it + 1) % cfg.train_freq == 0 and global_step > cfg.learning_starts:
                 lr = cfg.learning_rate(1.0 - global_step / cfg.n_timesteps)
-                if lr != lr_set:  # TF assigns a variable per optimizer (0.3 ms for SAC's three): not per step
+                if lr != lr_set:  # TF assigns a variable per optimizer: only when the schedule moves
                     agent.set_learning_rate(lr)
                     lr_set = lr
                 n = cfg.gradient_steps if cfg.gradient_steps > 0 else cfg.train_freq * n_envs

@@ -44,8 +44,7 @@ class TFOffPolicyBase:
         """The numpy actor over the actor's Dense `variables` (kernel, bias, ... in layer order; SAC: the
         last two layers are the mean and log-std heads), or None off the CPU. Call before compile(): the
         training phase's graph returns these variables' values with its stats (one tensor, one copy),
-        because reading them one by one costs some 45 us each (timed by hand), more than the numpy
-        actor's forward pass."""
+        because reading the variables one by one would cost more than the numpy actor's forward pass."""
         if self.device != "cpu":
             return None
         if hasattr(self, "_train_many"):
@@ -98,10 +97,9 @@ class TFOffPolicyBase:
     def compile_update(self) -> None:
         """`train --compile`: the training phase as one XLA computation (jit_compile), as TF's PPO and A2C
         always run theirs; called before the first training phase (the function then traces once, as XLA).
-        Off by default because on a CPU it does not pay: XLA's own matmuls replace oneDNN's, and per
-        gradient step (Pendulum presets, one core of an AVX-512 Xeon, timed by hand) SAC took 5.5-5.8 ms
-        against 5.6-5.7 as a graph and TD3 6.6-6.7 against 5.7-6.2. It is there for GPUs, where fusing the
-        step's some 300 small ops into a few kernels is what XLA is for; not measured on one here.
+        Off by default because on a CPU it does not pay: XLA's own matmuls replace oneDNN's, and the
+        gradient step is no faster than the plain graph's. It is there for GPUs, where fusing the step's
+        many small ops into a few kernels is what XLA is for; not measured on one yet.
         The graph that compile() traced is replaced (trace_counts reports the XLA function's traces); XLA
         compiles once per shape of the stacked batches, which a run keeps fixed."""
         tf = self.tf

@@ -1,21 +1,12 @@
 """The actor-critic's gradient written out: PPO's and A2C's update without autograd.
 
-Why: PPO's CartPole preset takes 7820 gradient steps of two 64-wide MLPs on minibatches of 256, and
-there autograd's bookkeeping (recording the graph, then walking it: some 90 ops per step, each paying
-torch's dispatch) cost more than the arithmetic. Timed by hand on one core of an AVX-512 Xeon: the loss,
-backward, clip and Adam step took 975-1088 us per gradient step through autograd and 600-660 us this way.
-
-`forward` runs both MLPs under no_grad, keeping each layer's input (the backward needs them), and the
-distribution's terms; `backward` takes the loss's derivative with respect to each sample's log-prob,
-entropy and value and writes every parameter's `.grad`: the chain rule through the distribution (the
-categorical's log-softmax and gather, or the diagonal Gaussian's density), then per layer from the head
-down W.grad = g^T h, b.grad = sum(g), g = act'(g W), with the backward kernels autograd itself calls for
-tanh and ReLU (aten::tanh_backward, aten::threshold_backward). The gradient of each algorithm's own loss
-with respect to log-prob, entropy and value is in its module (ppo.ppo_grads, a2c.a2c_grads).
-
-It covers every network ActorCritic builds (MLPs, tanh or ReLU, categorical or diagonal Gaussian with a
-state-independent log std). Autograd stays the reference: `TorchPPO.loss` is the same loss for
-`train --compile` and for tests/test_actor_critic_grad.py, which holds the two within float32 rounding.
+On nets this small, recording and walking autograd's graph costs more than the arithmetic
+(benchmarks/train_throughput.py measures the trainers). `forward` runs both MLPs under no_grad, keeping
+each layer's input; `backward` takes the loss's derivative per sample's log-prob, entropy and value
+(ppo.ppo_grads, a2c.a2c_grads) and writes every `.grad` through the distribution's chain rule and, per
+layer, W.grad = g^T h with aten's own tanh and ReLU backward kernels. Autograd (`TorchPPO.loss`, also the
+path of `train --compile`) is the reference: tests/test_actor_critic_grad.py holds the two within float32
+rounding.
 """
 
 from __future__ import annotations

@@ -1,23 +1,11 @@
 """Subnormal floats flushed to zero while a torch agent takes its gradient steps, as TensorFlow's executor
 does around every op it runs.
 
-Why: Adam's first moment of a weight whose gradient is exactly zero (one into or out of a dead ReLU unit)
-decays by beta1 = 0.9 each step and spends some 150 steps in float32's subnormal range (below 1.2e-38)
-on its way to zero, and x86 CPUs take a slow microcode path for each subnormal operand. After 3000 steps
-of SAC on Pendulum, 38k of the actor's 65k second-layer first moments were subnormal, and the run's
-gradient step took 7.3 ms against 6.3 ms with subnormals flushed (timed by hand, two runs each). What
-flushing drops is a weight change of lr * m / sqrt(v) with m below 1.2e-38: smaller than a float32
-weight can register (a 3000-step run's weights came out bit for bit the same, by hand;
-tests/test_denormals.py checks one phase from a state full of subnormal moments).
-
-The setting is per thread (the x86 MXCSR's FTZ and DAZ bits, set by torch.set_flush_denormal), and a
-thread takes it from the thread that starts it: with `--threads` above 1, `start_workers_flushing`
-starts torch's intra-op workers (OpenMP threads) under the flush, and they keep it for the process.
-In 3000-step SAC runs at two threads the train call took 4.86-4.98 ms with workers that did not flush
-and 4.40-4.61 with workers that do (timed by hand, five runs). This holds for GNU OpenMP (libgomp, what
-torch's Linux wheels ship), whose workers keep the MXCSR they started with; outside the training phase
-they still flush, where the calling thread does not (harmless: what is flushed is below 1.2e-38).
-Leaving the flush turns off both FTZ and DAZ: a caller that had set only one of them loses it.
+Adam's first moments of weights with a zero gradient (dead ReLU units) decay through float32's subnormal
+range, where x86 takes a slow microcode path per operand (benchmarks/train_throughput.py measures the
+trainers); what flushing drops is below what a float32 weight can register (tests/test_denormals.py).
+The setting is per thread and inherited by the threads a thread starts: `start_workers_flushing` starts
+torch's intra-op workers (GNU OpenMP) under the flush. Leaving the flush clears both FTZ and DAZ.
 """
 
 from __future__ import annotations

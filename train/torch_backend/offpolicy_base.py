@@ -129,8 +129,8 @@ class TorchOffPolicyBase:
 
     def train(self, batch: ReplayBatch) -> np.ndarray:
         t = [self._t(x) for x in (batch.obs, batch.actions, batch.rewards, batch.next_obs, batch.dones)]
-        # no explorer.invalidate() here: its views see the in-place updates (making them again costs
-        # some 30 us a phase, timed by hand)
+        # no explorer.invalidate() here: its views see the in-place updates, so remaking them each phase
+        # would cost time for nothing
         with training_phase(self.matmul_precision):  # subnormals flushed, the run's precision
             rows = [self.train_step(*(x[i] for x in t)) for i in range(batch.n)]
         return torch.stack(rows).nanmean(0).cpu().numpy()  # one host sync per training phase

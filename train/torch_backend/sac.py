@@ -3,11 +3,9 @@ squashed Gaussian actor, and an entropy temperature learned by its own optimizer
 and nothing else. The driver is train.core.offpolicy_driver, shared with TF.
 
 The gradient step is written out twice: `autograd_step` through autograd (the reference), and
-`written_out_step`, the default, the same arithmetic with the chain rule written by hand (train.torch_backend.mlp_grad) and no autograd graph: on SAC's
-Pendulum preset (256x256 nets, batch 256, one core of an AVX-512 Xeon) a gradient step took 6.1-6.7 ms
-through autograd and 5.2-6.0 ms this way, interleaved in one process, of which some 4 ms are its matmuls
-(timed by hand in three sittings; the spread is this shared host's).
-tests/test_offpolicy_grad.py holds the two within float32 rounding."""
+`written_out_step`, the default, the same arithmetic with the chain rule written out
+(train.torch_backend.mlp_grad) and no autograd graph, which is faster on a CPU (benchmarks/train_throughput.py
+and its roofline measure the step). tests/test_offpolicy_grad.py holds the two within float32 rounding."""
 
 from __future__ import annotations
 

@@ -3,7 +3,7 @@ and actor and target updates every `policy_delay` critic steps. DDPG is the same
 no smoothing and no delay (train.core.offpolicy_config.DDPGConfig). Exploration noise is the driver's.
 
 As in SAC (train.torch_backend.sac), the gradient step is written out twice: `autograd_step`, the
-reference, and `written_out_step`, the default, the chain rule by hand (train.torch_backend.mlp_grad)
+reference, and `written_out_step`, the default, the chain rule written out (train.torch_backend.mlp_grad)
 without an autograd graph; tests/test_offpolicy_grad.py holds the two within float32 rounding."""
 
 from __future__ import annotations

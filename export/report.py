@@ -68,7 +68,7 @@ class ExportReport:
         chosen = f"auto chose {self.chosen}; " if self.chosen else ""
         return (
             f"export success ({self.wall_time_s:.1f} s), {chosen}saved as {self.out}\n"
-            f"evaluate: rl2edge evaluate {first} --env {self.env_id} --episodes 20 --seed 0\n"
+            f"evaluate: rl2edge evaluate {first} --episodes 20 --seed 0   # in {self.env_id}\n"
             f"serve:    rl2edge serve {first} --endpoint opc.tcp://PLC:4840 --map plant.yaml"
         )
 

@@ -5,6 +5,7 @@ PPO's and A2C's configs are here; the off-policy algorithms' are in train.core.o
 from __future__ import annotations
 
 import dataclasses
+import logging
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -15,6 +16,8 @@ import yaml
 from rl2edge.errors import ConfigError
 from rl2edge.fileio import load_yaml
 from rl2edge.train.core.schedules import Schedule
+
+_logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -184,7 +187,8 @@ def configure(
 ) -> Any:
     """On the algorithm's defaults (`cfg`), its preset for env_id, then the config file, then the CLI."""
     algo = cfg.algo
-    _apply(cfg, load_preset(algo, env_id), f"preset {algo}.yml[{env_id}]")
+    preset = load_preset(algo, env_id)
+    _apply(cfg, preset, f"preset {algo}.yml[{env_id}]")
     if config_file is not None:
         path = Path(config_file)
         data = load_yaml(path, "config file")
@@ -195,4 +199,12 @@ def configure(
         _apply(cfg, data, str(path))
     _apply(cfg, overrides or {}, "command line")
     cfg.validate()
+    if not preset and config_file is None:  # a user's own env: say where the hyperparameters came from
+        _logger.warning(
+            "no %s preset for %s: %s's defaults (SB3's), %d steps; give your own with --config FILE and --steps",
+            algo,
+            env_id,
+            algo,
+            cfg.n_timesteps,
+        )
     return cfg

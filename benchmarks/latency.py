@@ -103,7 +103,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
 
 def _derived(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """The figures the README quotes: int8 vs torch eager on the CNN; predict's overhead over invoke."""
+    """The headline figures (README, docs/benchmarks.md): int8 vs torch eager on the CNN; predict's overhead over invoke."""
     out: dict[str, Any] = {"lines": []}
     key = {(r["policy"], r["form"], r["threads"]): r for r in rows}
     cnn = "Nature-CNN 84x84x4"

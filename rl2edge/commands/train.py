@@ -77,10 +77,10 @@ def add_parser(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
     t.add_argument(
         "--compile",
         action="store_true",
-        help="torch PPO/A2C: run the forward pass and loss as one torch.compile graph (some 13 s to compile "
-        "on a first run); torch SAC/TD3/DDPG: the gradient step with its Adam steps (15-25 s); TF "
-        "SAC/TD3/DDPG/DQN/Rainbow: the training phase as one XLA computation. For GPUs: on a CPU none "
-        "beats the default path over a short run (see the README's throughput section)",
+        help="torch PPO/A2C: run the forward pass and loss as one torch.compile graph; torch SAC/TD3/DDPG: "
+        "the gradient step with its Adam steps; TF SAC/TD3/DDPG/DQN/Rainbow: the training phase as one XLA "
+        "computation. Compiling takes seconds at the start of the run. For GPUs: on a CPU none beats the "
+        "default path over a short run (docs/benchmarks.md, training throughput)",
     )
     t.add_argument(
         "--matmul-precision",
@@ -88,8 +88,8 @@ def add_parser(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
         choices=MATMUL_PRECISIONS,
         help="torch's float32 matmul precision in the training phases (torch.set_float32_matmul_precision; "
         "evaluations and exports stay float32): highest (default) is float32; high allows TF32 on a CUDA GPU; "
-        "medium bfloat16 products on a CPU with AMX or AVX512-BF16. The run changes with it: see the README's "
-        "throughput section for the returns measured",
+        "medium bfloat16 products on a CPU with AMX or AVX512-BF16. The run changes with it: docs/benchmarks.md "
+        "(training throughput) has the returns measured",
     )
     t.add_argument("--force", action="store_true", help="replace a non-empty --out directory")
     t.add_argument("--no-progress", action="store_true", help="no progress bar")

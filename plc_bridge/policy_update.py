@@ -313,7 +313,11 @@ class PolicyUpdates:
                     return
                 if served is not None:
                     self._compare(shadow, new, served)
-        if shadow.compared >= self.cfg.shadow_cycles:
+        locks = (
+            shadow.checked >= self.cfg.shadow_cycles
+            and shadow.invalid > self.cfg.max_invalid * shadow.checked
+        )
+        if shadow.compared >= self.cfg.shadow_cycles or locks:
             self._shadow = None
             self._judge(shadow)
         elif shadow.cycles >= self.cfg.patience * self.cfg.shadow_cycles:

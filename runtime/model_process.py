@@ -80,21 +80,25 @@ class _Spawner:
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
 
-    def __call__(self, cmd: list[str], fds: tuple[int, ...]) -> subprocess.Popen[bytes]:
+    def __call__(
+        self, cmd: list[str], fds: tuple[int, ...], env: dict[str, str] | None = None
+    ) -> subprocess.Popen[bytes]:
         with self._lock:
             if self._thread is None:
                 self._thread = threading.Thread(target=self._work, name="rl2edge-model-spawner", daemon=True)
                 self._thread.start()
         done: concurrent.futures.Future[Any] = concurrent.futures.Future()
-        self._jobs.put((cmd, fds, done))
+        self._jobs.put((cmd, fds, env, done))
         return done.result()
 
     def _work(self) -> None:
         while True:
-            cmd, fds, done = self._jobs.get()
+            cmd, fds, env, done = self._jobs.get()
             try:
                 done.set_result(
-                    subprocess.Popen(cmd, pass_fds=fds, stdin=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                    subprocess.Popen(
+                        cmd, pass_fds=fds, env=env, stdin=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+                    )
                 )
             except BaseException as exc:  # handed to the caller, which raises it
                 done.set_exception(exc)
@@ -106,13 +110,15 @@ _spawn = _Spawner()
 class _Child:
     """One running child and its pipes."""
 
-    def __init__(self, module: str, model: Path, backend: str, num_threads: int):
+    def __init__(self, module: str, model: Path, backend: str, num_threads: int, env: dict[str, str] | None):
         to_child_r, self.to_child = os.pipe()
         self.from_child, from_child_w = os.pipe()
         cmd = [sys.executable, "-m", module, str(model), "--backend", backend]
         cmd += ["--threads", str(num_threads), "--fds", str(to_child_r), str(from_child_w)]
         try:
-            self.proc = _spawn(cmd, (to_child_r, from_child_w))
+            self.proc = _spawn(
+                cmd, (to_child_r, from_child_w), None if env is None else {**os.environ, **env}
+            )
         finally:
             os.close(to_child_r)
             os.close(from_child_w)
@@ -196,6 +202,8 @@ class ProcessBackend:
 
     child_module = "rl2edge.runtime.model_process"
     """What the child runs (`python -m`); the tests' fault-injecting child replaces it in a subclass."""
+    child_env: dict[str, str] | None = None
+    """Variables set for the child on top of this process's environment."""
 
     def __init__(
         self, model_path: Path, backend: str = "auto", num_threads: int = 1, call_timeout_s: float = 1.0
@@ -226,7 +234,7 @@ class ProcessBackend:
 
     # ------------------------------------------------------------------------------------ lifecycle
     def _start(self) -> _Child:
-        child = _Child(self.child_module, self.model_path, self._engine, self._threads)
+        child = _Child(self.child_module, self.model_path, self._engine, self._threads, self.child_env)
         self._meta = child.meta(START_TIMEOUT_S, self.model_path.name)
         self.stats.starts += 1
         _logger.info("%s runs in model process %d", self.model_path.name, child.proc.pid)

@@ -3,6 +3,7 @@ is corrupt costs its child process (a BackendError per call, a restart with back
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import shutil
@@ -26,13 +27,14 @@ class FaultyBackend(ProcessBackend):
 
     child_module = "tests.faulty_model_process"
 
+    def __init__(self, model: Path, every: int, kind: str, call_timeout_s: float):
+        self.child_env = {"FAULT_EVERY": str(every), "FAULT_SIGNAL": kind}
+        super().__init__(model, call_timeout_s=call_timeout_s)
+
 
 def faulty_policy(art: Path, every: int, kind: str = "SEGV", call_timeout_s: float = 1.0) -> Policy:
-    os.environ["FAULT_EVERY"], os.environ["FAULT_SIGNAL"] = str(every), kind  # read by the child at start
     manifest = load_manifest(art)
-    return Policy(
-        manifest, FaultyBackend(manifest.file(manifest.model["file"]), call_timeout_s=call_timeout_s)
-    )
+    return Policy(manifest, FaultyBackend(manifest.file(manifest.model["file"]), every, kind, call_timeout_s))
 
 
 def _until(predicate, within_s: float = 30.0) -> None:
@@ -172,3 +174,65 @@ def test_random_corruptions_never_reach_the_caller(cartpole_all, tmp_path: Path)
         finally:
             policy.close()
     assert outcomes["refused"] + outcomes["served"] == 24, outcomes
+
+
+@pytest.mark.integration
+def test_a_crashing_model_served_for_60_s_costs_cycles_not_the_service(cartpole_all, tmp_path: Path) -> None:
+    """serve's loop and plant service in this process, plc-sim beside them on loopback, the model's child
+    SIGSEGVs every 150th run for 60 s: each crash is an INFERENCE_ERROR cycle answered with the safe action,
+    the child comes back, the loop never stops. At 20 s a hot update to a model that crashes every 5th run
+    is requested: its shadow run sees it crash and refuses it; it never serves."""
+    from rl2edge.plc_bridge.client import BridgeConfig
+    from rl2edge.plc_bridge.loop import ControlLoop, LoopConfig
+    from rl2edge.plc_bridge.metrics import HealthConfig
+    from rl2edge.plc_bridge.policy_update import UpdateConfig
+    from rl2edge.plc_bridge.service import ServeService, ServiceConfig
+    from rl2edge.plc_bridge.sim import PlcSim, SimConfig, free_port
+
+    art = cartpole_all[1] / "fp32"
+    candidate = tmp_path / "candidate"
+    shutil.copytree(art, candidate)
+    current = tmp_path / "current"
+    current.symlink_to(art)
+    trace = tmp_path / "trace.jsonl"
+
+    async def scenario() -> dict:
+        url = f"opc.tcp://127.0.0.1:{free_port()}"
+        sim = PlcSim(SimConfig("CartPole-v1", endpoint=url, mode="lockstep", trace=trace))
+        stop_sim, stop = asyncio.Event(), asyncio.Event()
+        sim_task = asyncio.create_task(sim.run(stop_sim))
+        while sim.server is None:
+            await asyncio.sleep(0.02)
+        control = ControlLoop(faulty_policy(art, every=150), BridgeConfig(url), LoopConfig(period_ms=20))
+        updates = UpdateConfig(current, load=lambda p: faulty_policy(p, every=5), shadow_cycles=50)
+        service = ServeService(control, ServiceConfig(updates=updates, health=HealthConfig()))
+        task = asyncio.create_task(service.run(stop))
+        try:
+            await asyncio.sleep(20)
+            nxt = tmp_path / "next"
+            nxt.symlink_to(candidate)
+            os.replace(nxt, current)
+            service.updates.request("test")
+            await asyncio.sleep(40)
+            assert not task.done()
+        finally:
+            stop.set()
+            summary = await task
+            service.close()
+            stop_sim.set()
+            await sim_task
+        return summary
+
+    s = asyncio.run(scenario())
+    mp = s["model_process"]
+    assert (
+        mp["crashes"] >= 5 and mp["signals"]["SIGSEGV"] == mp["crashes"] and mp["restarts"] == mp["crashes"]
+    )
+    assert s["inference_errors"] >= mp["crashes"] and s["ok"] > 1000, s
+    updates = s["policy"]
+    assert updates["updates"]["accepted"] == 0 and updates["updates"]["refused"] == 1
+    assert "died from SIGSEGV" in updates["history"][0]["reason"]
+    assert updates["artifact"] == str(art.resolve())
+    # the plant's own trace: every step the plant took was on the policy's action or the safe one (0)
+    steps = [json.loads(line) for line in trace.read_text().splitlines()]
+    assert len(steps) > 1000 and {int(r["action"][0]) for r in steps} <= {0, 1}

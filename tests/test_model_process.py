@@ -190,8 +190,7 @@ def test_a_crashing_model_served_for_60_s_costs_cycles_not_the_service(cartpole_
     from rl2edge.plc_bridge.sim import PlcSim, SimConfig, free_port
 
     art = cartpole_all[1] / "fp32"
-    candidate = tmp_path / "candidate"
-    shutil.copytree(art, candidate)
+    candidate = cartpole_all[1] / "int8"  # another artifact: a copy of the serving one would be a rollback
     current = tmp_path / "current"
     current.symlink_to(art)
     trace = tmp_path / "trace.jsonl"
@@ -225,9 +224,10 @@ def test_a_crashing_model_served_for_60_s_costs_cycles_not_the_service(cartpole_
 
     s = asyncio.run(scenario())
     mp = s["model_process"]
+    assert mp["crashes"] >= 5 and mp["signals"]["SIGSEGV"] == mp["crashes"]
     assert (
-        mp["crashes"] >= 5 and mp["signals"]["SIGSEGV"] == mp["crashes"] and mp["restarts"] == mp["crashes"]
-    )
+        mp["crashes"] - 1 <= mp["restarts"] <= mp["crashes"]
+    )  # the last may still be restarting at the stop
     assert s["inference_errors"] >= mp["crashes"] and s["ok"] > 1000, s
     updates = s["policy"]
     assert updates["updates"]["accepted"] == 0 and updates["updates"]["refused"] == 1

@@ -42,6 +42,14 @@ START_TIMEOUT_S = 120.0
 BACKOFF_S = (0.1, 5.0)
 """First and longest wait before restarting a child that died; doubled after each failure in a row."""
 
+REPLY_SPIN_S = 0.002
+"""The caller polls for the answer this long before it sleeps in select: a policy answers in microseconds,
+and a sleeping thread's wake-up (tens of microseconds in a VM) would cost more than the model."""
+CHILD_SPIN_S = 0.0025
+"""After each answer the child polls for the next request this long before it sleeps: serve's warm-up in
+the spin before each slot (plc_bridge.loop, 2 ms by default) wakes it, and the cycle's own call then finds
+it awake. It costs up to this much CPU per call, on a core of its own."""
+
 _HEADER = struct.Struct("<BI")  # request: op, payload bytes; reply: status, payload bytes
 _RUN, _OK, _ERROR = 1, 0, 1
 
@@ -113,6 +121,7 @@ class _Child:
     def __init__(self, module: str, model: Path, backend: str, num_threads: int, env: dict[str, str] | None):
         to_child_r, self.to_child = os.pipe()
         self.from_child, from_child_w = os.pipe()
+        os.set_blocking(self.from_child, False)  # polled, then select (_read_fd)
         cmd = [sys.executable, "-m", module, str(model), "--backend", backend]
         cmd += ["--threads", str(num_threads), "--fds", str(to_child_r), str(from_child_w)]
         try:
@@ -150,22 +159,10 @@ class _Child:
             view = view[os.write(self.to_child, view) :]
 
     def reply(self, timeout_s: float) -> tuple[int, bytes]:
-        head = self._read(_HEADER.size, time.monotonic() + timeout_s)
+        deadline = time.monotonic() + timeout_s
+        head = _read_fd(self.from_child, _HEADER.size, deadline, REPLY_SPIN_S)
         status, size = _HEADER.unpack(head)
-        return status, self._read(size, time.monotonic() + timeout_s) if size else b""
-
-    def _read(self, n: int, deadline: float) -> bytes:
-        chunks, left = [], n
-        while left:
-            wait = deadline - time.monotonic()
-            if wait <= 0 or not select.select([self.from_child], [], [], wait)[0]:
-                raise BackendError("timeout")
-            chunk = os.read(self.from_child, left)
-            if not chunk:
-                raise BackendError("closed")
-            chunks.append(chunk)
-            left -= len(chunk)
-        return b"".join(chunks)
+        return status, _read_fd(self.from_child, size, deadline, REPLY_SPIN_S) if size else b""
 
     def death(self, how: str, timeout_s: float) -> str:
         """Why the child stopped answering, in words. A hung child is killed at once; one whose pipe
@@ -389,15 +386,14 @@ def _serve_child(model: Path, backend: str, num_threads: int, rfd: int, wfd: int
     reply(_OK, json.dumps(meta).encode())
     x_bytes = x.nbytes
     feeds_spec = [(n, s, int(np.prod(s)) * 4) for n, s, _ in extra_in]
-    src = os.fdopen(rfd, "rb", buffering=0)
+    os.set_blocking(rfd, False)
     while True:
-        head = _read_exactly(src, _HEADER.size)
-        if head is None:
+        try:
+            head = _read_fd(rfd, _HEADER.size, None, CHILD_SPIN_S)
+            _, size = _HEADER.unpack(head)
+            payload = _read_fd(rfd, size, None, CHILD_SPIN_S)
+        except BackendError:
             return 0  # the parent closed the pipe: it is done with this model
-        _, size = _HEADER.unpack(head)
-        payload = _read_exactly(src, size)
-        if payload is None:
-            return 0
         try:
             xin = np.frombuffer(payload, b.input_dtype, count=x.size).reshape(b.input_shape)
             if feeds_spec:
@@ -415,12 +411,26 @@ def _serve_child(model: Path, backend: str, num_threads: int, rfd: int, wfd: int
         reply(_OK, data)
 
 
-def _read_exactly(src: Any, n: int) -> bytes | None:
+def _read_fd(fd: int, n: int, deadline: float | None, spin_s: float) -> bytes:
+    """n bytes from a non-blocking pipe: polled for `spin_s`, then waited for in select until `deadline`
+    (time.monotonic; None: no limit). BackendError("timeout") past the deadline, ("closed") at EOF."""
     chunks, left = [], n
+    spin_until = time.monotonic() + spin_s
     while left:
-        chunk = src.read(left)
+        try:
+            chunk = os.read(fd, left)
+        except BlockingIOError:
+            now = time.monotonic()
+            if now < spin_until:
+                continue
+            wait = None if deadline is None else deadline - now
+            if wait is not None and wait <= 0:
+                raise BackendError("timeout") from None
+            if not select.select([fd], [], [], wait)[0]:
+                raise BackendError("timeout") from None
+            continue
         if not chunk:
-            return None
+            raise BackendError("closed")
         chunks.append(chunk)
         left -= len(chunk)
     return b"".join(chunks)

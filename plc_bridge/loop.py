@@ -248,7 +248,6 @@ class ControlLoop:
         self.progress_at = time.monotonic()
         """When the loop last showed it is alive: a cycle, a counted deadline miss, a connect attempt, a
         backoff wake-up (time.monotonic). /healthz and the systemd watchdog read it."""
-        self._last_obs: np.ndarray | None = None
         self._warm_obs: np.ndarray | None = None  # the last valid observation, for the warm-up in the spin
         # A decaying maximum of how long a decision takes (the cycles' own and the warm-ups): a warm-up
         # runs only where twice that is left of the lead, so a model slower than the lead (a CNN on a
@@ -298,7 +297,6 @@ class ControlLoop:
     def decide(self, values: Any, seq: Any) -> tuple[CycleStatus, list[float], str]:
         stale = self.guard.is_stale(seq)
         obs, problem = self.guard.check(values)
-        self._last_obs = obs
         if obs is not None:
             self._warm_obs = obs
         if obs is None:
@@ -371,7 +369,6 @@ class ControlLoop:
     async def _cycle_io(self, plc: PlcClient, scheduled: float, loop: asyncio.AbstractEventLoop) -> float:
         """One cycle's I/O and decision; its latency in ms."""
         reading: Reading = await plc.read()
-        self._last_obs = None
         if reading.problem:
             self.guard.is_stale(reading.sequence)
             self.counters.bad_quality += 1
@@ -422,7 +419,8 @@ class ControlLoop:
             self._count(status, detail)
         self.last_status = status
         if self.updater is not None:  # after the write: the shadow run costs no cycle its latency
-            self.updater.after_cycle(status, self._last_obs, action, seq, latency_ms)
+            raw = None if reading.problem else reading.observation
+            self.updater.after_cycle(status, raw, action, seq, latency_ms)
         return latency_ms
 
     # ------------------------------------------------------------------------------------------- run
@@ -647,6 +645,8 @@ class ControlLoop:
             "mode": self.cfg.mode,
             "publishing_interval_ms": self.publishing_interval_ms,
         }
+        stats = getattr(self.policy.backend, "stats", None)  # the model's own process (runtime.model_process)
+        summary["model_process"] = stats.to_json() if stats is not None else None
         if self.updater is not None:
             summary["policy"] = self.updater.summary()
         return _strict_json(summary)

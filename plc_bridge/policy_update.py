@@ -5,14 +5,20 @@ A request (the watched artifact path changed, or SIGHUP) starts an update:
    path (manifest and file hashes, the model's structure, one run in a child process);
 2. fit: its observation and action specs must be the serving policy's (the node map and the PLC's nodes
    were checked against those);
-3. shadow: for `shadow_cycles` OK cycles it runs on the live observation after the serving policy's
+3. shadow: for `shadow_cycles` cycles it runs on the live observation after the serving policy's
    action has been written, and its actions are compared (discrete: the share of equal actions; Box: the
-   difference as a share of each action's range); nothing it computes is written;
+   difference as a share of each action's range); nothing it computes is written. Each observation is
+   checked with the new artifact's own bounds: an update under which more than `max_invalid` of the
+   live observations would be invalid (the line held on the safe action) is refused, naming the value;
 4. takeover: if the shadow run passes, it serves from the start of the next cycle (a swap of references;
    its interpreter is loaded and warm).
 Any failure leaves the serving policy serving and is logged, counted and recorded in the summary. A
-rollback is the same operation with the previous artifact (point the path back at it). A newer request
-replaces an update still in its shadow run.
+rollback (point the path back at an artifact that served before in this run) is known-good: it is loaded
+and fitted, then takes over without a shadow run. A newer request replaces an update still in its shadow
+run. Every file read is bounded (regular files, size-checked before reading) and every blocking step runs
+in its own daemon thread under a timeout, so a wedged file system refuses that update and never blocks the
+next one or the exit. Each candidate runs in its own model process (runtime.model_process): a model
+that crashes costs that process, and the shadow run refuses it.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ import contextlib
 import hashlib
 import logging
 import os
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -30,10 +37,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from rl2edge.errors import BackendError, ConfigError, ObservationError, Rl2EdgeError
+from rl2edge.errors import BackendError, ConfigError, ManifestError, ObservationError, Rl2EdgeError
+from rl2edge.fileio import read_regular_file
 from rl2edge.plc_bridge.latency import LatencyHistogram
 from rl2edge.plc_bridge.status import CycleStatus
 from rl2edge.runtime.manifest import MANIFEST_FILE
+from rl2edge.runtime.manifest_schema import MAX_MANIFEST_BYTES
 from rl2edge.runtime.policy import Policy
 
 if TYPE_CHECKING:
@@ -43,6 +52,11 @@ _logger = logging.getLogger(__name__)
 
 MAX_RECORDS = 100
 """Updates kept in the summary: the newest, so that a service running for months keeps a bounded file."""
+LOAD_TIMEOUT_S = 180.0
+"""Reading, checking and starting a candidate's model process (runtime.model_process allows 120 s for the
+last): past this the update is refused and the thread left behind (a daemon: it blocks nothing)."""
+WATCH_TIMEOUT_S = 10.0
+"""One look at the watched path; a file system that takes longer skips that poll."""
 
 
 @dataclass(frozen=True)
@@ -63,6 +77,9 @@ class UpdateConfig:
     patience: int = 10
     """An update whose shadow run saw fewer than shadow_cycles valid observations in patience x
     shadow_cycles cycles is refused (the plant is faulted or stopped: nothing to judge it on)."""
+    max_invalid: float = 0.02
+    """The shadow run refuses an update under whose own observation bounds more than this share of the live
+    observations would be invalid: it would hold the line on the safe action."""
 
     def check(self) -> None:
         if self.shadow_cycles < 0:
@@ -73,6 +90,8 @@ class UpdateConfig:
             raise ConfigError(
                 f"--shadow-max-diff {self.max_action_diff:g}: choose a share of the range, 0 to 1"
             )
+        if not 0.0 <= self.max_invalid <= 1.0:
+            raise ConfigError(f"max_invalid {self.max_invalid:g}: choose a share from 0 to 1")
         if not 0.05 <= self.poll_s <= 3600:
             raise ConfigError(f"--watch-interval {self.poll_s:g}: choose 0.05 to 3600 s")
 
@@ -88,9 +107,13 @@ class _Shadow:
     diff_sum: float = 0.0
     diff_max: float = 0.0
     cycles: int = 0
+    checked: int = 0
+    """Live observations checked with the candidate's own guard, and those it found invalid."""
+    invalid: int = 0
+    first_invalid: str = ""
 
     def result(self, discrete: bool) -> dict[str, Any]:
-        out: dict[str, Any] = {"cycles": self.compared}
+        out: dict[str, Any] = {"cycles": self.compared, "checked": self.checked, "invalid": self.invalid}
         if self.compared:
             if discrete:
                 out["agreement"] = self.agreed / self.compared
@@ -108,6 +131,8 @@ class PolicyUpdates:
         self.control, self.cfg = control, cfg
         self.serving_artifact = _real(cfg.artifact)
         self.serving_digest = _manifest_digest(self.serving_artifact)
+        self.served: set[str] = {self.serving_digest}
+        """Manifest digests that served in this run: a rollback to one of them is known-good."""
         self.records: list[dict[str, Any]] = []
         self.counts = {"accepted": 0, "refused": 0, "unchanged": 0, "superseded": 0}
         self.latency = LatencyHistogram()
@@ -162,10 +187,16 @@ class PolicyUpdates:
 
     async def _watch(self, stop: asyncio.Event) -> None:
         """Poll the artifact path: where it points, and the manifest's and model's inode and mtime."""
-        self._watched = await asyncio.to_thread(_watch_key, self.cfg.artifact)
+        with contextlib.suppress(TimeoutError):
+            self._watched = await _off_loop(WATCH_TIMEOUT_S, _watch_key, self.cfg.artifact)
         while not stop.is_set():
             await asyncio.sleep(self.cfg.poll_s)
-            key = await asyncio.to_thread(_watch_key, self.cfg.artifact)
+            try:
+                key = await _off_loop(WATCH_TIMEOUT_S, _watch_key, self.cfg.artifact)
+            except TimeoutError:
+                _logger.warning("watching %s: no answer in %g s; next look in %g s",
+                                self.cfg.artifact, WATCH_TIMEOUT_S, self.cfg.poll_s)  # fmt: skip
+                continue
             if key != self._watched:
                 self._watched = key
                 self.request(f"{self.cfg.artifact} changed")
@@ -176,28 +207,40 @@ class PolicyUpdates:
             self._record(
                 "superseded", self._shadow.artifact, self._shadow.digest, "a newer update was requested"
             )
+            self._shadow.serving.policy.close()
             self._shadow = None
         self._loading = True
+        target = self.cfg.artifact
         try:
-            target = await asyncio.to_thread(_real, self.cfg.artifact)
             t0 = time.perf_counter()
-            _logger.info("policy update (%s): loading %s", reason, target)
             try:
-                digest = await asyncio.to_thread(_manifest_digest, target)
+                target, digest = await _off_loop(LOAD_TIMEOUT_S, _identify, self.cfg.artifact)
+                _logger.info("policy update (%s): loading %s", reason, target)
                 if digest == self.serving_digest and target == self.serving_artifact:
                     self.counts["unchanged"] += 1
                     _logger.info("policy update: %s is the serving artifact; nothing to do", target)
                     return
-                policy = await asyncio.to_thread(self.cfg.load, target)
-                serving = self.control.prepare(policy)
+                policy = await _off_loop(LOAD_TIMEOUT_S - (time.perf_counter() - t0), self.cfg.load, target)
+                try:
+                    serving = self.control.prepare(policy)
+                except Rl2EdgeError:
+                    policy.close()
+                    raise
             except Rl2EdgeError as exc:
                 self._refuse(target, None, str(exc))
+                return
+            except TimeoutError:  # before OSError, its base class
+                self._refuse(target, None, f"reading and loading it took over {LOAD_TIMEOUT_S:g} s")
                 return
             except OSError as exc:
                 self._refuse(target, None, f"cannot read it ({exc.strerror or exc})")
                 return
             shadow = _Shadow(serving, target, digest, time.perf_counter() - t0)
-            if self.cfg.shadow_cycles == 0:
+            if digest in self.served:  # a rollback: it served in this run, and is known-good
+                _logger.info("policy update: %s served before in this run; it takes over without a shadow run",
+                             target)  # fmt: skip
+                self._ready = shadow
+            elif self.cfg.shadow_cycles == 0:
                 self._ready = shadow
             else:
                 self._shadow = shadow
@@ -216,8 +259,11 @@ class PolicyUpdates:
         ready, self._ready = self._ready, None
         if ready is None:
             return
-        old = self.serving_artifact
+        old, old_policy = self.serving_artifact, self.control.policy
         self.control.install(ready.serving)
+        old_policy.close()  # its model process: nothing runs it any more
+        rollback = ready.digest in self.served
+        self.served.add(ready.digest)
         self.serving_artifact, self.serving_digest = ready.artifact, ready.digest
         record = self._record(
             "accepted", ready.artifact, ready.digest, "", first_cycle=self.control.counters.cycles + 1
@@ -225,15 +271,17 @@ class PolicyUpdates:
         record.update(
             replaced=str(old),
             load_s=round(ready.load_s, 3),
-            shadow=ready.result(self.control.policy.discrete),
+            shadow=None if rollback else ready.result(self.control.policy.discrete),
+            rollback=rollback,
         )
         self._first_cycle_of = record
         _logger.info("policy update: %s serves from cycle %d on", ready.artifact, record["first_cycle"])
 
     def after_cycle(
-        self, status: CycleStatus, obs: np.ndarray | None, action: list[float], seq: Any, latency_ms: float
+        self, status: CycleStatus, raw: Any, action: list[float], seq: Any, latency_ms: float
     ) -> None:
-        """After a cycle's write: account for the swap's cycles, and run the shadow."""
+        """After a cycle's write: account for the swap's cycles, and run the shadow. `raw`: the observation
+        as read from the PLC (None when its quality was bad), which the candidate checks with its own guard."""
         during = self.active or self._first_cycle_of is not None
         if self._first_cycle_of is not None:  # the takeover cycle
             self._first_cycle_of["first_sequence"] = seq if status == CycleStatus.OK else None
@@ -246,26 +294,51 @@ class PolicyUpdates:
         if shadow is None:
             return
         shadow.cycles += 1
-        if status == CycleStatus.OK and obs is not None:
-            policy = shadow.serving.policy
-            try:
-                new = policy.predict(obs.reshape(policy.obs_shape))
-            except (BackendError, ObservationError) as exc:
-                self._shadow = None
-                self._refuse(shadow.artifact, shadow.digest, f"it failed on a live observation: {exc}")
-                return
-            self._compare(shadow, new, action)
-        if shadow.compared >= self.cfg.shadow_cycles:
+        if raw is not None and status in (CycleStatus.OK, CycleStatus.INVALID_OBSERVATION):
+            obs, problem = shadow.serving.guard.check(raw)  # the candidate's own bounds and tolerance
+            shadow.checked += 1
+            if obs is None:
+                shadow.invalid += 1
+                shadow.first_invalid = shadow.first_invalid or problem
+            else:
+                try:
+                    new = shadow.serving.policy.predict(obs, validated=True)
+                    # what the serving policy answered, or would have (the line held on the safe action by
+                    # its bounds is what a corrected artifact is deployed to end)
+                    served = action if status == CycleStatus.OK else self._serving_action(obs)
+                except (BackendError, ObservationError) as exc:
+                    self._shadow = None
+                    self._refuse(shadow.artifact, shadow.digest, f"it failed on a live observation: {exc}")
+                    shadow.serving.policy.close()
+                    return
+                if served is not None:
+                    self._compare(shadow, new, served)
+        locks = (
+            shadow.checked >= self.cfg.shadow_cycles
+            and shadow.invalid > self.cfg.max_invalid * shadow.checked
+        )
+        if shadow.compared >= self.cfg.shadow_cycles or locks:
             self._shadow = None
             self._judge(shadow)
         elif shadow.cycles >= self.cfg.patience * self.cfg.shadow_cycles:
             self._shadow = None
-            self._refuse(
-                shadow.artifact,
-                shadow.digest,
+            why = (
                 f"only {shadow.compared} of {shadow.cycles} cycles had a valid observation to shadow-run it on "
-                f"({self.cfg.shadow_cycles} needed)",
+                f"({self.cfg.shadow_cycles} needed)"
             )
+            if shadow.invalid:
+                why += f"; under its own bounds {shadow.invalid} were invalid, e.g. {shadow.first_invalid}"
+            self._refuse(shadow.artifact, shadow.digest, why)
+            shadow.serving.policy.close()
+
+    def _serving_action(self, obs: np.ndarray) -> list[float] | None:
+        """The serving policy's action on an observation its own guard refused (None if it cannot run)."""
+        policy = self.control.policy
+        try:
+            a = policy.predict(obs, validated=True)
+        except (BackendError, ObservationError):
+            return None
+        return [float(a)] if policy.discrete else np.asarray(a, np.float64).reshape(-1).tolist()
 
     def _compare(self, shadow: _Shadow, new: int | np.ndarray, served: list[float]) -> None:
         shadow.compared += 1
@@ -283,7 +356,14 @@ class PolicyUpdates:
     def _judge(self, shadow: _Shadow) -> None:
         discrete = shadow.serving.policy.discrete
         result = self.last_shadow = shadow.result(discrete)
-        if discrete and result["agreement"] < self.cfg.min_agreement:
+        share = shadow.invalid / shadow.checked if shadow.checked else 0.0
+        if share > self.cfg.max_invalid:
+            why = (
+                f"under its own observation bounds {shadow.invalid} of {shadow.checked} live observations "
+                f"({share:.1%}) would be invalid and get the safe action, over {self.cfg.max_invalid:.0%}; "
+                f"e.g. {shadow.first_invalid}"
+            )
+        elif discrete and result["agreement"] < self.cfg.min_agreement:
             why = (
                 f"its actions agreed with the serving policy's in {result['agreement']:.1%} of "
                 f"{result['cycles']} shadow cycles, under --shadow-min-agreement {self.cfg.min_agreement:.0%}"
@@ -299,6 +379,14 @@ class PolicyUpdates:
             self._ready = shadow
             return
         self._refuse(shadow.artifact, shadow.digest, why, shadow=result)
+        shadow.serving.policy.close()
+
+    def close(self) -> None:
+        """Stop the model processes of candidates not yet serving (serve is stopping)."""
+        for pending in (self._shadow, self._ready):
+            if pending is not None:
+                pending.serving.policy.close()
+        self._shadow = self._ready = None
 
     # ---------------------------------------------------------------------------------- bookkeeping
     def _refuse(self, artifact: Path, digest: str | None, why: str, **extra: Any) -> None:
@@ -352,12 +440,43 @@ def _real(path: Path) -> Path:
 
 
 def _manifest_digest(artifact: Path) -> str:
-    """sha256 of the manifest, which holds the sha256 of every other file: the artifact's identity."""
+    """sha256 of the manifest, which holds the sha256 of every other file: the artifact's identity. A
+    regular file of at most MAX_MANIFEST_BYTES, checked before it is read (ManifestError otherwise)."""
+    return hashlib.sha256(
+        read_regular_file(artifact / MANIFEST_FILE, MAX_MANIFEST_BYTES, "manifest", ManifestError)
+    ).hexdigest()
+
+
+def _identify(path: Path) -> tuple[Path, str]:
+    """Where the watched path points now, and that artifact's manifest digest."""
+    target = _real(path)
+    return target, _manifest_digest(target)
+
+
+async def _off_loop(timeout_s: float, fn: Callable[..., Any], *args: Any) -> Any:
+    """fn(*args) in a daemon thread of its own, awaited for at most `timeout_s` (TimeoutError). Not the
+    event loop's executor: a call wedged in the kernel (a FIFO, a hung network mount) would hold that
+    executor's thread, and the exit waits for it; a daemon thread left behind holds nothing."""
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[Any] = loop.create_future()
+
+    def settle(ok: bool, value: Any) -> None:
+        if not done.done():
+            (done.set_result if ok else done.set_exception)(value)
+
+    def work() -> None:
+        try:
+            result: tuple[bool, Any] = (True, fn(*args))
+        except BaseException as exc:  # handed to the awaiting task, which raises it
+            result = (False, exc)
+        with contextlib.suppress(RuntimeError):  # the loop closed meanwhile: nobody waits any more
+            loop.call_soon_threadsafe(settle, *result)
+
+    threading.Thread(target=work, name="rl2edge-update-io", daemon=True).start()
     try:
-        data = (artifact / MANIFEST_FILE).read_bytes()
-    except FileNotFoundError:
-        return ""  # load_manifest says what is wrong
-    return hashlib.sha256(data).hexdigest()
+        return await asyncio.wait_for(asyncio.shield(done), max(timeout_s, 0.0))
+    except asyncio.TimeoutError:  # TimeoutError's alias from 3.11; distinct on 3.10
+        raise TimeoutError from None
 
 
 def _watch_key(path: Path) -> tuple[Any, ...]:

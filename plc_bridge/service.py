@@ -59,6 +59,9 @@ class ServeService:
         )
         notifier = SystemdNotifier.from_environment()
         loop.add_signal_handler(signal.SIGHUP, self.updates.request, "SIGHUP")
+        # serve's main() blocked SIGHUP before anything else (rl2edge.cli): a reload requested while serve
+        # was starting is pending, and is delivered here, to the handler, as a queued update request.
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGHUP})
         helpers = [asyncio.ensure_future(self.updates.run(stop))]
         if notifier is not None:
             helpers.append(asyncio.ensure_future(notifier.pet_while(lambda: self.health.alive()[0], stop)))
@@ -81,6 +84,7 @@ class ServeService:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
+            signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGHUP})  # stopping: a reload is moot, not fatal
             loop.remove_signal_handler(signal.SIGHUP)
             if server is not None:
                 server.close()
@@ -90,6 +94,11 @@ class ServeService:
             if notifier is not None:
                 notifier.close()
         return summary
+
+    def close(self) -> None:
+        """Stop every model process: the serving policy's and any candidate's."""
+        self.updates.close()
+        self.control.policy.close()
 
 
 def _log_failure(future: Any) -> None:

@@ -7,6 +7,7 @@ import argparse
 import contextlib
 import logging
 import os
+import signal
 import sys
 from collections.abc import Callable, Sequence
 
@@ -70,7 +71,16 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     return args
 
 
+def _hold_reloads(argv: Sequence[str]) -> None:
+    """serve: SIGHUP (`systemctl reload`) is blocked from here until the service's handler takes it
+    (plc_bridge.service), so that a reload during start-up is queued, not the default's exit 129."""
+    command = next((a for a in argv if not a.startswith("-")), None)
+    if command == "serve" and hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGHUP})
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    _hold_reloads(sys.argv[1:] if argv is None else argv)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # keep TensorFlow's C++ start-up noise out
     try:
         args = parse_args(argv)

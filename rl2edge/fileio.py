@@ -12,12 +12,36 @@ import json
 import os
 import re
 import shutil
+import stat
 import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from rl2edge.errors import ConfigError
+
+
+def read_regular_file(path: str | os.PathLike[str], max_bytes: int, what: str, error: type[Exception]) -> bytes:
+    """The bytes of a regular file of at most `max_bytes`, checked on the opened file before any read:
+    a FIFO, a device or a directory is refused without blocking, and so is a file over the limit (a sparse
+    1 GB file would otherwise be read into memory first). `error(message)` says which."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError as exc:
+        raise error(f"cannot open {what} {path}: {exc.strerror or exc}") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise error(f"{what} {path} is not a regular file")
+        if st.st_size > max_bytes:
+            raise error(f"{path} has {st.st_size} bytes, over the {max_bytes} a {what} may have")
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            data = f.read(max_bytes + 1)
+    finally:
+        os.close(fd)
+    if len(data) > max_bytes:  # grew while being read
+        raise error(f"{path} has over {max_bytes} bytes, the most a {what} may have")
+    return data
 
 
 def sha256_file(path: str | os.PathLike[str], chunk: int = 1 << 20) -> str:
@@ -125,11 +149,8 @@ def read_json_document(
     """checkpoint.json and manifest.json: a JSON object that names its kind and version (`kind` and
     `version`: the field and the value expected) and holds `required`, read with its size and nesting
     bounded before parsing; else one line of `error` that ends in `fix`."""
-    size = path.stat().st_size
-    if size > max_bytes:
-        raise error(f"{path} has {size} bytes, over the {max_bytes} a {what} may have; {fix}")
     try:
-        text = path.read_text()
+        text = read_regular_file(path, max_bytes, what, error).decode()
         if _nesting_depth(text) > MAX_JSON_NESTING:
             raise error(f"{path} nests deeper than {MAX_JSON_NESTING} levels: not a {what}; {fix}")
         data = json.loads(text)

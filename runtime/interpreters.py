@@ -9,13 +9,36 @@ from __future__ import annotations
 import importlib
 import logging
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
 from rl2edge.errors import BackendError
 
 _logger = logging.getLogger(__name__)
+
+
+class Backend(Protocol):
+    """What `Policy` needs of an engine: in-process (below) or in its own process (runtime.model_process)."""
+
+    name: str
+    format: str  # "tflite" or "onnx": the model file's layout conventions (NHWC or NCHW images)
+    input_name: str
+    output_name: str
+    input_shape: tuple[int, ...]
+    input_dtype: np.dtype
+    output_dtype: np.dtype
+    input_quant: tuple[float, int] | None
+    output_quant: tuple[float, int] | None
+    extra_inputs: dict[str, Any]
+    extra_outputs: dict[str, Any]
+
+    def run(self, x: np.ndarray) -> np.ndarray: ...
+
+    def run_with(
+        self, x: np.ndarray, feeds: dict[str, np.ndarray]
+    ) -> tuple[np.ndarray, dict[str, np.ndarray]]: ...
+
 
 # name -> module holding an `Interpreter` class with the tf.lite API
 TFLITE_ENGINES = {
@@ -26,6 +49,8 @@ TFLITE_ENGINES = {
 
 
 class TFLiteBackend:
+    format = "tflite"
+
     def __init__(self, model_path: Path, engine: str, num_threads: int):
         module = importlib.import_module(TFLITE_ENGINES[engine])
         try:
@@ -88,6 +113,8 @@ def _quant(detail: dict[str, Any]) -> tuple[float, int] | None:
 
 
 class OnnxBackend:
+    format = "onnx"
+
     def __init__(self, model_path: Path, num_threads: int):
         try:
             import onnxruntime as ort

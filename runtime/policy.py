@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from rl2edge.errors import BackendError, ManifestError, ObservationError
-from rl2edge.runtime.interpreters import OnnxBackend, TFLiteBackend, open_backend
+from rl2edge.runtime.interpreters import Backend, open_backend
 from rl2edge.runtime.manifest import Manifest, load_manifest
 from rl2edge.runtime.model_check import check_tflite_structure, probe_in_child
 from rl2edge.specs import is_discrete
@@ -22,7 +22,7 @@ class Policy:
     def __init__(
         self,
         manifest: Manifest,
-        backend: TFLiteBackend | OnnxBackend,
+        backend: Backend,
         explore: bool = True,
         noise_seed: int | None = None,
     ):
@@ -123,12 +123,19 @@ class Policy:
         explore: bool = True,
         noise_seed: int | None = None,
         probe: bool = True,
+        isolate: bool = False,
+        call_timeout_s: float = 1.0,
     ) -> Policy:
         """Load an artifact (hashes checked). `model` picks a file other than the manifest's (e.g. policy.onnx).
 
-        `probe`: check the model file's structure and load and run it once in a child process first (see
-        runtime.model_check), so that a corrupt model is refused with one line instead of crashing this
-        process. Once per model file and process."""
+        `isolate`: run the model in its own process (runtime.model_process), as `serve` does: a model that
+        crashes or hangs costs that process (a BackendError per call until it is restarted), never this
+        one; a call waits at most `call_timeout_s`. The child loads and runs the model once before this
+        returns, every time: each load is checked afresh.
+        `probe` (in-process only): check the model file's structure and load and run it once in a child
+        process first (runtime.model_check), so that a corrupt model is refused with one line instead of
+        crashing this process; once per model file and process (evaluate and the benchmarks load the same
+        file many times)."""
         manifest = load_manifest(artifact_dir)
         name = model or ("policy.onnx" if backend == "onnxruntime" else manifest.model["file"])
         if name not in manifest.data["files"]:
@@ -136,12 +143,24 @@ class Policy:
         path = manifest.file(name)
         if path.suffix == ".tflite":
             check_tflite_structure(path)
+        if isolate:
+            from rl2edge.runtime.model_process import ProcessBackend
+
+            return cls(
+                manifest, ProcessBackend(path, backend, num_threads, call_timeout_s), explore, noise_seed
+            )
         if probe:
             probe_in_child(path, backend, num_threads, manifest.data["files"][name])
         return cls(manifest, open_backend(path, backend, num_threads), explore, noise_seed)
 
+    def close(self) -> None:
+        """Release the interpreter's process, where it has one (isolate=True); the policy is not used again."""
+        close = getattr(self._backend, "close", None)
+        if close is not None:
+            close()
+
     @property
-    def backend(self) -> TFLiteBackend | OnnxBackend:
+    def backend(self) -> Backend:
         """The interpreter: its tensor names, dtypes and quantization parameters, and bare `run`."""
         return self._backend
 
@@ -250,8 +269,8 @@ class Policy:
         return np.clip(a, self.action_low, self.action_high)
 
 
-def _model_layout(manifest: Manifest, backend: TFLiteBackend | OnnxBackend) -> str | None:
-    if isinstance(backend, OnnxBackend):
+def _model_layout(manifest: Manifest, backend: Backend) -> str | None:
+    if backend.format == "onnx":
         return (manifest.data.get("onnx") or {}).get("input_layout")
     return (manifest.model.get("input") or {}).get("layout")
 

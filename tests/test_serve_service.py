@@ -189,13 +189,15 @@ def test_an_update_serves_from_a_known_cycle_on_and_rolls_back(
     cartpole_all, cartpole_flipped, tmp_path: Path
 ) -> None:
     """A -> B -> A, with the shadow gate open (B, the flipped policy, disagrees everywhere): the PLC's
-    trace shows A's actions before B's first answered sequence number, B's from it, A's after the rollback."""
+    trace shows A's actions before B's first answered sequence number, B's from it, A's after the rollback
+    (which takes over without a shadow run: A served before)."""
     _, root = cartpole_all
     a, b = root / "fp32", cartpole_flipped
     s = _update_run(tmp_path, a, [(b, "accepted", 1), (a, "accepted", 2)], "--shadow-min-agreement", "0")
     updates = s["policy"]["history"]
     assert [u["result"] for u in updates] == ["accepted", "accepted"]
-    assert updates[0]["shadow"]["agreement"] < 0.1 and updates[1]["shadow"]["agreement"] < 0.1
+    assert updates[0]["shadow"]["agreement"] < 0.1 and not updates[0]["rollback"]
+    assert updates[1]["rollback"] and updates[1]["shadow"] is None  # A served before: known-good
     k1, k2 = updates[0]["first_sequence"], updates[1]["first_sequence"]
     assert isinstance(k1, int) and isinstance(k2, int) and k1 < k2
     trace = _served_trace(tmp_path / "trace.jsonl")
@@ -207,7 +209,7 @@ def test_an_update_serves_from_a_known_cycle_on_and_rolls_back(
     assert by_b[(seq > k1) & (seq < k2)].all() and ((seq > k1) & (seq < k2)).sum() > 20
     assert by_a[seq > k2].all()
     assert s["deadline_misses"] == 0 and s["invalid"] == 0 and s["stale"] == 0
-    assert s["policy"]["update_cycles_latency_ms"]["cycles"] >= 40
+    assert s["policy"]["update_cycles_latency_ms"]["cycles"] >= 20  # the first update's shadow run
     assert s["policy"]["artifact"] == str(a.resolve())
 
 
@@ -399,3 +401,103 @@ def test_a_metrics_port_in_use_is_one_line(cartpole_all) -> None:
         port = busy.getsockname()[1]
         proc = rl2edge("serve", root / "fp32", "--endpoint", "opc.tcp://127.0.0.1:1", "--metrics-port", port)
     assert_clean_failure(proc, f"--metrics-port {port}: the port is in use")
+
+
+# ---------------------------------------------------------------------- updates judged by their own guard
+def _with_bounds(src: Path, out: Path, low: list[Any], high: list[Any]) -> Path:
+    """A copy of an artifact whose manifest declares other observation bounds (the manifest's own bytes
+    are not among the file hashes: a deployer's edit, or an export from a narrower training env)."""
+    shutil.copytree(src, out)
+    m = json.loads((out / "manifest.json").read_text())
+    m["observation"]["low"], m["observation"]["high"] = low, high
+    (out / "manifest.json").write_text(json.dumps(m))
+    return out
+
+
+def test_an_update_whose_bounds_would_lock_the_line_is_refused(cartpole_all, tmp_path: Path) -> None:
+    """Bounds narrower than the plant's live data: 100 % agreement on the observations both accept, but most
+    live observations are invalid under its own guard. It used to take over and hold the safe action."""
+    a = cartpole_all[1] / "fp32"
+    narrow = _with_bounds(a, tmp_path / "narrow", [-0.05] * 4, [0.05] * 4)
+    s = _update_run(tmp_path, a, [(narrow, "refused", 1)])
+    why = s["policy"]["history"][0]["reason"]
+    assert (
+        "under its own observation bounds" in why and "would be invalid" in why and "observation[" in why
+    ), why
+    assert s["policy"]["artifact"] == str(a.resolve())  # what serves did not change
+    assert _served_by(_served_trace(tmp_path / "trace.jsonl"), Policy.load(a)).all()
+
+
+def test_a_line_locked_by_bad_bounds_is_freed_by_a_fixed_artifact_and_a_rollback(
+    cartpole_all, tmp_path: Path
+) -> None:
+    """Serving an artifact whose bounds refuse every live observation (INVALID on every cycle), a
+    corrected artifact takes over: its shadow run compares it with what the serving policy would have
+    answered. Pointing back at the locked one then is a rollback: known-good, no shadow run needed."""
+    a = cartpole_all[1] / "fp32"
+    narrow = _with_bounds(a, tmp_path / "narrow", [-0.05] * 4, [0.05] * 4)
+    s = _update_run(tmp_path, narrow, [(a, "accepted", 1), (narrow, "accepted", 2)])
+    fixed, back = s["policy"]["history"]
+    assert fixed["shadow"]["agreement"] == 1.0 and not fixed["rollback"]
+    assert back["rollback"] and back["shadow"] is None
+    assert s["invalid"] > 0 and s["ok"] > 20
+
+
+@pytest.mark.parametrize("how", ["fifo", "sparse"])
+def test_update_reads_are_bounded(cartpole_all, tmp_path: Path, how: str) -> None:
+    """A manifest that is a FIFO wedged the update thread (every later update ignored, no exit); a 1 GB
+    sparse one was read into memory. Both are refused unread, a later good update still takes over, and
+    serve stops promptly."""
+    a = cartpole_all[1] / "fp32"
+    bad = tmp_path / "bad"
+    shutil.copytree(a, bad)
+    (bad / "manifest.json").unlink()
+    if how == "fifo":
+        os.mkfifo(bad / "manifest.json")
+    else:
+        with open(bad / "manifest.json", "wb") as f:
+            f.truncate(1 << 30)
+    good = tmp_path / "good"
+    shutil.copytree(a, good)
+    t0 = time.monotonic()
+    s = _update_run(tmp_path, a, [(bad, "refused", 1), (good, "accepted", 1)], "--shadow-cycles", "5")
+    first = s["policy"]["history"][0]["reason"]
+    assert ("not a regular file" in first) if how == "fifo" else ("bytes, over the" in first), first
+    assert s["policy"]["artifact"] == str(good.resolve()) and time.monotonic() - t0 < 90
+
+
+def _blocks_sighup(pid: int) -> bool:
+    """The process's blocked-signal mask (Linux /proc) holds SIGHUP (signal 1: bit 0)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+    mask = next(line.split()[1] for line in status.splitlines() if line.startswith("SigBlk:"))
+    return bool(int(mask, 16) & 1)
+
+
+def test_sighup_while_starting_is_a_queued_update_not_an_exit(cartpole_all, tmp_path: Path) -> None:
+    """SIGHUP from serve's first instruction on (systemctl reload right after a restart): serve used to die
+    with exit 129 until its loop ran, some 1 s of imports and connecting. The flood starts once main() has
+    run its first line (the interpreter's own start-up, before any of rl2edge's code, precedes it)."""
+    a = cartpole_all[1] / "fp32"
+    url = f"opc.tcp://127.0.0.1:{free_port()}"
+    summary = tmp_path / "serve.json"
+    with running(sim_args(url), tmp_path / "sim.log") as sim:
+        wait_for_server(url)
+        with running(
+            ["serve", str(a), "--endpoint", url, "--summary", str(summary)], tmp_path / "serve.log"
+        ) as serve:
+            wait_for("SIGHUP blocked", lambda: _blocks_sighup(serve.pid) or serve.poll() is not None, 10)
+            sent, t0 = 0, time.monotonic()
+            while time.monotonic() - t0 < 4.0:
+                if serve.poll() is not None:
+                    break
+                serve.send_signal(signal.SIGHUP)
+                sent += 1
+                time.sleep(0.01)
+            assert serve.poll() is None, (tmp_path / "serve.log").read_text()[-2000:]
+            assert stop(serve) == 0, (tmp_path / "serve.log").read_text()[-2000:]
+        assert stop(sim) == 0
+    s = json.loads(summary.read_text())
+    assert sent > 100 and s["policy"]["updates"]["unchanged"] >= 1 and s["cycles"] > 0

@@ -135,6 +135,10 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--health-periods {args.health_periods}: choose 1 or more")
     check_output_file(args.summary, "--summary")
 
+    # The model runs in its own process: a crash or a hang costs that process (INFERENCE_ERROR, the safe
+    # action, a restart), never serve. A call that takes twice the deadline is a hang: the child is killed.
+    call_timeout_s = min(max(2 * args.deadline_ms / 1e3, 0.05), 5.0)
+
     def load(path: str | Path) -> Policy:
         return Policy.load(
             path,
@@ -142,6 +146,8 @@ def run(args: argparse.Namespace) -> int:
             num_threads=args.threads,
             explore=not args.no_explore,
             noise_seed=args.noise_seed,
+            isolate=True,
+            call_timeout_s=call_timeout_s,
         )
 
     policy = load(args.artifact)
@@ -196,7 +202,10 @@ def run(args: argparse.Namespace) -> int:
         cfg.period_ms,
         cfg.deadline_ms,
     )
-    summary = run_until_signal(service.run)
+    try:
+        summary = run_until_signal(service.run)
+    finally:
+        service.close()
     if args.summary:
         from rl2edge.fileio import write_json_atomic
 

@@ -1,24 +1,34 @@
 """Prometheus metrics, /healthz and /readyz of `rl2edge serve --metrics-port`.
 
-The counters are read from the control loop at scrape time (one source of truth with the summary); the
-two latency histograms are observed once per cycle. The HTTP endpoint runs on the control loop's own
-event loop, between two cycles (a scrape's round trip is 1.3 ms p50 beside a 20 ms loop on the project's machine), and a
-blocked loop does not answer, which is what a liveness probe must see.
+Two threads, one reference between them:
+- the control loop's thread publishes a `Snapshot` (an immutable copy of its counters, state, heartbeat,
+  serving artifact and latency histograms) after every cycle (`ControlLoop.on_cycle`) and every
+  PUBLISH_INTERVAL_S from a task on its event loop, so that a loop that is reconnecting or waiting out a
+  backoff is followed too; publishing is one assignment of a new object (`SnapshotPublisher.snapshot`);
+- the HTTP server (plc_bridge.metrics_http) runs on its own event loop in its own thread, with a cap on
+  connections and limits on each request, and reads nothing but the latest snapshot: a scrape, a flood
+  or a slow client never runs code on the control loop's event loop.
+/healthz tells whether the loop shows progress: its heartbeat (`ControlLoop.progress_at`, the time of the
+last completed cycle, counted deadline miss, connect attempt or backoff wake-up) as last published. A
+blocked event loop publishes nothing, so its heartbeat ages and /healthz answers 503.
 """
 
 from __future__ import annotations
 
 import asyncio
+import bisect
 import contextlib
 import errno
 import logging
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from rl2edge.errors import ConfigError
+from rl2edge.plc_bridge.metrics_http import HttpLimits, HttpPort, Response
 from rl2edge.plc_bridge.status import CycleStatus
 
 if TYPE_CHECKING:
@@ -43,8 +53,19 @@ STATUS_COUNTERS = {
 }
 """Every cycle has exactly one of these statuses: their counts add up to `cycles`."""
 
-_REQUEST_LIMIT = 8192
-_REQUEST_TIMEOUT_S = 5.0
+PUBLISH_INTERVAL_S = 0.1
+"""A snapshot at least this often while the event loop runs, cycles or not."""
+PAGE_MAX_AGE_S = 0.25
+"""/metrics renders a page once per snapshot, and again once it is this old (the process figures and the
+ages in it move); a flood of scrapes between two snapshots gets the same bytes."""
+
+LOOP_ATTRIBUTES = (
+    "counters", "connected", "progress_at", "last_cycle_at", "last_status", "cfg", "bridge", "policy",
+    "updater", "on_cycle", "disconnected_s",
+)  # fmt: skip
+"""What `SnapshotPublisher` reads of the ControlLoop, on the loop's thread (tests check they exist)."""
+UPDATER_ATTRIBUTES = ("serving_artifact", "serving_digest", "counts", "last_shadow")
+"""And of its PolicyUpdates: the artifact that serves (path and manifest sha256), never one refused."""
 
 
 @dataclass(frozen=True)
@@ -57,64 +78,223 @@ class HealthConfig:
     not a hang: a connect attempt (5 s) plus the longest backoff (1 s)."""
 
 
+class Histogram(NamedTuple):
+    """Counts per bucket of LATENCY_BUCKETS_S (not cumulative; the last: above the top bound), their sum."""
+
+    counts: tuple[int, ...]
+    sum: float
+
+
+class Snapshot(NamedTuple):
+    """The loop's state at one instant, copied on its thread; never changed once published."""
+
+    taken_at: float
+    """time.monotonic() of the copy."""
+    progress_at: float
+    """The heartbeat: time.monotonic() of the loop's last sign of progress."""
+    connected: bool
+    endpoint: str
+    last_cycle_at: float | None
+    last_status: CycleStatus | None
+    counters: Mapping[str, float]
+    """The fields of plc_bridge.loop.Counters; `disconnected_s` with the outage under way."""
+    period_s: float
+    deadline_s: float
+    artifact: Mapping[str, str]
+    """The labels of `rl2edge_artifact_info`: the artifact serving."""
+    updates: Mapping[str, int] | None
+    """Policy updates by outcome (None: no updater)."""
+    shadow: Mapping[str, Any]
+    """The last shadow run's figures."""
+    latency: Histogram
+    lateness: Histogram
+
+
+class SnapshotPublisher:
+    """Runs on the control loop's thread: the latency histograms and the snapshots."""
+
+    def __init__(self, control: ControlLoop):
+        self.control = control
+        self._latency = [0] * (len(LATENCY_BUCKETS_S) + 1)
+        self._lateness = [0] * (len(LATENCY_BUCKETS_S) + 1)
+        self._latency_sum = self._lateness_sum = 0.0
+        self._labels_key: tuple[Any, ...] = ()
+        self._labels: Mapping[str, str] = MappingProxyType({})
+        self._failed = False
+        self.snapshot: Snapshot = self.take()
+        """The latest snapshot: the only thing other threads read."""
+
+    def observe(self, latency_ms: float, lateness_ms: float) -> None:
+        """After each cycle (installed as `ControlLoop.on_cycle`): its latencies, then a snapshot."""
+        latency_s, lateness_s = latency_ms / 1e3, lateness_ms / 1e3
+        self._latency[bisect.bisect_left(LATENCY_BUCKETS_S, latency_s)] += 1
+        self._lateness[bisect.bisect_left(LATENCY_BUCKETS_S, lateness_s)] += 1
+        self._latency_sum += latency_s
+        self._lateness_sum += lateness_s
+        self.publish()
+
+    def publish(self) -> None:
+        """A new snapshot; a failure to make one is logged (once) and never the control loop's."""
+        try:
+            self.snapshot = self.take()
+        except Exception as exc:
+            if not self._failed:
+                self._failed = True
+                _logger.exception(
+                    "metrics: cannot snapshot the control loop (%s: %s); /metrics shows the last one",
+                    type(exc).__name__,
+                    exc,
+                )
+
+    async def run(self, interval_s: float = PUBLISH_INTERVAL_S) -> None:
+        """Publish every `interval_s` until cancelled: what changes between cycles (a lost session, an
+        outage's length, a connect attempt's heartbeat) reaches the page within it."""
+        while True:
+            self.publish()
+            await asyncio.sleep(interval_s)
+
+    def take(self) -> Snapshot:
+        c = self.control
+        u = c.updater
+        counters = dict(vars(c.counters))
+        counters["disconnected_s"] = c.disconnected_s()
+        frozen = MappingProxyType
+        return Snapshot(
+            taken_at=time.monotonic(),
+            progress_at=c.progress_at,
+            connected=bool(c.connected),
+            endpoint=c.bridge.endpoint,
+            last_cycle_at=c.last_cycle_at,
+            last_status=c.last_status,
+            counters=frozen(counters),
+            period_s=c.cfg.period_ms / 1e3,
+            deadline_s=c.cfg.deadline_ms / 1e3,
+            artifact=self._artifact_labels(),
+            updates=None if u is None else frozen(dict(u.counts)),
+            shadow=frozen({} if u is None else dict(u.last_shadow)),
+            latency=Histogram(tuple(self._latency), self._latency_sum),
+            lateness=Histogram(tuple(self._lateness), self._lateness_sum),
+        )
+
+    def _artifact_labels(self) -> Mapping[str, str]:
+        """The serving artifact's labels, made again only when the policy or the updater's serving artifact
+        changes. The path is the one resolved when that artifact was loaded (the updater's `serving_artifact`),
+        never the configured path resolved now: a deployer's symlink may point at an update that was refused."""
+        c = self.control
+        u = c.updater
+        key = (c.policy, None if u is None else u.serving_artifact, None if u is None else u.serving_digest)
+        if len(self._labels_key) == 3 and all(a is b for a, b in zip(key, self._labels_key, strict=True)):
+            return self._labels
+        m = c.policy.manifest
+        if u is not None:
+            path, digest = str(u.serving_artifact), str(u.serving_digest or "")
+        else:  # no updates: the policy loaded at start serves throughout; resolved once, at first sight
+            path, digest = os.path.realpath(m.path), ""
+        model = m.model["file"]
+        source = m.data.get("source") or {}
+        self._labels_key = key
+        self._labels = MappingProxyType(
+            {
+                "path": path,
+                "manifest_sha256": digest,
+                "model": model,
+                "sha256": str(m.data["files"].get(model, "")),
+                "mode": str(m.quantization.get("mode", "")),
+                "env_id": str(source.get("env_id", "")),
+                "source_run": str(source.get("checkpoint", "")),
+                "algo": str(source.get("algo", "")),
+                "backend": c.policy.backend_name,
+            }
+        )
+        return self._labels
+
+
 class Health:
-    """Liveness (the loop makes progress) and readiness (connected, the last cycle OK and recent)."""
+    """Liveness (the loop makes progress) and readiness (connected, the last cycle OK and recent): from a
+    snapshot (the HTTP thread) or, given none, from the loop itself (on its own thread: systemd's watchdog)."""
 
     def __init__(self, control: ControlLoop, cfg: HealthConfig):
         self.control, self.cfg = control, cfg
 
-    def alive(self) -> tuple[bool, str]:
-        stalled = time.monotonic() - self.control.progress_at
+    def alive(self, snap: Snapshot | None = None) -> tuple[bool, str]:
+        progress_at = self.control.progress_at if snap is None else snap.progress_at
+        stalled = time.monotonic() - progress_at
         if stalled > self.cfg.stall_s:
             return False, f"the control loop has shown no progress for {stalled:.1f} s"
         return True, "the control loop is running"
 
-    def ready(self) -> tuple[bool, str]:
-        c = self.control
-        if not c.connected:
-            return False, f"not connected to {c.bridge.endpoint}"
-        if c.last_cycle_at is None or c.last_status is None:
+    def ready(self, snap: Snapshot | None = None) -> tuple[bool, str]:
+        if snap is None:
+            c = self.control
+            connected, endpoint, last_cycle_at, last_status = (
+                c.connected,
+                c.bridge.endpoint,
+                c.last_cycle_at,
+                c.last_status,
+            )
+            period_s = c.cfg.period_ms / 1e3
+        else:
+            connected, endpoint, last_cycle_at, last_status, period_s = (
+                snap.connected,
+                snap.endpoint,
+                snap.last_cycle_at,
+                snap.last_status,
+                snap.period_s,
+            )
+        if not connected:
+            return False, f"not connected to {endpoint}"
+        if last_cycle_at is None or last_status is None:
             return False, "connected, no cycle completed yet"
-        age = time.monotonic() - c.last_cycle_at
-        if age > self.cfg.periods * c.cfg.period_ms / 1e3:
+        age = time.monotonic() - last_cycle_at
+        if age > self.cfg.periods * period_s:
             return False, f"the last cycle completed {age:.2f} s ago"
-        if c.last_status != CycleStatus.OK:
-            return False, f"the last cycle's status was {c.last_status.name}"
+        if last_status != CycleStatus.OK:
+            return False, f"the last cycle's status was {last_status.name}"
         return True, "connected, the last cycle was OK"
 
 
+class MetricsServer:
+    """What `ServeMetrics.start` returns: the running endpoint, stopped by `close` and `wait_closed`."""
+
+    def __init__(self, http: HttpPort, publishing: asyncio.Future | None):
+        self.http, self._publishing = http, publishing
+
+    @property
+    def address(self) -> tuple[str, int]:
+        assert self.http.address is not None
+        return self.http.address
+
+    def close(self) -> None:
+        if self._publishing is not None:
+            self._publishing.cancel()
+        self.http.close(timeout_s=0)  # asks the thread to stop; wait_closed waits for it
+
+    async def wait_closed(self) -> None:
+        if self._publishing is not None:
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._publishing
+        await asyncio.to_thread(self.http.close)
+
+
 class ServeMetrics:
-    def __init__(self, control: ControlLoop, health: Health):
-        from prometheus_client import CollectorRegistry, Histogram, ProcessCollector
+    def __init__(self, control: ControlLoop, health: Health, limits: HttpLimits | None = None):
+        from prometheus_client import CONTENT_TYPE_LATEST, ProcessCollector, generate_latest
 
         self.control, self.health = control, health
-        self.registry = CollectorRegistry(auto_describe=True)
-        self.latency = Histogram(
-            "rl2edge_cycle_latency_seconds",
-            "Cycle latency, from the cycle's scheduled start to its write acknowledged",
-            buckets=LATENCY_BUCKETS_S,
-            registry=self.registry,
-        )
-        self.lateness = Histogram(
-            "rl2edge_cycle_start_lateness_seconds",
-            "How late the timer started each cycle (part of the latency)",
-            buckets=LATENCY_BUCKETS_S,
-            registry=self.registry,
-        )
-        ProcessCollector(
-            registry=self.registry
-        )  # process_resident_memory_bytes, cpu seconds, fds, start time
-        self.registry.register(_LoopCollector(self))
-        control.on_cycle = self.observe
+        self.publisher = SnapshotPublisher(control)
+        control.on_cycle = self.publisher.observe
+        self.http = HttpPort(self.respond, limits or HttpLimits())
+        self._process = ProcessCollector(registry=None)  # process_resident_memory_bytes, cpu seconds, fds
+        self._generate, self._content_type = generate_latest, CONTENT_TYPE_LATEST
+        self._page: tuple[Snapshot | None, float, bytes] = (None, 0.0, b"")
+        """The last page rendered (HTTP thread only): its snapshot, when, the bytes."""
 
-    def observe(self, latency_ms: float, lateness_ms: float) -> None:
-        self.latency.observe(latency_ms / 1e3)
-        self.lateness.observe(lateness_ms / 1e3)
-
-    # ------------------------------------------------------------------------------------- http
-    async def start(self, host: str, port: int) -> asyncio.AbstractServer:
+    # -------------------------------------------------------------------- the control loop's thread
+    async def start(self, host: str, port: int) -> MetricsServer:
+        """Serve on (host, port) from a thread of its own, and publish snapshots on the running loop."""
+        self.publisher.publish()
         try:
-            server = await asyncio.start_server(self._handle, host, port, limit=_REQUEST_LIMIT)
+            bound = self.http.start(host, port)
         except OSError as exc:
             if exc.errno == errno.EADDRINUSE:
                 raise ConfigError(
@@ -123,52 +303,21 @@ class ServeMetrics:
             raise ConfigError(
                 f"--metrics-host {host} --metrics-port {port}: cannot listen ({exc.strerror or exc})"
             ) from None
-        _logger.info("metrics on http://%s:%d/metrics, health on /healthz and /readyz", host, port)
-        return server
+        publishing = asyncio.ensure_future(self.publisher.run())
+        _logger.info("metrics on http://%s:%d/metrics, health on /healthz and /readyz", host, bound[1])
+        return MetricsServer(self.http, publishing)
 
-    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), _REQUEST_TIMEOUT_S)
-            method, path = _request_line(head)
-            status, content_type, body = self.respond(method, path)
-        except (
-            asyncio.IncompleteReadError,
-            asyncio.LimitOverrunError,
-            TimeoutError,
-            asyncio.TimeoutError,
-            ValueError,
-        ):
-            status, content_type, body = 400, "text/plain; charset=utf-8", b"bad request\n"
-        except ConnectionError:
-            writer.close()
-            return
-        reason = {
-            200: "OK",
-            400: "Bad Request",
-            404: "Not Found",
-            405: "Method Not Allowed",
-            503: "Service Unavailable",
-        }
-        head_out = (
-            f"HTTP/1.1 {status} {reason.get(status, '')}\r\nContent-Type: {content_type}\r\n"
-            f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
-        )
-        with contextlib.suppress(ConnectionError):
-            writer.write(head_out.encode() + (b"" if _is_head(head) else body))
-            await writer.drain()
-        writer.close()
-
-    def respond(self, method: str, path: str) -> tuple[int, str, bytes]:
-        """(HTTP status, content type, body) of a request."""
-        from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-
+    # ----------------------------------------------------------------------------- the HTTP thread
+    def respond(self, method: str, path: str) -> Response:
+        """(HTTP status, content type, body) of a request, from the latest snapshot."""
         if method not in ("GET", "HEAD"):
-            return 405, "text/plain; charset=utf-8", b"only GET\n"
+            return 405, "text/plain; charset=utf-8", b"only GET and HEAD\n"
         path = path.split("?", 1)[0]
+        snap = self.publisher.snapshot
         if path == "/metrics":
-            return 200, CONTENT_TYPE_LATEST, generate_latest(self.registry)
+            return 200, self._content_type, self.page(snap)
         if path in ("/healthz", "/readyz"):
-            ok, why = self.health.alive() if path == "/healthz" else self.health.ready()
+            ok, why = self.health.alive(snap) if path == "/healthz" else self.health.ready(snap)
             return (
                 (200 if ok else 503),
                 "text/plain; charset=utf-8",
@@ -176,110 +325,115 @@ class ServeMetrics:
             )
         return 404, "text/plain; charset=utf-8", b"not found: try /metrics, /healthz or /readyz\n"
 
+    def page(self, snap: Snapshot) -> bytes:
+        shown, at, body = self._page
+        now = time.monotonic()
+        if shown is snap and now - at < PAGE_MAX_AGE_S:
+            return body
+        body = self._generate(_Families([*self._process.collect(), *self._families(snap, now)]))
+        self._page = (snap, now, body)
+        return body
 
-def _is_head(head: bytes) -> bool:
-    return head.startswith(b"HEAD ")
+    def _families(self, s: Snapshot, now: float) -> Iterator[Metric]:
+        from prometheus_client.core import (
+            CounterMetricFamily,
+            GaugeMetricFamily,
+            HistogramMetricFamily,
+            InfoMetricFamily,
+        )
+        from prometheus_client.utils import floatToGoString
 
-
-def _request_line(head: bytes) -> tuple[str, str]:
-    parts = head.split(b"\r\n", 1)[0].decode("ascii").split(" ")
-    if len(parts) != 3 or not parts[1].startswith("/"):
-        raise ValueError("malformed request line")
-    return parts[0], parts[1]
-
-
-class _LoopCollector:
-    """The control loop's counters and state, read at scrape time."""
-
-    def __init__(self, metrics: ServeMetrics):
-        self.m = metrics
-
-    def collect(self) -> Iterator[Metric]:
-        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily
-
-        c = self.m.control
-        n = c.counters
+        for name, doc, h in (
+            (
+                "rl2edge_cycle_latency_seconds",
+                "Cycle latency, from the cycle's scheduled start to its write acknowledged",
+                s.latency,
+            ),
+            (
+                "rl2edge_cycle_start_lateness_seconds",
+                "How late the timer started each cycle (part of the latency)",
+                s.lateness,
+            ),
+        ):
+            total, buckets = 0, []
+            for bound, count in zip((*LATENCY_BUCKETS_S, float("inf")), h.counts, strict=True):
+                total += count
+                buckets.append((floatToGoString(bound), total))
+            yield HistogramMetricFamily(name, doc, buckets=buckets, sum_value=h.sum)
+        n = s.counters
         by_status = CounterMetricFamily("rl2edge_cycles", "Completed cycles by status", labels=["status"])
         for status, field in STATUS_COUNTERS.items():
-            by_status.add_metric([status.name.lower()], getattr(n, field))
+            by_status.add_metric([status.name.lower()], n[field])
         yield by_status
-        for name, value, doc in (
-            (
-                "deadline_misses",
-                n.deadline_misses,
-                "Cycles past their deadline (the safe action was written)",
-            ),
-            ("write_rejected", n.write_rejected, "Cycles whose write the PLC refused"),
-            (
-                "bad_quality",
-                n.bad_quality,
-                "Cycles whose observation or sequence number had Bad/Uncertain quality",
-            ),
-            ("skipped_slots", n.skipped_slots, "Periods skipped because a cycle overran"),
-            ("reconnects", n.reconnects, "Sessions re-established after a loss"),
-            ("connection_losses", n.connection_losses, "Sessions lost"),
-            ("disconnected_seconds", c.disconnected_s(), "Seconds without a session after a loss"),
+        for name, doc in (
+            ("deadline_misses", "Cycles past their deadline (the safe action was written)"),
+            ("write_rejected", "Cycles whose write the PLC refused"),
+            ("bad_quality", "Cycles whose observation or sequence number had Bad/Uncertain quality"),
+            ("skipped_slots", "Periods skipped because a cycle overran"),
+            ("reconnects", "Sessions re-established after a loss"),
+            ("connection_losses", "Sessions lost"),
+            ("disconnected_s", "Seconds without a session after a loss"),
         ):
-            yield CounterMetricFamily(f"rl2edge_{name}", doc, value=value)
+            metric = "disconnected_seconds" if name == "disconnected_s" else name
+            yield CounterMetricFamily(f"rl2edge_{metric}", doc, value=n[name])
         yield GaugeMetricFamily(
-            "rl2edge_connected", "1 while a session with the PLC is up", value=int(c.connected)
+            "rl2edge_connected", "1 while a session with the PLC is up", value=int(s.connected)
         )
         yield GaugeMetricFamily(
-            "rl2edge_ready",
-            "1 while connected and the last cycle was OK",
-            value=int(self.m.health.ready()[0]),
+            "rl2edge_ready", "1 while connected and the last cycle was OK", value=int(self.health.ready(s)[0])
         )
-        age = float("nan") if c.last_cycle_at is None else time.monotonic() - c.last_cycle_at
+        age = float("nan") if s.last_cycle_at is None else now - s.last_cycle_at
         yield GaugeMetricFamily(
             "rl2edge_last_cycle_age_seconds", "Seconds since the last completed cycle", value=age
         )
-        yield GaugeMetricFamily("rl2edge_period_seconds", "The control period", value=c.cfg.period_ms / 1e3)
+        yield GaugeMetricFamily("rl2edge_period_seconds", "The control period", value=s.period_s)
         yield GaugeMetricFamily(
-            "rl2edge_deadline_seconds", "The latency budget per cycle", value=c.cfg.deadline_ms / 1e3
+            "rl2edge_deadline_seconds", "The latency budget per cycle", value=s.deadline_s
         )
         info = InfoMetricFamily("rl2edge_artifact", "The serving artifact")
-        info.add_metric([], _artifact_labels(c))
+        info.add_metric([], s.artifact)
         yield info
-        u = c.updater
-        if u is not None:
+        if s.updates is not None:
             updates = CounterMetricFamily(
                 "rl2edge_policy_updates", "Policy update requests by outcome", labels=["result"]
             )
-            for result, count in u.counts.items():
+            for result, count in s.updates.items():
                 updates.add_metric([result], count)
             yield updates
-            shadow = u.last_shadow
-            if "agreement" in shadow:
+            if "agreement" in s.shadow:
                 yield GaugeMetricFamily(
                     "rl2edge_shadow_agreement",
                     "Last shadow run: share of actions equal to the served ones",
-                    value=shadow["agreement"],
+                    value=s.shadow["agreement"],
                 )
-            if "mean_action_diff" in shadow:
+            if "mean_action_diff" in s.shadow:
                 yield GaugeMetricFamily(
                     "rl2edge_shadow_action_diff",
                     "Last shadow run: mean largest |new - served| action difference, share of the action range",
-                    value=shadow["mean_action_diff"],
+                    value=s.shadow["mean_action_diff"],
                 )
+        refused = CounterMetricFamily(
+            "rl2edge_metrics_refused",
+            "Clients of this endpoint refused, by reason (busy: over the connection cap; timeout; too_large; "
+            "malformed; incomplete)",
+            labels=["reason"],
+        )
+        for reason, count in self.http.refused.items():
+            refused.add_metric([reason], count)
+        yield refused
 
 
-def _artifact_labels(control: ControlLoop) -> dict[str, str]:
-    m = control.policy.manifest
-    model = m.model["file"]
-    source = m.data.get("source") or {}
-    return {
-        "path": os.path.realpath(m.path),
-        "model": model,
-        "sha256": str(m.data["files"].get(model, "")),
-        "mode": str(m.quantization.get("mode", "")),
-        "env_id": str(source.get("env_id", "")),
-        "source_run": str(source.get("checkpoint", "")),
-        "algo": str(source.get("algo", "")),
-        "backend": control.policy.backend_name,
-    }
+class _Families:
+    """What generate_latest needs of a registry: the families to write."""
+
+    def __init__(self, families: list[Metric]):
+        self.families = families
+
+    def collect(self) -> list[Metric]:
+        return self.families
 
 
-def parse_metrics(text: str) -> dict[str, Any]:
+def parse_metrics(text: str) -> dict[Any, float]:
     """Samples of a metrics page by name and labels: {(name, ((label, value), ...)): value}."""
     from prometheus_client.parser import text_string_to_metric_families
 

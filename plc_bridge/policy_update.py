@@ -129,7 +129,9 @@ class PolicyUpdates:
     def __init__(self, control: ControlLoop, cfg: UpdateConfig):
         cfg.check()
         self.control, self.cfg = control, cfg
-        self.serving_artifact = _real(cfg.artifact)
+        self.serving_artifact = _real(
+            control.policy.manifest.path
+        )  # what serves, not where the path points now
         self.serving_digest = _manifest_digest(self.serving_artifact)
         self.served: set[str] = {self.serving_digest}
         """Manifest digests that served in this run: a rollback to one of them is known-good."""

@@ -1,4 +1,5 @@
-"""`rl2edge serve` as a plant service: the control loop with what runs beside it on the same event loop.
+"""`rl2edge serve` as a plant service: the control loop with what runs beside it (on its event loop, but
+the metrics endpoint, which has a thread of its own and reads the loop's published snapshots).
 
 - policy updates (`--watch`, SIGHUP): plc_bridge.policy_update;
 - Prometheus metrics, /healthz, /readyz (`--metrics-port`): plc_bridge.metrics;

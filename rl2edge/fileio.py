@@ -21,7 +21,9 @@ from typing import Any
 from rl2edge.errors import ConfigError
 
 
-def read_regular_file(path: str | os.PathLike[str], max_bytes: int, what: str, error: type[Exception]) -> bytes:
+def read_regular_file(
+    path: str | os.PathLike[str], max_bytes: int, what: str, error: type[Exception]
+) -> bytes:
     """The bytes of a regular file of at most `max_bytes`, checked on the opened file before any read:
     a FIFO, a device or a directory is refused without blocking, and so is a file over the limit (a sparse
     1 GB file would otherwise be read into memory first). `error(message)` says which."""

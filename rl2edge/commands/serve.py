@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 from pathlib import Path
 from typing import Any
 
@@ -150,7 +151,8 @@ def run(args: argparse.Namespace) -> int:
             call_timeout_s=call_timeout_s,
         )
 
-    policy = load(args.artifact)
+    # what the path points to now, once: a deployer's swap during start-up is an update, not a mix-up
+    policy = load(os.path.realpath(args.artifact))
     if policy.noise is not None:
         _logger.info(
             "folded noise %s, %s (seed %s)",

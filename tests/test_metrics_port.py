@@ -72,7 +72,7 @@ class StandInLoop:
         self.cfg = LoopConfig(period_ms=period_ms)
         self.bridge = SimpleNamespace(endpoint="opc.tcp://plc:4840")
         self.policy = SimpleNamespace(
-            manifest=_manifest(artifact), backend_name="ai-edge-litert", discrete=True
+            manifest=_manifest(artifact), backend_name="ai-edge-litert", discrete=True, close=lambda: None
         )
         self.updater: PolicyUpdates | None = None
         self.on_cycle: Callable[[float, float], None] | None = None
@@ -477,7 +477,10 @@ def test_the_artifact_label_names_the_serving_artifact_after_a_refused_update(tm
         if path.name == "b":
             raise ConfigError("its observation has shape [3], the serving policy's [4]")
         return SimpleNamespace(
-            manifest=_manifest(path, "CartPole-v1"), backend_name="ai-edge-litert", discrete=True
+            manifest=_manifest(path, "CartPole-v1"),
+            backend_name="ai-edge-litert",
+            discrete=True,
+            close=lambda: None,
         )
 
     updates = PolicyUpdates(control, UpdateConfig(artifact=current, load=load, shadow_cycles=0))

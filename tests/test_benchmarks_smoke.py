@@ -29,7 +29,12 @@ def test_loop_latency_benchmark_smoke(cartpole_all, tmp_path: Path) -> None:
     }
     assert "machine" in saved
     for row in data["results"].values():
-        for form in ("paced", "serve_spin0", "serve_spin"):  # 5 interleaved blocks of 3 cycles each
+        for form in (
+            "paced",
+            "serve_spin0",
+            "serve_spin",
+            "serve_process",
+        ):  # 5 interleaved blocks of 3 cycles
             assert row[form]["stats"]["n"] == 15 and row[form]["cpu_ms_per_cycle"] > 0
         assert row["serve_spin"]["deadline_misses"] == 0 and len(row["serve_spin"]["over_bare_paced"]) == 2
         assert row["bare_read_two_writes_ms"]["n"] == 15 and row["bare_read_one_write_ms"]["n"] == 15

@@ -42,16 +42,17 @@ START_TIMEOUT_S = 120.0
 BACKOFF_S = (0.1, 5.0)
 """First and longest wait before restarting a child that died; doubled after each failure in a row."""
 
-REPLY_SPIN_S = 0.002
+REPLY_SPIN_S = 0.0005
 """The caller polls for the answer this long before it sleeps in select: a policy answers in microseconds,
 and a sleeping thread's wake-up (tens of microseconds in a VM) would cost more than the model."""
 CHILD_SPIN_S = 0.0025
-"""After each answer the child polls for the next request this long before it sleeps: serve's warm-up in
+"""After a warm-up call the child polls for the next request this long before it sleeps: serve's warm-up in
 the spin before each slot (plc_bridge.loop, 2 ms by default) wakes it, and the cycle's own call then finds
-it awake. It costs up to this much CPU per call, on a core of its own."""
+it awake. After any other call it sleeps at once (its CPU is the PLC connection's and the plant's)."""
 
 _HEADER = struct.Struct("<BI")  # request: op, payload bytes; reply: status, payload bytes
-_RUN, _OK, _ERROR = 1, 0, 1
+_RUN, _WARM = 1, 2  # ops: run, then sleep until the next request; run, then stay awake for it (CHILD_SPIN_S)
+_OK, _ERROR = 0, 1
 
 
 @dataclass
@@ -152,8 +153,8 @@ class _Child:
             raise ManifestError(f"{name} failed when loaded and run once in its model process: {why}")
         return json.loads(payload)
 
-    def send(self, payload: bytes) -> None:
-        data = _HEADER.pack(_RUN, len(payload)) + payload
+    def send(self, op: int, payload: bytes) -> None:
+        data = _HEADER.pack(op, len(payload)) + payload
         view = memoryview(data)
         while view:
             view = view[os.write(self.to_child, view) :]
@@ -299,14 +300,14 @@ class ProcessBackend:
             pass
 
     # -------------------------------------------------------------------------------------- calls
-    def _call(self, payload: bytes) -> bytes:
+    def _call(self, payload: bytes, op: int = _RUN) -> bytes:
         child = self._child
         if child is None:
             raise BackendError(
                 f"the model process of {self.model_path.name} is restarting after: {self.stats.last_failure}"
             )
         try:
-            child.send(payload)
+            child.send(op, payload)
             status, reply = child.reply(self.call_timeout_s)
         except BackendError as exc:
             raise BackendError(self._failed(child, str(exc))) from None
@@ -317,17 +318,17 @@ class ProcessBackend:
         self._failures_in_a_row = 0
         return reply
 
-    def run(self, x: np.ndarray) -> np.ndarray:
-        reply = self._call(np.ascontiguousarray(x, self.input_dtype).tobytes())
+    def run(self, x: np.ndarray, op: int = _RUN) -> np.ndarray:
+        reply = self._call(np.ascontiguousarray(x, self.input_dtype).tobytes(), op)
         shape, dtype = self._out
         return np.frombuffer(reply, dtype, count=int(np.prod(shape))).reshape(shape)
 
     def run_with(
-        self, x: np.ndarray, feeds: dict[str, np.ndarray]
+        self, x: np.ndarray, feeds: dict[str, np.ndarray], op: int = _RUN
     ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         parts = [np.ascontiguousarray(x, self.input_dtype).tobytes()]
         parts += [np.ascontiguousarray(feeds[n], np.float32).tobytes() for n in self._extra_in]
-        reply = self._call(b"".join(parts))
+        reply = self._call(b"".join(parts), op)
         shape, dtype = self._out
         at = int(np.prod(shape)) * dtype.itemsize
         y = np.frombuffer(reply, dtype, count=int(np.prod(shape))).reshape(shape)
@@ -337,6 +338,15 @@ class ProcessBackend:
             extras[name] = np.frombuffer(reply[at : at + n], d).reshape(s)
             at += n
         return y, extras
+
+    def warm_run(self, x: np.ndarray) -> np.ndarray:
+        """`run`, and the child stays awake for the next call (Policy.warm_up, just before a cycle)."""
+        return self.run(x, _WARM)
+
+    def warm_run_with(
+        self, x: np.ndarray, feeds: dict[str, np.ndarray]
+    ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        return self.run_with(x, feeds, _WARM)
 
 
 def _quant(q: list[float] | None) -> tuple[float, int] | None:
@@ -387,11 +397,12 @@ def _serve_child(model: Path, backend: str, num_threads: int, rfd: int, wfd: int
     x_bytes = x.nbytes
     feeds_spec = [(n, s, int(np.prod(s)) * 4) for n, s, _ in extra_in]
     os.set_blocking(rfd, False)
+    op = _RUN
     while True:
         try:
-            head = _read_fd(rfd, _HEADER.size, None, CHILD_SPIN_S)
-            _, size = _HEADER.unpack(head)
-            payload = _read_fd(rfd, size, None, CHILD_SPIN_S)
+            head = _read_fd(rfd, _HEADER.size, None, CHILD_SPIN_S if op == _WARM else 0.0)
+            op, size = _HEADER.unpack(head)
+            payload = _read_fd(rfd, size, None, CHILD_SPIN_S)  # it follows its header at once
         except BackendError:
             return 0  # the parent closed the pipe: it is done with this model
         try:
@@ -422,6 +433,7 @@ def _read_fd(fd: int, n: int, deadline: float | None, spin_s: float) -> bytes:
         except BlockingIOError:
             now = time.monotonic()
             if now < spin_until:
+                os.sched_yield()  # on a busy core, the process we wait for may be the one queued behind us
                 continue
             wait = None if deadline is None else deadline - now
             if wait is not None and wait <= 0:

@@ -228,14 +228,15 @@ class Policy:
         loop calls it in the spin before a cycle, so that the cycle's decision finds the interpreter's code
         and buffers in the CPU's caches. Folded noise gets zeros and OU's state is left as it is."""
         x = self._input(obs, True, reuse=True)
+        b = self._backend  # a model process is asked to stay awake for the cycle's call (warm_run)
         if self.noise is None:
-            self._backend.run(x)
+            getattr(b, "warm_run", b.run)(x)
         else:
             io = self.noise["graph"]
             feeds = {io["noise_input"]: np.zeros(self._noise_shape, np.float32)}
             if self._state is not None:
                 feeds[io["state_input"]] = np.zeros_like(self._state)
-            self._backend.run_with(x, feeds)
+            getattr(b, "warm_run_with", b.run_with)(x, feeds)
 
     def raw(self, obs: np.ndarray, validated: bool = False) -> np.ndarray:
         """Invoke without the final clamp (the head's own output, dequantized): for verification."""

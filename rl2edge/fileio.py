@@ -17,7 +17,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from rl2edge.errors import ConfigError
+from rl2edge.errors import ConfigError, printable, short_repr
 
 
 def sha256_file(path: str | os.PathLike[str], chunk: int = 1 << 20) -> str:
@@ -140,7 +140,7 @@ def read_json_document(
         raise error(f"{path} is not an rl2edge {what} ({kind_key} field missing or wrong)")
     if data.get(version_key) != version_value:
         raise error(
-            f"{path} has {version_key} {data.get(version_key)!r}; this rl2edge reads version {version_value}: {fix}"
+            f"{path} has {version_key} {short_repr(data.get(version_key))}; this rl2edge reads version {version_value}: {fix}"
         )
     missing = [k for k in required if k not in data]
     if missing:
@@ -166,8 +166,31 @@ def _flow_depth(text: str) -> int:
     return deepest
 
 
+class _AliasRefused(Exception):
+    def __init__(self, anchor: str, line: int, column: int):
+        super().__init__(anchor)
+        self.anchor, self.line, self.column = anchor, line, column
+
+
+def _no_alias_loader() -> type:
+    """yaml.SafeLoader that refuses aliases (`*name`): nine nested lists of nine aliases each are a
+    300-byte file that expands to 387 million items (a "billion laughs"), past every bound on the file's
+    size and depth. No rl2edge file needs one: its values are short enough to write out."""
+    import yaml
+
+    class NoAliasLoader(yaml.SafeLoader):
+        def compose_node(self, parent: Any, index: Any) -> Any:
+            if self.check_event(yaml.AliasEvent):
+                event = self.peek_event()
+                raise _AliasRefused(str(event.anchor), event.start_mark.line + 1, event.start_mark.column + 1)
+            return super().compose_node(parent, index)
+
+    return NoAliasLoader
+
+
 def load_yaml(path: str | os.PathLike[str], what: str) -> Any:
-    """A YAML file's content, or a one-line ConfigError that names the file and what is wrong with it."""
+    """A YAML file's content, or a one-line ConfigError that names the file and what is wrong with it.
+    Aliases are refused (see `_no_alias_loader`)."""
     import yaml
 
     path = Path(path)
@@ -178,13 +201,21 @@ def load_yaml(path: str | os.PathLike[str], what: str) -> Any:
         text = path.read_text()
         if _flow_depth(text) > MAX_YAML_NESTING:
             raise ConfigError(f"{what} {path} nests brackets deeper than {MAX_YAML_NESTING} levels")
-        return yaml.safe_load(text)
+        return yaml.load(text, Loader=_no_alias_loader())  # a SafeLoader without aliases
+    except _AliasRefused as exc:
+        raise ConfigError(
+            f"{what} {path} uses a YAML alias (*{printable(exc.anchor, 40)}) at line {exc.line}, "
+            f"column {exc.column}; write the value out"
+        ) from None
     except FileNotFoundError:
         raise ConfigError(f"{what} {path} does not exist") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"cannot read {what} {path}: {exc}") from None
     except RecursionError:
         raise ConfigError(f"{what} {path} nests too deeply to be a {what}") from None
+    except (ValueError, OverflowError) as exc:  # a constructor's: an int of 5000 digits, a 13th month
+        why = printable(str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__, 160)
+        raise ConfigError(f"{what} {path} holds a value that cannot be read ({why})") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""

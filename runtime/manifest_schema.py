@@ -12,7 +12,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from rl2edge.errors import ManifestError
+from rl2edge.errors import ManifestError, short_repr
 
 MAX_MANIFEST_BYTES = 4 << 20
 """A real manifest is a few KB (tens with an image policy's statistics): a larger one is refused unread."""
@@ -23,10 +23,7 @@ _LAYOUTS = ("flat", "HWC", "CHW", "NHWC", "NCHW")
 
 
 def _fail(field: str, what: str, value: Any) -> ManifestError:
-    shown = repr(value)
-    return ManifestError(
-        f"manifest field {field}: {what}, got {shown[:80]}{'...' if len(shown) > 80 else ''}"
-    )
+    return ManifestError(f"manifest field {field}: {what}, got {short_repr(value)}")
 
 
 def _dict(data: Any, field: str) -> dict[str, Any]:
@@ -71,9 +68,9 @@ def check_manifest(data: dict[str, Any], artifact_dir: Path) -> None:
     """ManifestError naming the first malformed field the runtime relies on."""
     files = _dict(data["files"], "files")
     for name, digest in files.items():
-        bare_name(name, f"files[{name!r}]", artifact_dir)
+        bare_name(name, f"files[{short_repr(name)}]", artifact_dir)
         if not isinstance(digest, str) or not _SHA256.match(digest):
-            raise _fail(f"files[{name!r}]", "must be a sha256 hex digest", digest)
+            raise _fail(f"files[{short_repr(name)}]", "must be a sha256 hex digest", digest)
     model = _dict(data["model"], "model")
     bare_name(model.get("file"), "model.file", artifact_dir)
     model_input = model.get("input")

@@ -134,6 +134,7 @@ def run(args: argparse.Namespace) -> int:
     if args.health_periods < 1:
         raise ConfigError(f"--health-periods {args.health_periods}: choose 1 or more")
     check_output_file(args.summary, "--summary")
+    node_map = load_node_map(args.map)  # before the artifact: a mistake in it shows at once
 
     def load(path: str | Path) -> Policy:
         return Policy.load(
@@ -154,7 +155,7 @@ def run(args: argparse.Namespace) -> int:
         )
     bridge = BridgeConfig(
         endpoint=args.endpoint,
-        node_map=load_node_map(args.map),
+        node_map=node_map,
         security=security_config(args, "client"),
         request_timeout_s=args.timeout_ms / 1e3,
     )

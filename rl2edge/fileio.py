@@ -135,6 +135,10 @@ def read_json_document(
         data = json.loads(text)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise error(f"{path} is not valid JSON ({exc}); {fix}") from None
+    except ValueError as exc:  # an integer of more than 4300 digits (Python 3.11+ refuses to convert it)
+        raise error(
+            f"{path} holds a number that cannot be read ({printable(str(exc), 120)}); {fix}"
+        ) from None
     (kind_key, kind_value), (version_key, version_value) = kind, version
     if not isinstance(data, dict) or data.get(kind_key) != kind_value:
         raise error(f"{path} is not an rl2edge {what} ({kind_key} field missing or wrong)")

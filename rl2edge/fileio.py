@@ -64,11 +64,16 @@ def check_output_dir(path: str | os.PathLike[str], *, force: bool, what: str) ->
 
 
 @contextlib.contextmanager
-def atomic_directory(final: str | os.PathLike[str]) -> Iterator[Path]:
+def atomic_directory(final: str | os.PathLike[str], *, completes: bool = False) -> Iterator[Path]:
     """Yield a temporary directory beside `final`; on success it replaces `final` in one rename.
 
-    On any exception the temporary directory is removed and `final` is left as it was.
+    On any exception the temporary directory is removed and `final` is left as it was. A stop request
+    (rl2edge.interrupts) waits while the previous `final` is moved aside and the new one into place.
+    `completes`: `final` is the command's whole result; once it is in place a stop request no longer
+    fails the command (see `interrupts.completed`).
     """
+    from rl2edge.interrupts import completed, deferred
+
     final = Path(final)
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", suffix=".partial", dir=final.parent))
@@ -77,13 +82,25 @@ def atomic_directory(final: str | os.PathLike[str]) -> Iterator[Path]:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    old = None
-    if final.exists():
-        old = final.with_name(f".{final.name}.old-{os.getpid()}")
-        os.replace(final, old)
-    os.replace(tmp, final)
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
+    try:
+        with deferred():
+            old = None
+            if final.exists():
+                old = final.with_name(f".{final.name}.old-{os.getpid()}")
+                os.replace(final, old)
+            try:
+                os.replace(tmp, final)
+            except BaseException:
+                if old is not None:
+                    os.replace(old, final)
+                raise
+            if completes:
+                completed(f"{final} is complete")
+            if old is not None:
+                shutil.rmtree(old, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)  # gone already if it was renamed into place
+        raise
 
 
 MAX_JSON_NESTING = 32

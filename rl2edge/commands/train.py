@@ -188,7 +188,7 @@ def _run_one(args: argparse.Namespace, cfg: Any, run_dir: Path) -> int:
     )
     # The run is written beside --out and renamed onto it when complete: an interrupted or failed run
     # leaves --out as it was (with --force, the previous run stays until the new one is done).
-    with atomic_directory(run_dir) as staging:
+    with atomic_directory(run_dir, completes=True) as staging:
         _logger.info(
             "writing the run to %s until it is complete (TensorBoard: --logdir %s)", staging, staging / "tb"
         )

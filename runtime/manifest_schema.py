@@ -110,14 +110,20 @@ def _check_observation(obs: dict[str, Any]) -> None:
         raise _fail("observation.shape", f"holds more than {MAX_OBS_VALUES} values", shape)
     if obs.get("layout", "flat") not in _LAYOUTS:
         raise _fail("observation.layout", f"must be one of {', '.join(_LAYOUTS)}", obs.get("layout"))
+    checked: dict[str, list[float | None]] = {}
     for key in ("low", "high"):
         bounds = obs.get(key)
         if bounds is None:
             continue
         if not isinstance(bounds, list) or len(bounds) not in (0, size):
             raise _fail(f"observation.{key}", f"must be a list of {size} numbers or nulls", bounds)
-        for i, v in enumerate(bounds):
-            _bound(v, f"observation.{key}[{i}]")
+        checked[key] = [_bound(v, f"observation.{key}[{i}]") for i, v in enumerate(bounds)]
+    low, high = checked.get("low") or [], checked.get("high") or []
+    for i, (lo, hi) in enumerate(zip(low, high, strict=False)):  # either may be [] (unbounded)
+        if lo is not None and hi is not None and lo > hi:
+            raise ManifestError(
+                f"manifest field observation.low[{i}]/high[{i}]: low must not exceed high, got {lo!r} > {hi!r}"
+            )
 
 
 def _check_action(act: dict[str, Any]) -> None:

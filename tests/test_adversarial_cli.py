@@ -308,6 +308,41 @@ def test_seed_out_of_range(tmp_path: Path, command: str, option: str, value: str
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize(
+    ("command", "option", "value"),
+    [
+        ("evaluate", "--seed", "-1"),
+        ("evaluate", "--noise-seed", "-1"),
+        ("export", "--seed", "-1"),
+        ("export", "--noise-seed", str(2**64)),
+        ("plc-sim", "--seed", "-1"),
+    ],
+)
+def test_episode_and_noise_seed_out_of_range(
+    cartpole_all, cartpole_run: Path, tmp_path: Path, command: str, option: str, value: str
+) -> None:
+    """The same for the other commands' seeds: evaluate's and export's --seed -1 were gymnasium's
+    traceback after loading everything; a noise seed out of numpy's range was ignored or a traceback."""
+    _, root = cartpole_all
+    args = {
+        "evaluate": ["evaluate", root / "fp32", "--episodes", "1"],
+        "export": ["export", cartpole_run, "--quantize", "fp32", "--out", tmp_path / "out"],
+        "plc-sim": [
+            "plc-sim",
+            "--env",
+            "CartPole-v1",
+            "--endpoint",
+            "opc.tcp://127.0.0.1:1",
+            "--episodes",
+            "1",
+        ],
+    }[command]
+    proc, took = run_cli(*args, f"{option}={value}", timeout=60)
+    assert_one_line_failure(proc, f"{option} ", "a seed is an integer from 0 to")
+    assert took < 10
+    assert not (tmp_path / "out").exists()
+
+
 # ------------------------------------------------------------------ 4. export stopped after its rename
 
 

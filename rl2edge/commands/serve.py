@@ -8,8 +8,10 @@ from pathlib import Path
 from typing import Any
 
 from rl2edge.commands.common import (
+    MAX_NOISE_SEED,
     add_security_options,
     check_output_file,
+    check_seed,
     run_until_signal,
     security_config,
     table,
@@ -134,6 +136,7 @@ def run(args: argparse.Namespace) -> int:
     if args.health_periods < 1:
         raise ConfigError(f"--health-periods {args.health_periods}: choose 1 or more")
     check_output_file(args.summary, "--summary")
+    check_seed(args.noise_seed, "--noise-seed", MAX_NOISE_SEED)
     node_map = load_node_map(args.map)  # before the artifact: a mistake in it shows at once
 
     def load(path: str | Path) -> Policy:

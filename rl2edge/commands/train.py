@@ -7,7 +7,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from rl2edge.commands.common import table
+from rl2edge.commands.common import check_seed, table
 from rl2edge.errors import ConfigError, short_repr
 from rl2edge.interrupts import check_interrupted, stop_request
 
@@ -97,19 +97,6 @@ def add_parser(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
     t.add_argument("--force", action="store_true", help="replace a non-empty --out directory")
     t.add_argument("--no-progress", action="store_true", help="no progress bar")
     t.set_defaults(func=run)
-
-
-MAX_SEED = 2**32 - 1
-"""Seeds go to numpy's legacy generator (through Keras and Optuna) and to torch: 0 .. 2**32 - 1 fits all."""
-
-
-def check_seed(seed: int, option: str) -> int:
-    """`seed` if numpy, torch and TensorFlow all take it; else a ConfigError before anything starts."""
-    if not 0 <= seed <= MAX_SEED:
-        raise ConfigError(
-            f"{option} {short_repr(seed)}: a seed is an integer from 0 to {MAX_SEED} (2**32 - 1)"
-        )
-    return seed
 
 
 def parse_seeds(text: str, option: str = "--seeds") -> list[int]:

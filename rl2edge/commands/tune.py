@@ -77,7 +77,8 @@ def add_parser(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
 def run(args: argparse.Namespace) -> int:
     import shutil
 
-    from rl2edge.commands.train import check_seed, parse_seeds
+    from rl2edge.commands.common import check_seed
+    from rl2edge.commands.train import parse_seeds
     from rl2edge.fileio import check_output_dir
     from rl2edge.train.algos import check_env
     from rl2edge.train.core.envs import check_env_id

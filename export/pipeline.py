@@ -131,7 +131,10 @@ def export_source(source: ExportSource, out: Path, opts: ExportOptions) -> Expor
         leave=False,
     )
     try:
-        with tempfile.TemporaryDirectory(prefix="rl2edge-export-") as tmp, atomic_directory(out) as staging:
+        with (
+            tempfile.TemporaryDirectory(prefix="rl2edge-export-") as tmp,
+            atomic_directory(out, completes=True) as staging,
+        ):
             report = _export(source, built, opts, Path(tmp), staging, out, bar)
             if opts.quantize == "all":
                 report.wall_time_s = time.perf_counter() - start

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from rl2edge.errors import BackendError, ConfigError, ObservationError
+from rl2edge.errors import BackendError, ConfigError, ObservationError, short_repr
 from rl2edge.plc_bridge.client import (
     BridgeConfig,
     PlantIo,
@@ -198,7 +198,9 @@ def resolve_safe_action(policy: Policy, configured: tuple[float, ...] | None) ->
         if configured is None:
             return [float(lo)]
         if len(configured) != 1 or not lo <= configured[0] <= hi or configured[0] != int(configured[0]):
-            raise ConfigError(f"safe_action {list(configured)} must be one action index in [{lo}, {hi}]")
+            raise ConfigError(
+                f"safe_action {short_repr(list(configured))} must be one action index in [{lo}, {hi}]"
+            )
         return [float(configured[0])]
     low, high = policy.action_low.astype(np.float64), policy.action_high.astype(np.float64)
     if configured is None:
@@ -206,7 +208,7 @@ def resolve_safe_action(policy: Policy, configured: tuple[float, ...] | None) ->
     safe = np.asarray(configured, np.float64)
     if safe.shape != low.shape or np.any(safe < low) or np.any(safe > high):
         raise ConfigError(
-            f"safe_action {list(configured)} must have {low.size} values inside [{low.tolist()}, {high.tolist()}]"
+            f"safe_action {short_repr(list(configured))} must have {low.size} values inside [{short_repr(low.tolist())}, {short_repr(high.tolist())}]"
         )
     return safe.tolist()
 

@@ -9,11 +9,12 @@ at connect, so `action: X` is a scalar or an array as the PLC declares X.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rl2edge.errors import ConfigError
+from rl2edge.errors import ConfigError, short_repr
 from rl2edge.fileio import load_yaml
 from rl2edge.plc_bridge.layout import node_id
 from rl2edge.plc_bridge.noderefs import parse_ref
@@ -76,9 +77,16 @@ def _floats(value: Any, key: str, path: Path, allow_none: bool = False) -> tuple
         return None
     values = value if isinstance(value, list) else [value]
     try:
-        return tuple(None if (v is None and allow_none) else float(v) for v in values)
-    except (TypeError, ValueError):
-        raise ConfigError(f"{path}: {key} must be a number or a list of numbers, got {value!r}") from None
+        out = tuple(None if (v is None and allow_none) else float(v) for v in values)
+    except (TypeError, ValueError, OverflowError):
+        raise ConfigError(
+            f"{path}: {key} must be a number or a list of numbers, got {short_repr(value)}"
+        ) from None
+    for i, v in enumerate(out):
+        if v is not None and not math.isfinite(v):
+            what = "a finite number or null (unbounded)" if allow_none else "a finite number"
+            raise ConfigError(f"{path}: {key}[{i}] must be {what}, got {v}")
+    return out
 
 
 def load_node_map(path: str | Path | None) -> NodeMap:
@@ -93,7 +101,7 @@ def load_node_map(path: str | Path | None) -> NodeMap:
     if missing:
         raise ConfigError(f"node map {path} lacks {', '.join(missing)}")
     known = {*required, "safe_action", "obs_range_tolerance", "stale_cycles", "obs_low", "obs_high"}
-    unknown = sorted(set(data) - known)
+    unknown = sorted(short_repr(k) for k in data if k not in known)
     if unknown:
         raise ConfigError(
             f"node map {path}: unknown keys {', '.join(unknown)}; known: {', '.join(sorted(known))}"
@@ -103,11 +111,11 @@ def load_node_map(path: str | Path | None) -> NodeMap:
             raise ConfigError(f"{path}: {key} must be one node reference")
     stale = data.get("stale_cycles", 5)
     if isinstance(stale, bool) or not isinstance(stale, int) or stale < 1:
-        raise ConfigError(f"{path}: stale_cycles must be a positive integer, got {stale!r}")
+        raise ConfigError(f"{path}: stale_cycles must be a positive integer, got {short_repr(stale)}")
     tolerance = data.get("obs_range_tolerance", 0.05)
     if isinstance(tolerance, bool) or not isinstance(tolerance, int | float) or not 0 <= tolerance <= 10:
         raise ConfigError(
-            f"{path}: obs_range_tolerance must be a number from 0 to 10 (a fraction of each range), got {tolerance!r}"
+            f"{path}: obs_range_tolerance must be a number from 0 to 10 (a fraction of each range), got {short_repr(tolerance)}"
         )
     node_map = NodeMap(
         observation=_nodes(data["observation"], "observation", path),
@@ -122,6 +130,12 @@ def load_node_map(path: str | Path | None) -> NodeMap:
         obs_low=_floats(data.get("obs_low"), "obs_low", path, allow_none=True),
         obs_high=_floats(data.get("obs_high"), "obs_high", path, allow_none=True),
     )
+    if node_map.obs_low is not None and node_map.obs_high is not None:
+        for i, (lo, hi) in enumerate(
+            zip(node_map.obs_low, node_map.obs_high, strict=False)
+        ):  # lengths: ObservationGuard
+            if lo is not None and hi is not None and lo > hi:
+                raise ConfigError(f"{path}: obs_low[{i}] = {lo:g} is above obs_high[{i}] = {hi:g}")
     try:
         node_map.check()
     except ConfigError as exc:

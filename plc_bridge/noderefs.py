@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from asyncua import ua
 
-from rl2edge.errors import ConfigError
+from rl2edge.errors import ConfigError, short_repr
 
 _NODEID = re.compile(r"^(?:ns=(?P<ns>\d+);|nsu=(?P<uri>[^;]+);)?(?P<id>[sigb]=.*)$", re.S)
 _STEP_SPLIT = re.compile(r"/(?=\d+:|nsu=)")
@@ -70,21 +70,21 @@ def _namespace(ns: str | None, uri: str | None) -> Namespace:
 def parse_ref(text: str, key: str) -> NodeRef:
     """Parse once when the map is loaded; ConfigError naming the key if it is neither form."""
     if not isinstance(text, str) or not text.strip():
-        raise ConfigError(f"{key}: a node reference must be a non-empty string, got {text!r}")
+        raise ConfigError(f"{key}: a node reference must be a non-empty string, got {short_repr(text)}")
     text = text.strip()
     m = _NODEID.match(text)
     if m:
         try:
             ua.NodeId.from_string(m["id"])
         except Exception:
-            raise ConfigError(f"{key}: {text!r} is not a valid NodeId") from None
+            raise ConfigError(f"{key}: {short_repr(text)} is not a valid NodeId") from None
         return NodeRef(text, _namespace(m["ns"], m["uri"]), identifier=m["id"])
     steps = []
     for step in _STEP_SPLIT.split(text):
         s = _STEP.match(step)
         if not s:
             raise ConfigError(
-                f"{key}: {text!r} is neither a NodeId (ns=3;s=Name, nsu=<uri>;s=Name) nor a browse path "
+                f"{key}: {short_repr(text)} is neither a NodeId (ns=3;s=Name, nsu=<uri>;s=Name) nor a browse path "
                 "(3:Folder/3:Name or nsu=<uri>;Folder/nsu=<uri>;Name)"
             )
         steps.append((_namespace(s["ns"], s["uri"]), s["name"]))

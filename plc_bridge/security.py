@@ -320,6 +320,10 @@ async def apply_server_security(server: Server, sec: SecurityConfig) -> None:
         server.set_identity_tokens([ua.UserNameIdentityToken])
 
 
+MAX_CERT_DAYS = 36500
+"""rl2edge certs --days: past 100 years the date overflows datetime long before it means anything."""
+
+
 def make_certificate(
     out_dir: Path, name: str, uri: str, host: str | None = None, days: int = 365
 ) -> tuple[Path, Path]:
@@ -330,8 +334,10 @@ def make_certificate(
         raise ConfigError(
             f"--name {name!r}: a plain name (letters, digits, - _ .), used for NAME.der and NAME.key.pem"
         )
-    if days < 1:
-        raise ConfigError(f"--days {days}: a certificate must be valid for at least 1 day")
+    if not 1 <= days <= MAX_CERT_DAYS:
+        raise ConfigError(
+            f"--days {days}: a certificate must be valid for at least 1 day and at most {MAX_CERT_DAYS} (100 years)"
+        )
     existing = [p for p in (Path(out_dir) / f"{name}.der", Path(out_dir) / f"{name}.key.pem") if p.exists()]
     if existing:
         raise ConfigError(
@@ -350,8 +356,17 @@ def make_certificate(
         days=days,
     )
     cert_path, key_path = out_dir / f"{name}.der", out_dir / f"{name}.key.pem"
-    write_bytes_atomic(key_path, dump_private_key_as_pem(key), mode=0o600)
-    write_bytes_atomic(cert_path, cert.public_bytes(Encoding.DER))
+    try:
+        write_bytes_atomic(key_path, dump_private_key_as_pem(key), mode=0o600)
+        try:
+            write_bytes_atomic(cert_path, cert.public_bytes(Encoding.DER))
+        except BaseException:
+            key_path.unlink(missing_ok=True)  # a key without its certificate would block the next try
+            raise
+    except OSError as exc:
+        raise ConfigError(
+            f"--out {out_dir}: cannot write the certificate there ({exc.strerror or exc}); choose a writable folder"
+        ) from None
     _logger.info(
         "certificate %s (uri %s, valid until %s), key %s",
         cert_path,

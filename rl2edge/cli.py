@@ -108,7 +108,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         with quiet:
             if args.command in ("train", "export"):  # they write: a stop request must clean up, not kill
-                with interruptible():
+                with interruptible(ignore_once_complete=True):
                     return func(args)
             return func(args)
     except Rl2EdgeError as exc:

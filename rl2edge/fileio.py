@@ -18,7 +18,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from rl2edge.errors import ConfigError
+from rl2edge.errors import ConfigError, printable, short_repr
 
 
 def read_regular_file(
@@ -90,11 +90,16 @@ def check_output_dir(path: str | os.PathLike[str], *, force: bool, what: str) ->
 
 
 @contextlib.contextmanager
-def atomic_directory(final: str | os.PathLike[str]) -> Iterator[Path]:
+def atomic_directory(final: str | os.PathLike[str], *, completes: bool = False) -> Iterator[Path]:
     """Yield a temporary directory beside `final`; on success it replaces `final` in one rename.
 
-    On any exception the temporary directory is removed and `final` is left as it was.
+    On any exception the temporary directory is removed and `final` is left as it was. A stop request
+    (rl2edge.interrupts) waits while the previous `final` is moved aside and the new one into place.
+    `completes`: `final` is the command's whole result; once it is in place a stop request no longer
+    fails the command (see `interrupts.completed`).
     """
+    from rl2edge.interrupts import completed, deferred
+
     final = Path(final)
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", suffix=".partial", dir=final.parent))
@@ -103,13 +108,25 @@ def atomic_directory(final: str | os.PathLike[str]) -> Iterator[Path]:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    old = None
-    if final.exists():
-        old = final.with_name(f".{final.name}.old-{os.getpid()}")
-        os.replace(final, old)
-    os.replace(tmp, final)
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
+    try:
+        with deferred():
+            old = None
+            if final.exists():
+                old = final.with_name(f".{final.name}.old-{os.getpid()}")
+                os.replace(final, old)
+            try:
+                os.replace(tmp, final)
+            except BaseException:
+                if old is not None:
+                    os.replace(old, final)
+                raise
+            if completes:
+                completed(f"{final} is complete")
+            if old is not None:
+                shutil.rmtree(old, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)  # gone already if it was renamed into place
+        raise
 
 
 MAX_JSON_NESTING = 32
@@ -158,12 +175,16 @@ def read_json_document(
         data = json.loads(text)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise error(f"{path} is not valid JSON ({exc}); {fix}") from None
+    except ValueError as exc:  # an integer of more than 4300 digits (Python 3.11+ refuses to convert it)
+        raise error(
+            f"{path} holds a number that cannot be read ({printable(str(exc), 120)}); {fix}"
+        ) from None
     (kind_key, kind_value), (version_key, version_value) = kind, version
     if not isinstance(data, dict) or data.get(kind_key) != kind_value:
         raise error(f"{path} is not an rl2edge {what} ({kind_key} field missing or wrong)")
     if data.get(version_key) != version_value:
         raise error(
-            f"{path} has {version_key} {data.get(version_key)!r}; this rl2edge reads version {version_value}: {fix}"
+            f"{path} has {version_key} {short_repr(data.get(version_key))}; this rl2edge reads version {version_value}: {fix}"
         )
     missing = [k for k in required if k not in data]
     if missing:
@@ -189,8 +210,31 @@ def _flow_depth(text: str) -> int:
     return deepest
 
 
+class _AliasRefused(Exception):
+    def __init__(self, anchor: str, line: int, column: int):
+        super().__init__(anchor)
+        self.anchor, self.line, self.column = anchor, line, column
+
+
+def _no_alias_loader() -> type:
+    """yaml.SafeLoader that refuses aliases (`*name`): nine nested lists of nine aliases each are a
+    300-byte file that expands to 387 million items (a "billion laughs"), past every bound on the file's
+    size and depth. No rl2edge file needs one: its values are short enough to write out."""
+    import yaml
+
+    class NoAliasLoader(yaml.SafeLoader):
+        def compose_node(self, parent: Any, index: Any) -> Any:
+            if self.check_event(yaml.AliasEvent):
+                event = self.peek_event()
+                raise _AliasRefused(str(event.anchor), event.start_mark.line + 1, event.start_mark.column + 1)
+            return super().compose_node(parent, index)
+
+    return NoAliasLoader
+
+
 def load_yaml(path: str | os.PathLike[str], what: str) -> Any:
-    """A YAML file's content, or a one-line ConfigError that names the file and what is wrong with it."""
+    """A YAML file's content, or a one-line ConfigError that names the file and what is wrong with it.
+    Aliases are refused (see `_no_alias_loader`)."""
     import yaml
 
     path = Path(path)
@@ -201,13 +245,21 @@ def load_yaml(path: str | os.PathLike[str], what: str) -> Any:
         text = path.read_text()
         if _flow_depth(text) > MAX_YAML_NESTING:
             raise ConfigError(f"{what} {path} nests brackets deeper than {MAX_YAML_NESTING} levels")
-        return yaml.safe_load(text)
+        return yaml.load(text, Loader=_no_alias_loader())  # a SafeLoader without aliases
+    except _AliasRefused as exc:
+        raise ConfigError(
+            f"{what} {path} uses a YAML alias (*{printable(exc.anchor, 40)}) at line {exc.line}, "
+            f"column {exc.column}; write the value out"
+        ) from None
     except FileNotFoundError:
         raise ConfigError(f"{what} {path} does not exist") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"cannot read {what} {path}: {exc}") from None
     except RecursionError:
         raise ConfigError(f"{what} {path} nests too deeply to be a {what}") from None
+    except (ValueError, OverflowError) as exc:  # a constructor's: an int of 5000 digits, a 13th month
+        why = printable(str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__, 160)
+        raise ConfigError(f"{what} {path} holds a value that cannot be read ({why})") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""

@@ -6,6 +6,10 @@ swallowed when it is raised inside a finalizer or a callback of the converters (
 callbacks from C++, where an exception is printed and dropped). So the signal is also remembered, and
 `check_interrupted()`, called between stages and before anything is committed, raises it again.
 A second signal while cleaning up is not raised again: cleanup finishes.
+
+Once a command's result is renamed into place (`atomic_directory(..., completes=True)` calls `completed`),
+the command has done its work: a stop request from then on (while the summary table prints, the
+temporary folders go, the interpreter exits) is only noted, and the command exits 0 with the result kept.
 """
 
 from __future__ import annotations
@@ -20,6 +24,11 @@ from types import FrameType
 _logger = logging.getLogger(__name__)
 
 _pending: int | None = None
+_complete: str | None = None
+"""What the command completed (`completed`): a stop request no longer undoes or fails anything."""
+_deferred = 0
+_active = False
+"""Inside `interruptible()`: outside it, `deferred` and `completed` change nothing."""
 
 
 class Interrupted(KeyboardInterrupt):
@@ -40,12 +49,13 @@ class Interrupted(KeyboardInterrupt):
 def _handler(signum: int, frame: FrameType | None) -> None:
     global _pending
     if _pending is not None:
-        _logger.warning(
-            "%s again: still cleaning up, stopping as soon as that is done", signal.Signals(signum).name
-        )
+        if _complete is None:
+            _logger.warning(
+                "%s again: still cleaning up, stopping as soon as that is done", signal.Signals(signum).name
+            )
         return
     _pending = signum
-    if not _in_finalizer(frame):
+    if _complete is None and not _deferred and not _in_finalizer(frame):
         raise Interrupted(signum)
 
 
@@ -72,16 +82,45 @@ def stop_request(exc: KeyboardInterrupt) -> Interrupted:
 
 
 def check_interrupted() -> None:
-    """Raise the stop request again if one arrived and was swallowed on its way out."""
-    if _pending is not None:
+    """Raise the stop request again if one arrived and was swallowed on its way out (or deferred), unless
+    the command's result is complete."""
+    if _pending is not None and _complete is None:
         raise Interrupted(_pending)
 
 
 @contextlib.contextmanager
-def interruptible() -> Iterator[None]:
-    """SIGINT and SIGTERM raise `Interrupted` in the main thread for the duration of the block."""
-    global _pending
-    _pending = None
+def deferred() -> Iterator[None]:
+    """A stop request waits until the block is done (renames that belong together), then is raised."""
+    global _deferred
+    if not _active or threading.current_thread() is not threading.main_thread():
+        yield  # signals are handled in the main thread only: a stop request cannot land in this block
+        return
+    _deferred += 1
+    try:
+        yield
+    finally:
+        _deferred -= 1
+    if not _deferred:
+        check_interrupted()
+
+
+def completed(what: str) -> None:
+    """The command's result is in place and whole (`what`: "ART is complete"): from here on a stop request
+    neither fails the command nor removes anything. Called inside `deferred()`, in the rename's block."""
+    global _complete
+    if _active:
+        _complete = what
+
+
+@contextlib.contextmanager
+def interruptible(ignore_once_complete: bool = False) -> Iterator[None]:
+    """SIGINT and SIGTERM raise `Interrupted` in the main thread for the duration of the block.
+
+    `ignore_once_complete`: if the block completed its result (`completed`), SIGINT and SIGTERM stay
+    ignored after it instead of getting their previous handlers back: for the CLI, whose process only
+    exits then, and whose interpreter shutdown a default SIGTERM would still turn into exit 143."""
+    global _pending, _complete, _deferred, _active
+    _pending, _complete, _deferred, _active = None, None, 0, True
     previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
     for s in previous:
         signal.signal(s, _handler)
@@ -92,7 +131,7 @@ def interruptible() -> Iterator[None]:
         # A stop request that landed inside a C extension's import comes out as "ImportError:
         # initialization failed" (and inside a converter's callback, as that library's own error): it is
         # the stop request still, reported and exited for as one.
-        if _pending is not None:
+        if _pending is not None and _complete is None:
             raise Interrupted(_pending) from exc
         raise
     except KeyboardInterrupt as exc:
@@ -102,8 +141,17 @@ def interruptible() -> Iterator[None]:
             raise
         raise stop_request(exc) from exc
     finally:
+        done = _complete is not None
         for s, h in previous.items():
-            signal.signal(s, h)
+            signal.signal(s, signal.SIG_IGN if done and ignore_once_complete else h)
+        _active = False
+        if done and _pending is not None:
+            _logger.warning(
+                "%s arrived after the work was done: %s, kept as it is",
+                signal.Signals(_pending).name,
+                _complete,
+            )
+        _complete = None
 
 
 @contextlib.contextmanager

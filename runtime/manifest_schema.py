@@ -12,7 +12,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from rl2edge.errors import ManifestError
+from rl2edge.errors import ManifestError, short_repr
 
 MAX_MANIFEST_BYTES = 4 << 20
 """A real manifest is a few KB (tens with an image policy's statistics): a larger one is refused unread."""
@@ -23,10 +23,7 @@ _LAYOUTS = ("flat", "HWC", "CHW", "NHWC", "NCHW")
 
 
 def _fail(field: str, what: str, value: Any) -> ManifestError:
-    shown = repr(value)
-    return ManifestError(
-        f"manifest field {field}: {what}, got {shown[:80]}{'...' if len(shown) > 80 else ''}"
-    )
+    return ManifestError(f"manifest field {field}: {what}, got {short_repr(value)}")
 
 
 def _dict(data: Any, field: str) -> dict[str, Any]:
@@ -71,9 +68,9 @@ def check_manifest(data: dict[str, Any], artifact_dir: Path) -> None:
     """ManifestError naming the first malformed field the runtime relies on."""
     files = _dict(data["files"], "files")
     for name, digest in files.items():
-        bare_name(name, f"files[{name!r}]", artifact_dir)
+        bare_name(name, f"files[{short_repr(name)}]", artifact_dir)
         if not isinstance(digest, str) or not _SHA256.match(digest):
-            raise _fail(f"files[{name!r}]", "must be a sha256 hex digest", digest)
+            raise _fail(f"files[{short_repr(name)}]", "must be a sha256 hex digest", digest)
     model = _dict(data["model"], "model")
     bare_name(model.get("file"), "model.file", artifact_dir)
     model_input = model.get("input")
@@ -113,14 +110,20 @@ def _check_observation(obs: dict[str, Any]) -> None:
         raise _fail("observation.shape", f"holds more than {MAX_OBS_VALUES} values", shape)
     if obs.get("layout", "flat") not in _LAYOUTS:
         raise _fail("observation.layout", f"must be one of {', '.join(_LAYOUTS)}", obs.get("layout"))
+    checked: dict[str, list[float | None]] = {}
     for key in ("low", "high"):
         bounds = obs.get(key)
         if bounds is None:
             continue
         if not isinstance(bounds, list) or len(bounds) not in (0, size):
             raise _fail(f"observation.{key}", f"must be a list of {size} numbers or nulls", bounds)
-        for i, v in enumerate(bounds):
-            _bound(v, f"observation.{key}[{i}]")
+        checked[key] = [_bound(v, f"observation.{key}[{i}]") for i, v in enumerate(bounds)]
+    low, high = checked.get("low") or [], checked.get("high") or []
+    for i, (lo, hi) in enumerate(zip(low, high, strict=False)):  # either may be [] (unbounded)
+        if lo is not None and hi is not None and lo > hi:
+            raise ManifestError(
+                f"manifest field observation.low[{i}]/high[{i}]: low must not exceed high, got {lo!r} > {hi!r}"
+            )
 
 
 def _check_action(act: dict[str, Any]) -> None:

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from rl2edge.errors import ConfigError
+from rl2edge.errors import ConfigError, short_repr
 from rl2edge.fileio import load_yaml
 
 _NOT_OPTIONS = {"help", "options_file", "func"}
@@ -48,12 +48,16 @@ def apply_config_file(
     path_options = set(paths)
     values: dict[str, Any] = {}
     for key, value in data.items():
-        dest = str(key).replace("-", "_")
+        if not isinstance(key, str):
+            raise ConfigError(
+                f"config file {path}: option names are words (period_ms), not {short_repr(key)}"
+            )
+        dest = key.replace("-", "_")
         if dest not in actions:
             near = difflib.get_close_matches(dest, list(actions), n=1)
             hint = f" (did you mean {near[0]}?)" if near else f"; options: {', '.join(sorted(actions))}"
-            raise ConfigError(f"config file {path}: unknown option {key!r}{hint}")
-        values[dest] = _convert(path, str(key), value, actions[dest])
+            raise ConfigError(f"config file {path}: unknown option {short_repr(key)}{hint}")
+        values[dest] = _convert(path, key, value, actions[dest])
         if dest in path_options and values[dest] is not None:
             values[dest] = _relative_to(path.parent, values[dest])
     sub.set_defaults(**values)
@@ -65,7 +69,7 @@ def _convert(path: Path, key: str, value: Any, action: argparse.Action) -> Any:
     where = f"config file {path}: {key}"
     if isinstance(action, (argparse._StoreTrueAction, argparse._StoreFalseAction)):
         if not isinstance(value, bool):
-            raise ConfigError(f"{where} must be true or false, not {value!r}")
+            raise ConfigError(f"{where} must be true or false, not {short_repr(value)}")
         return value
     if isinstance(action, argparse._AppendAction):
         items = value if isinstance(value, list) else [value]
@@ -77,14 +81,14 @@ def _convert(path: Path, key: str, value: Any, action: argparse.Action) -> Any:
 
 def _scalar(where: str, value: Any, action: argparse.Action) -> Any:
     if isinstance(value, (dict, list)) or isinstance(value, bool):
-        raise ConfigError(f"{where} must be a single {_kind(action)}, not {value!r}")
+        raise ConfigError(f"{where} must be a single {_kind(action)}, not {short_repr(value)}")
     convert = action.type if callable(action.type) else str
     try:
         out = convert(str(value))
     except (TypeError, ValueError):
-        raise ConfigError(f"{where} must be {_kind(action)}, not {value!r}") from None
+        raise ConfigError(f"{where} must be {_kind(action)}, not {short_repr(value)}") from None
     if action.choices is not None and out not in action.choices:
-        raise ConfigError(f"{where}: {value!r} is not one of {', '.join(map(str, action.choices))}")
+        raise ConfigError(f"{where}: {short_repr(value)} is not one of {', '.join(map(str, action.choices))}")
     return out
 
 

@@ -6,7 +6,7 @@ import argparse
 import json
 from typing import Any
 
-from rl2edge.commands.common import table
+from rl2edge.commands.common import MAX_NOISE_SEED, check_seed, table
 from rl2edge.errors import ConfigError
 
 
@@ -48,6 +48,8 @@ def run(args: argparse.Namespace) -> int:
     from rl2edge.train.core.envs import check_env_id
     from rl2edge.train.core.evaluation import evaluate
 
+    check_seed(args.seed, "--seed")
+    check_seed(args.noise_seed, "--noise-seed", MAX_NOISE_SEED)
     if args.env is not None:
         check_env_id(args.env)
     if args.episodes < 1:

@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from rl2edge.commands.common import QUANT_MODES
+from rl2edge.commands.common import MAX_NOISE_SEED, QUANT_MODES, check_seed
 from rl2edge.errors import ConfigError
 
 
@@ -77,6 +77,8 @@ def add_parser(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
 def run(args: argparse.Namespace) -> int:
     from rl2edge.export.pipeline import ExportOptions, default_out, export_checkpoint, export_source
 
+    check_seed(args.seed, "--seed")
+    check_seed(args.noise_seed, "--noise-seed", MAX_NOISE_SEED)
     opts = ExportOptions(
         quantize=args.quantize,
         calib_episodes=args.calib_episodes,

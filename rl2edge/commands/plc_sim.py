@@ -9,6 +9,7 @@ from typing import Any
 from rl2edge.commands.common import (
     add_security_options,
     check_output_file,
+    check_seed,
     run_until_signal,
     security_config,
     table,
@@ -48,6 +49,7 @@ def add_parser(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
 def run(args: argparse.Namespace) -> int:
     from rl2edge.plc_bridge.sim import PlcSim, SimConfig
 
+    check_seed(args.seed, "--seed")
     check_output_file(args.record, "--record")
     check_output_file(args.trace, "--trace")
     cfg = SimConfig(

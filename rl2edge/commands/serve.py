@@ -9,8 +9,10 @@ from pathlib import Path
 from typing import Any
 
 from rl2edge.commands.common import (
+    MAX_NOISE_SEED,
     add_security_options,
     check_output_file,
+    check_seed,
     run_until_signal,
     security_config,
     table,
@@ -135,6 +137,8 @@ def run(args: argparse.Namespace) -> int:
     if args.health_periods < 1:
         raise ConfigError(f"--health-periods {args.health_periods}: choose 1 or more")
     check_output_file(args.summary, "--summary")
+    check_seed(args.noise_seed, "--noise-seed", MAX_NOISE_SEED)
+    node_map = load_node_map(args.map)  # before the artifact: a mistake in it shows at once
 
     # The model runs in its own process: a crash or a hang costs that process (INFERENCE_ERROR, the safe
     # action, a restart), never serve. A call that takes twice the deadline is a hang: the child is killed.
@@ -162,7 +166,7 @@ def run(args: argparse.Namespace) -> int:
         )
     bridge = BridgeConfig(
         endpoint=args.endpoint,
-        node_map=load_node_map(args.map),
+        node_map=node_map,
         security=security_config(args, "client"),
         request_timeout_s=args.timeout_ms / 1e3,
     )

@@ -7,8 +7,8 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from rl2edge.commands.common import table
-from rl2edge.errors import ConfigError
+from rl2edge.commands.common import check_seed, table
+from rl2edge.errors import ConfigError, short_repr
 from rl2edge.interrupts import check_interrupted, stop_request
 
 _logger = logging.getLogger("rl2edge")
@@ -38,7 +38,10 @@ def add_parser(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
     t.add_argument("--env", required=True, help="Gymnasium id (CartPole-v1) or package.module:EnvClass")
     t.add_argument("--steps", type=int, help="total env steps (default: the preset's n_timesteps)")
     t.add_argument(
-        "--seed", type=int, default=0, help="seed; the same seed gives the same checkpoint (default: 0)"
+        "--seed",
+        type=int,
+        default=0,
+        help="seed, 0 to 2**32-1; the same seed gives the same checkpoint (default: 0)",
     )
     t.add_argument(
         "--seeds",
@@ -96,13 +99,19 @@ def add_parser(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
     t.set_defaults(func=run)
 
 
-def parse_seeds(text: str) -> list[int]:
+def parse_seeds(text: str, option: str = "--seeds") -> list[int]:
     try:
         seeds = [int(x) for x in text.split(",") if x.strip()]
     except ValueError:
-        raise ConfigError(f"--seeds {text!r}: give comma-separated integers, such as 0,1,2") from None
+        raise ConfigError(
+            f"{option} {short_repr(text)}: give comma-separated integers, such as 0,1,2"
+        ) from None
     if not seeds or len(set(seeds)) != len(seeds):
-        raise ConfigError(f"--seeds {text!r}: give distinct comma-separated integers, such as 0,1,2")
+        raise ConfigError(
+            f"{option} {short_repr(text)}: give distinct comma-separated integers, such as 0,1,2"
+        )
+    for seed in seeds:
+        check_seed(seed, option)
     return seeds
 
 
@@ -118,10 +127,11 @@ def run(args: argparse.Namespace) -> int:
     from rl2edge.train.core.envs import check_env_id
     from rl2edge.train.core.threads import set_cpu_threads
 
+    seeds = parse_seeds(args.seeds) if args.seeds else None
+    check_seed(args.seed, "--seed")
     check_env_id(args.env)
     overrides = {"n_timesteps": args.steps} if args.steps is not None else {}
     cfg = build_config(args.env, args.config, overrides, algo=args.algo)
-    seeds = parse_seeds(args.seeds) if args.seeds else None
     check_env(args.algo, args.env)
     if args.rollout_workers < 0:
         raise ConfigError(f"--rollout-workers must be 0 or more, got {args.rollout_workers}")
@@ -165,7 +175,7 @@ def _run_one(args: argparse.Namespace, cfg: Any, run_dir: Path) -> int:
     )
     # The run is written beside --out and renamed onto it when complete: an interrupted or failed run
     # leaves --out as it was (with --force, the previous run stays until the new one is done).
-    with atomic_directory(run_dir) as staging:
+    with atomic_directory(run_dir, completes=True) as staging:
         _logger.info(
             "writing the run to %s until it is complete (TensorBoard: --logdir %s)", staging, staging / "tb"
         )

@@ -57,7 +57,9 @@ def add_parser(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
         help="env steps every trial runs before ASHA may stop it (default: one evaluation period)",
     )
     t.add_argument("--reduction-factor", type=int, default=2, help="ASHA's reduction factor (default: 2)")
-    t.add_argument("--search-seed", type=int, default=0, help="seed of Optuna's sampler (default: 0)")
+    t.add_argument(
+        "--search-seed", type=int, default=0, help="seed of Optuna's sampler, 0 to 2**32-1 (default: 0)"
+    )
     t.add_argument(
         "--max-failures",
         type=int,
@@ -75,6 +77,7 @@ def add_parser(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
 def run(args: argparse.Namespace) -> int:
     import shutil
 
+    from rl2edge.commands.common import check_seed
     from rl2edge.commands.train import parse_seeds
     from rl2edge.fileio import check_output_dir
     from rl2edge.train.algos import check_env
@@ -82,13 +85,14 @@ def run(args: argparse.Namespace) -> int:
     from rl2edge.train.distributed.cluster import ray_session, require_ray
     from rl2edge.train.distributed.search_space import load_search_space
 
+    seeds = tuple(parse_seeds(args.seeds))
+    check_seed(args.search_seed, "--search-seed")
     check_env_id(args.env)
     check_env(args.algo, args.env)
     for name in ("trials", "reduction_factor"):
         if getattr(args, name) < 1 + (name == "reduction_factor"):
             raise ConfigError(f"--{name.replace('_', '-')} is too small: {getattr(args, name)}")
     space = load_search_space(args.space, args.algo, args.env, args.config)
-    seeds = tuple(parse_seeds(args.seeds))
     out = Path(
         args.out or f"sweeps/{args.env.replace('/', '_').replace(':', '_')}_{args.algo}_{args.framework}"
     )

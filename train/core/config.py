@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 
-from rl2edge.errors import ConfigError
+from rl2edge.errors import ConfigError, short_repr
 from rl2edge.fileio import load_yaml
 from rl2edge.train.core.schedules import Schedule
 
@@ -153,7 +153,7 @@ def _apply(cfg: Any, values: dict[str, Any], source: str) -> None:
     for key, value in values.items():
         if key not in fields:
             raise ConfigError(
-                f"{source}: unknown {algo} hyperparameter {key!r}; known: {', '.join(sorted(fields))}"
+                f"{source}: unknown {algo} hyperparameter {short_repr(key)}; known: {', '.join(sorted(fields))}"
             )
         kind = str(fields[key].type)
         if kind == "Schedule":
@@ -162,14 +162,14 @@ def _apply(cfg: Any, values: dict[str, Any], source: str) -> None:
             try:
                 value = int(float(value))
             except (TypeError, ValueError):
-                raise ConfigError(f"{source}: {key} must be an integer, got {value!r}") from None
+                raise ConfigError(f"{source}: {key} must be an integer, got {short_repr(value)}") from None
         elif kind == "bool" and not isinstance(value, bool):  # "false" would be truthy
-            raise ConfigError(f"{source}: {key} must be true or false, got {value!r}")
+            raise ConfigError(f"{source}: {key} must be true or false, got {short_repr(value)}")
         elif kind in ("float", "float | None") and value is not None:
             try:  # YAML reads 1e-3 (no dot) as a string
                 value = float(value)
             except (TypeError, ValueError):
-                raise ConfigError(f"{source}: {key} must be a number, got {value!r}") from None
+                raise ConfigError(f"{source}: {key} must be a number, got {short_repr(value)}") from None
         setattr(cfg, key, value)
 
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from rl2edge.errors import ConfigError
+from rl2edge.errors import ConfigError, short_repr
 from rl2edge.fileio import load_yaml
 
 KINDS = ("loguniform", "uniform", "int", "logint", "choice")
@@ -77,25 +77,27 @@ def _dimension(name: str, spec: Any, where: str) -> Dimension:
     if not isinstance(spec, dict) or len(spec) != 1:
         raise ConfigError(
             f"{where}: {name} must be one distribution, such as {{loguniform: [1e-4, 1e-2]}} or "
-            f"{{choice: [64, 128]}}; got {spec!r}"
+            f"{{choice: [64, 128]}}; got {short_repr(spec)}"
         )
     kind, args = next(iter(spec.items()))
     if kind not in KINDS:
-        raise ConfigError(f"{where}: {name}: unknown distribution {kind!r}; use one of {', '.join(KINDS)}")
+        raise ConfigError(
+            f"{where}: {name}: unknown distribution {short_repr(kind)}; use one of {', '.join(KINDS)}"
+        )
     if not isinstance(args, list) or not args:
-        raise ConfigError(f"{where}: {name}: {kind} takes a list, got {args!r}")
+        raise ConfigError(f"{where}: {name}: {kind} takes a list, got {short_repr(args)}")
     if kind == "choice":
         return Dimension(name, kind, tuple(args))
     if len(args) != 2:
-        raise ConfigError(f"{where}: {name}: {kind} takes [low, high], got {args!r}")
+        raise ConfigError(f"{where}: {name}: {kind} takes [low, high], got {short_repr(args)}")
     try:  # YAML reads 1e-4 (no dot) as a string
         low, high = (int(a) if kind in ("int", "logint") else float(a) for a in args)
     except (TypeError, ValueError):
-        raise ConfigError(f"{where}: {name}: {kind} bounds must be numbers, got {args!r}") from None
+        raise ConfigError(f"{where}: {name}: {kind} bounds must be numbers, got {short_repr(args)}") from None
     if kind in ("int", "logint") and any(float(a) != int(float(a)) for a in args):
-        raise ConfigError(f"{where}: {name}: {kind} bounds must be integers, got {args!r}")
+        raise ConfigError(f"{where}: {name}: {kind} bounds must be integers, got {short_repr(args)}")
     if not (math.isfinite(low) and math.isfinite(high)) or low >= high:
-        raise ConfigError(f"{where}: {name}: {kind} needs low < high, got {args!r}")
+        raise ConfigError(f"{where}: {name}: {kind} needs low < high, got {short_repr(args)}")
     if kind in ("loguniform", "logint") and low <= 0:
         raise ConfigError(f"{where}: {name}: {kind} needs a positive low bound, got {low}")
     return Dimension(name, kind, (low, high))
@@ -132,7 +134,7 @@ def load_search_space(
     for name in [*space.fixed, *(d.name for d in space.dimensions)]:
         if name not in known:
             raise ConfigError(
-                f"{where}: {name!r} is not a {algo.upper()} hyperparameter; known: {', '.join(sorted(known))}"
+                f"{where}: {short_repr(name)} is not a {algo.upper()} hyperparameter; known: {', '.join(sorted(known))}"
             )
     for name in ("n_timesteps", "eval_freq"):
         if any(d.name == name for d in space.dimensions):
@@ -146,6 +148,6 @@ def load_search_space(
                 build_config(env_id, config_file, {**space.fixed, dim.name: value}, algo=algo)
             except ConfigError as exc:
                 raise ConfigError(
-                    f"{where}: {dim.name}: the value {value!r} is not accepted: {exc}"
+                    f"{where}: {dim.name}: the value {short_repr(value)} is not accepted: {exc}"
                 ) from None
     return space

@@ -239,10 +239,10 @@ def load_yaml(path: str | os.PathLike[str], what: str) -> Any:
 
     path = Path(path)
     try:
-        size = path.stat().st_size
-        if size > MAX_YAML_BYTES:
-            raise ConfigError(f"{what} {path} has {size} bytes, over the {MAX_YAML_BYTES} allowed")
-        text = path.read_text()
+        if not path.exists():
+            raise FileNotFoundError
+        # a regular file, its size checked before any read: a FIFO or a device is refused, not waited on
+        text = read_regular_file(path, MAX_YAML_BYTES, what, ConfigError).decode()
         if _flow_depth(text) > MAX_YAML_NESTING:
             raise ConfigError(f"{what} {path} nests brackets deeper than {MAX_YAML_NESTING} levels")
         return yaml.load(text, Loader=_no_alias_loader())  # a SafeLoader without aliases

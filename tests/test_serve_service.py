@@ -180,9 +180,16 @@ def _update_run(
                     f"{outcome} #{count} ({target})", lambda key=key, count=count: metrics(port)[key] >= count
                 )
                 time.sleep(0.3)  # some cycles after
+            peak_rss_kb = _peak_rss_kb(serve.pid)
             assert stop(serve) == 0, (tmp_path / "serve.log").read_text()
         assert stop(sim) == 0
-    return json.loads(summary.read_text())
+    return {**json.loads(summary.read_text()), "test_peak_rss_kb": peak_rss_kb}
+
+
+def _peak_rss_kb(pid: int) -> int:
+    """The process's peak resident memory (Linux /proc: VmHWM)."""
+    status = Path(f"/proc/{pid}/status").read_text()
+    return int(next(line.split()[1] for line in status.splitlines() if line.startswith("VmHWM:")))
 
 
 def test_an_update_serves_from_a_known_cycle_on_and_rolls_back(
@@ -464,6 +471,7 @@ def test_update_reads_are_bounded(cartpole_all, tmp_path: Path, how: str) -> Non
     first = s["policy"]["history"][0]["reason"]
     assert ("not a regular file" in first) if how == "fifo" else ("bytes, over the" in first), first
     assert s["policy"]["artifact"] == str(good.resolve()) and time.monotonic() - t0 < 90
+    assert s["test_peak_rss_kb"] < 400_000  # serve, some 100 MB, never held the 1 GB file (1.08 GB before)
 
 
 def _blocks_sighup(pid: int) -> bool:

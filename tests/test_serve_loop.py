@@ -363,7 +363,7 @@ def test_node_maps_load_and_refuse_mistakes(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="lacks observation_seq"):
         load_node_map(bad)
     bad.write_text(scalars.read_text() + "stale_cycle: 3\n")
-    with pytest.raises(ConfigError, match="unknown keys stale_cycle"):
+    with pytest.raises(ConfigError, match="unknown keys 'stale_cycle'"):
         load_node_map(bad)
     with pytest.raises(ConfigError, match="does not exist"):
         load_node_map(tmp_path / "missing.yaml")

@@ -25,7 +25,7 @@ install: $(STAMP) $(NODE_STAMP)
 demo: $(STAMP)
 	$(PY) scripts/demo.py
 
-# The default test suite: lint, then every test not marked slow or integration (some 13 minutes on 2 cores).
+# The default test suite: lint, then every test not marked slow or integration (some 14 minutes on 2 cores).
 test: install
 	$(PY) -m ruff check .
 	$(PY) -m pytest

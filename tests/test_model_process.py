@@ -141,6 +141,7 @@ def test_a_model_that_cannot_load_is_refused_with_one_line(cartpole_all) -> None
             faulty_policy(art, every=0)
 
 
+@pytest.mark.integration  # 24 model processes: some 50 s, over the default suite's budget
 def test_random_corruptions_never_reach_the_caller(cartpole_all, tmp_path: Path) -> None:
     """Random byte corruptions of a real int8 model, its hash recomputed (a deployer's bad copy that still
     checks out): each is refused at load with one line, or serves; a crash costs a call, never this process."""

@@ -23,7 +23,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.common import RESULTS, markdown_table, pyplot, save_figure, write_results
-from rl2edge.runtime.bench import artifact_observations, measure
+from rl2edge.runtime.bench import artifact_observations, measure, percentiles_us
 
 
 def compare(name: str, art: Path, calls: int) -> list[dict[str, Any]]:
@@ -60,14 +60,7 @@ def _timed(call: Any, calls: int, warmup: int = 50) -> dict[str, float]:
     """Percentiles of what `call` returns (its own timing in ns, of the part that matters), in us."""
     for _ in range(warmup):
         call()
-    t = np.array([call() for _ in range(calls)]) / 1e3
-    return {
-        "p50": float(np.percentile(t, 50)),
-        "p99": float(np.percentile(t, 99)),
-        "p99.9": float(np.percentile(t, 99.9)),
-        "max": float(t.max()),
-        "calls": int(t.size),
-    }
+    return percentiles_us(np.array([call() for _ in range(calls)]) / 1e3)
 
 
 def _nature_cnn_int8(tmp: Path) -> Path:

@@ -45,17 +45,18 @@ def measure(
                 fn()
                 t[i] = clock() - t0
             samples[name].append(t / 1e3)
-    out = {}
-    for name, parts in samples.items():
-        t = np.concatenate(parts)
-        out[name] = {
-            "p50": float(np.percentile(t, 50)),
-            "p99": float(np.percentile(t, 99)),
-            "p99.9": float(np.percentile(t, 99.9)),
-            "max": float(t.max()),
-            "calls": int(t.size),
-        }
-    return out
+    return {name: percentiles_us(np.concatenate(parts)) for name, parts in samples.items()}
+
+
+def percentiles_us(t: np.ndarray) -> dict[str, float]:
+    """p50, p99, p99.9 and max of per-call microseconds, and the number of calls."""
+    return {
+        "p50": float(np.percentile(t, 50)),
+        "p99": float(np.percentile(t, 99)),
+        "p99.9": float(np.percentile(t, 99.9)),
+        "max": float(t.max()),
+        "calls": int(t.size),
+    }
 
 
 def artifact_forms(

@@ -181,3 +181,34 @@ def test_policy_swap_benchmark_smoke(cartpole_all, cartpole_flipped, pendulum_fp
         assert (tmp_path / f"policy_swap.{ext}").stat().st_size > 0
     (row,) = data["conditions"]
     assert row["updates"]["accepted"] == 2 and row["updates"]["refused"] == 3 and row["serve_exit_code"] == 0
+
+
+@integration
+def test_model_process_benchmark_smoke(cartpole_all, tmp_path: Path) -> None:
+    from benchmarks.model_process import main
+
+    data = main(
+        ["--artifact", str(cartpole_all[1] / "int8"), "--calls", "100", "--no-cnn", "--out", str(tmp_path)]
+    )
+    for ext in ("json", "md", "png"):
+        assert (tmp_path / f"model_process.{ext}").stat().st_size > 0
+    assert {r["form"] for r in data["rows"]} == {
+        "in-process predict",
+        "model-process predict, child asleep",
+        "model-process predict after a warm-up",
+    }
+    assert len(data["added_us"]) == 2
+
+
+@integration
+def test_metrics_flood_benchmark_smoke(cartpole_all, tmp_path: Path) -> None:
+    from benchmarks.metrics_flood import main
+
+    data = main(
+        ["--artifact", str(cartpole_all[1] / "int8"), "--seconds", "2", "--connections", "200",
+         "--out", str(tmp_path)]
+    )  # fmt: skip
+    for ext in ("json", "md", "png"):
+        assert (tmp_path / f"metrics_flood.{ext}").stat().st_size > 0
+    assert [p["cycles"] > 0 for p in data["phases"]] == [True, True, True]
+    assert data["log"]["tracebacks"] == 0 and data["serve_exit"] == 0

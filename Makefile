@@ -25,9 +25,11 @@ install: $(STAMP) $(NODE_STAMP)
 demo: $(STAMP)
 	$(PY) scripts/demo.py
 
-# The default test suite: lint, then every test not marked slow or integration (some 14 minutes on 2 cores).
+# The default test suite: lint, the type check of what a device runs (rl2edge/, runtime/, plc_bridge/), then
+# every test not marked slow or integration (some 14 minutes on 2 cores).
 test: install
 	$(PY) -m ruff check .
+	$(PY) scripts/typecheck.py
 	$(PY) -m pytest
 
 # The integration tier (CI runs it after `make test`): sweeps, seeds and rollout workers on a real Ray (a

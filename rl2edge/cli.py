@@ -16,8 +16,6 @@ from rl2edge.errors import Rl2EdgeError
 from rl2edge.interrupts import Interrupted, interruptible
 from rl2edge.native_output import native_output_hidden
 
-_logger = logging.getLogger("rl2edge")
-
 
 def build_parser() -> argparse.ArgumentParser:
     import importlib
@@ -100,7 +98,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for handler in logging.getLogger().handlers:
             handler.addFilter(_one_line_asyncua)
     func: Callable[[argparse.Namespace], int] = args.func
-    quiet = contextlib.nullcontext()
+    quiet: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
     if (
         args.command in ("train", "export", "evaluate") and not args.verbose
     ):  # TensorFlow's and LiteRT's noise

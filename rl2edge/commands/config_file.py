@@ -93,7 +93,9 @@ def _scalar(where: str, value: Any, action: argparse.Action) -> Any:
 
 
 def _kind(action: argparse.Action) -> str:
-    return {int: "an integer", float: "a number"}.get(action.type, "a string")  # type: ignore[arg-type]
+    if action.type is int:
+        return "an integer"
+    return "a number" if action.type is float else "a string"
 
 
 def _relative_to(folder: Path, value: Any) -> Any:

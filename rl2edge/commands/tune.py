@@ -3,14 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import logging
 from pathlib import Path
 from typing import Any
 
 from rl2edge.commands.common import table
 from rl2edge.errors import ConfigError
-
-_logger = logging.getLogger("rl2edge")
 
 
 def add_parser(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:

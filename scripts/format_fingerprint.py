@@ -1,0 +1,142 @@
+"""Fingerprints of the file formats: train every algorithm on every env of its preset with both backends
+(tiny runs), export one fp32 artifact per algorithm and backend, and write one JSON of what came out:
+checkpoint.json and manifest.json as parsed JSON (wall-clock fields dropped) and the sha256 of every
+weight and model file. Two trees that write the same formats from the same seeds give equal files:
+
+    python scripts/format_fingerprint.py --out /tmp/fp-before.json      # on the old tree
+    python scripts/format_fingerprint.py --out /tmp/fp-after.json       # on the new one
+    python scripts/format_fingerprint.py --compare /tmp/fp-before.json /tmp/fp-after.json
+
+A structural change (renamed modules, moved behaviour) must leave the two equal: the seeds' draw order,
+the checkpoint and the manifest contracts are the same. About 10 minutes on 2 cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import hashlib
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+# Keys whose values are wall-clock or machine facts, not format.
+VOLATILE = {
+    "created",
+    "created_at",
+    "wall_s",
+    "time",
+    "timestamp",
+    "hostname",
+    "host",
+    "duration_s",
+    "seconds",
+}
+# Small runs that still take gradient steps, update targets and normalize.
+TINY = {
+    "learning_starts": 100,
+    "buffer_size": 5000,
+    "batch_size": 32,
+    "n_steps": 16,
+    "n_epochs": 2,
+    "eval_freq": 100000,
+    "eval_episodes": 2,
+    "target_update_interval": 50,
+}
+STEPS = 500
+
+
+def _strip(obj: Any) -> Any:
+    if isinstance(obj, dict):
+        return {k: _strip(v) for k, v in obj.items() if k not in VOLATILE and not k.endswith("_time")}
+    if isinstance(obj, list):
+        return [_strip(v) for v in obj]
+    return obj
+
+
+def _digest(directory: Path) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for f in sorted(directory.iterdir()):
+        if f.suffix == ".json" and f.name != "summary.json":
+            out[f.name] = _strip(json.loads(f.read_text()))
+        elif f.suffix in (".safetensors", ".tflite", ".onnx", ".npz"):
+            out[f.name] = hashlib.sha256(f.read_bytes()).hexdigest()
+    return out
+
+
+def _rows() -> list[tuple[str, str]]:
+    from rl2edge.train.algos import ALGOS
+
+    presets = Path(__file__).resolve().parents[1] / "train" / "presets"
+    return [(name, env) for name in ALGOS for env in yaml.safe_load((presets / f"{name}.yml").read_text())]
+
+
+def _config(algo: str, path: Path) -> None:
+    from rl2edge.train.algos import get
+
+    fields = {f.name for f in dataclasses.fields(get(algo).config_class())}
+    path.write_text(yaml.safe_dump({k: v for k, v in TINY.items() if k in fields}))
+
+
+def collect(work: Path) -> dict[str, Any]:
+    exe = str(Path(sys.executable).with_name("rl2edge"))
+    result: dict[str, Any] = {}
+    exported: set[tuple[str, str]] = set()
+    for algo, env in _rows():
+        cfg = work / f"{algo}.yml"
+        _config(algo, cfg)
+        for fw in ("torch", "tf"):
+            run = work / f"{algo}-{fw}-{env}"
+            cmd = [exe, "train", "--algo", algo, "--framework", fw, "--env", env, "--steps", str(STEPS)]
+            cmd += ["--config", str(cfg), "--out", str(run), "--no-progress"]
+            subprocess.run(cmd, check=True, capture_output=True)
+            result[f"train {algo} {fw} {env}"] = _digest(run)
+            print(f"train {algo} {fw} {env}", flush=True)
+            if (algo, fw) in exported:
+                continue
+            exported.add((algo, fw))
+            art = work / f"art-{algo}-{fw}"
+            cmd = [exe, "export", str(run), "--quantize", "fp32", "--out", str(art), "--calib-episodes", "2"]
+            cmd += ["--eval-episodes", "2", "--no-progress"]
+            subprocess.run(cmd, check=True, capture_output=True)
+            result[f"export {algo} {fw} {env}"] = _digest(art)
+            print(f"export {algo} {fw} {env}", flush=True)
+    return result
+
+
+def compare(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
+    diffs = [f"only in the first: {k}" for k in a if k not in b] + [
+        f"only in the second: {k}" for k in b if k not in a
+    ]
+    for key in a.keys() & b.keys():
+        for name in a[key].keys() | b[key].keys():
+            if a[key].get(name) != b[key].get(name):
+                diffs.append(f"{key}: {name} differs")
+    return sorted(diffs)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--out", type=Path)
+    p.add_argument("--compare", nargs=2, type=Path)
+    args = p.parse_args()
+    if args.compare:
+        diffs = compare(*(json.loads(f.read_text()) for f in args.compare))
+        print("\n".join(diffs) if diffs else "equal")
+        return 1 if diffs else 0
+    if not args.out:
+        p.error("--out or --compare")
+    with tempfile.TemporaryDirectory() as tmp:
+        result = collect(Path(tmp))
+    args.out.write_text(json.dumps(result, indent=1, sort_keys=True))
+    print(f"{len(result)} fingerprints in {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -52,10 +52,13 @@ STEPS = 500
 
 
 def _strip(obj: Any) -> Any:
+    """Wall-clock fields dropped; absolute paths (the runs' temporary directory) reduced to their name."""
     if isinstance(obj, dict):
         return {k: _strip(v) for k, v in obj.items() if k not in VOLATILE and not k.endswith("_time")}
     if isinstance(obj, list):
         return [_strip(v) for v in obj]
+    if isinstance(obj, str) and obj.startswith("/"):
+        return Path(obj).name
     return obj
 
 
@@ -126,7 +129,7 @@ def main() -> int:
     p.add_argument("--compare", nargs=2, type=Path)
     args = p.parse_args()
     if args.compare:
-        diffs = compare(*(json.loads(f.read_text()) for f in args.compare))
+        diffs = compare(*(_strip(json.loads(f.read_text())) for f in args.compare))
         print("\n".join(diffs) if diffs else "equal")
         return 1 if diffs else 0
     if not args.out:

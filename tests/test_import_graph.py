@@ -134,6 +134,11 @@ def _within(name: str, packages: tuple[str, ...]) -> bool:
 LEAF = ("rl2edge.errors", "rl2edge.fileio", "rl2edge.specs", "rl2edge.interrupts", "rl2edge.tables")
 
 
+# Stated exceptions: plc-sim is the workstation's stand-in for the plant (not installed on a device's path:
+# `serve` never imports it) and makes the env as training does.
+EXCEPTIONS = {("rl2edge.plc_bridge.sim", "rl2edge.train.core.envs")}
+
+
 @pytest.mark.parametrize(
     ("package", "may_import"),
     [
@@ -151,7 +156,10 @@ def test_layers_import_only_downwards(package: str, may_import: tuple[str, ...])
     wrong = [
         f"{name}:{line} imports {target}"
         for name, target, line in _imports_from(package)
-        if target.startswith("rl2edge") and target != "rl2edge" and not _within(target, may_import)
+        if target.startswith("rl2edge")
+        and target != "rl2edge"
+        and not _within(target, may_import)
+        and (name, target) not in EXCEPTIONS
     ]
     assert wrong == []
 

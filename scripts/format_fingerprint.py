@@ -36,6 +36,7 @@ VOLATILE = {
     "host",
     "duration_s",
     "seconds",
+    "predict_latency_us",  # export's latency probe
 }
 # Small runs that still take gradient steps, update targets and normalize.
 TINY = {

@@ -62,7 +62,7 @@ def _either(words: Any) -> str:
     return w[0] if len(w) == 1 else f"{', '.join(w[:-1])} or {w[-1]}"
 
 
-_PPO_DRIVER = "rl2edge.train.core.ppo_driver:train_ppo"
+_PPO_DRIVER = "rl2edge.train.core.onpolicy_driver:train_onpolicy"
 _OFF_DRIVER = "rl2edge.train.core.offpolicy_driver:train_offpolicy"
 _OFF_CONFIG = "rl2edge.train.core.offpolicy_config"
 

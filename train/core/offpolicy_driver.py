@@ -21,9 +21,8 @@ from typing import Any, Protocol
 import numpy as np
 
 from rl2edge.errors import ConfigError
+from rl2edge.train.core.action_noise import GaussianNoise, OUNoise
 from rl2edge.train.core.evaluation import EvalResult
-from rl2edge.train.core.finish import TrainingRun, TrainResult
-from rl2edge.train.core.noise import GaussianNoise, OUNoise
 from rl2edge.train.core.nstep import NStepCollector
 from rl2edge.train.core.offpolicy_config import (
     DQNConfig,
@@ -33,6 +32,7 @@ from rl2edge.train.core.offpolicy_config import (
     TD3Config,
 )
 from rl2edge.train.core.replay import PrioritizedReplayBuffer, ReplayBatch, ReplayBuffer
+from rl2edge.train.core.run import TrainingRun, TrainResult
 from rl2edge.train.core.spaces import obs_dim, output_width
 from rl2edge.train.core.threads import one_blas_thread
 

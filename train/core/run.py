@@ -1,4 +1,4 @@
-"""What every training run shares, whatever the algorithm (train.core.ppo_driver and
+"""What every training run shares, whatever the algorithm (train.core.onpolicy_driver and
 train.core.offpolicy_driver differ only in how they collect data and update): the envs and their specs,
 the observation normalizer, the metrics, the periodic evaluation that remembers the best policy, and the
 end: keep the best policy (when asked), write the weights, then checkpoint.json, then summary.json."""

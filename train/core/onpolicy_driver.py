@@ -16,11 +16,11 @@ import numpy as np
 
 from rl2edge.train.core.config import A2CConfig, PPOConfig
 from rl2edge.train.core.evaluation import EvalResult
-from rl2edge.train.core.finish import TrainingRun, TrainResult
 from rl2edge.train.core.normalization import RewardScaler, RunningNormalizer
 from rl2edge.train.core.numpy_policy import RolloutWeights
 from rl2edge.train.core.rollout import Minibatch, RolloutBuffer, check_minibatch
 from rl2edge.train.core.rollout_collector import RolloutCollector, Segment
+from rl2edge.train.core.run import TrainingRun, TrainResult
 from rl2edge.train.core.spaces import obs_dim, output_width
 
 _logger = logging.getLogger(__name__)
@@ -61,7 +61,7 @@ class PPOAgent(Protocol):
 AgentFactory = Callable[[dict[str, Any], PPOConfig, int, str], PPOAgent]
 
 
-def train_ppo(
+def train_onpolicy(
     env_id: str,
     cfg: PPOConfig | A2CConfig,
     seed: int,

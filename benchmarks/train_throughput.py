@@ -139,7 +139,8 @@ def contenders(algo: str, env_id: str) -> dict[str, tuple[str, str, str, dict[st
     from rl2edge.train.algos import get
     from rl2edge.train.core.config import load_preset
 
-    off = {**load_preset(get("dqn").preset_file(), env_id), **RAINBOW_OFF, "double_q": False}  # SB3's DQN has no double Q
+    dqn_preset = load_preset(get("dqn").preset_file(), env_id)
+    off = {**dqn_preset, **RAINBOW_OFF, "double_q": False}  # SB3's DQN has no double Q
     return {
         "sb3": ("Stable-Baselines3 DQN (DQN preset)", "sb3", "dqn", {}),
         "torch-off": ("rl2edge Rainbow, all off (torch, DQN preset)", "torch", "rainbow", off),

@@ -1,9 +1,11 @@
 """The off-policy driver (SAC, TD3, DDPG, DQN, Rainbow), framework-neutral and top to bottom in execution
-order: seeding, envs, random warm-up, exploration (the policy's own sampling, action noise, epsilon-greedy,
-or noisy layers), the replay buffer (uniform, or prioritized with n-step transitions for Rainbow),
-training phases of stacked batches, DQN's target period, periodic deterministic evaluation, metrics,
-checkpoint. A backend supplies the networks and the gradient steps, as an
-`OffPolicyAgent`; the float work of sampling and normalizing batches happens here, once, for both.
+order, in CleanRL's shape: seeding, envs, random warm-up, the agent's action (plus the config's action
+noise), the replay buffer (and an n-step collector) the config builds, the agent's per-step hook, training
+phases, periodic deterministic evaluation, metrics, checkpoint. What differs by algorithm is its config's
+(network fields, replay, n-step, noise: train.core.offpolicy_config) or its agent's (the hooks of
+train.core.offpolicy_agent; DQN's and Rainbow's in train.core.dqn_hooks); no algorithm is named here. A
+backend supplies the networks and the gradient steps, as an `OffPolicyAgent`; the float work of sampling
+and normalizing batches happens in train.core, once, for both.
 
 Semantics follow SB3, so that Zoo hyperparameters mean the same: train_freq counts env steps per env,
 gradient_steps -1 trains as many steps as transitions were collected, DQN's target_update_interval

@@ -71,7 +71,9 @@ def _agent(
 
     cfg = build_config(env_id, overrides=overrides, algo=algo)
     env = gym.make(env_id)
-    network = network_spec(cfg, observation_spec(env.observation_space), action_spec(env.action_space))
+    network = network_spec(
+        get(algo).network, cfg, observation_spec(env.observation_space), action_spec(env.action_space)
+    )
     env.close()
     return get(algo).agent_class(framework)(network, cfg, seed, "cpu"), cfg, network
 

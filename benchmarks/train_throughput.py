@@ -45,14 +45,14 @@ who, algo, env_id, steps, seed, out = sys.argv[1], sys.argv[2], sys.argv[3], int
 overrides, threads = json.loads(sys.argv[7]), int(sys.argv[8])
 import torch
 torch.set_num_threads(threads)
-from rl2edge.train.algos import build_config, train
+from rl2edge.train.algos import build_config, get, train
 from rl2edge.train.core.config import load_preset
 from rl2edge.train.core.evaluation import evaluate
 if who == "sb3":
     import numpy as np
     import stable_baselines3 as sb3
     from stable_baselines3.common.env_util import make_vec_env
-    p = load_preset(algo, env_id)
+    p = load_preset(get(algo).preset_file(), env_id)
     lin = lambda v: (lambda f: f * float(str(v)[4:])) if str(v).startswith("lin_") else v
     p.update(overrides)
     skip = ("n_envs", "n_timesteps", "normalize_obs", "policy", "net_arch", "noise_type", "noise_std")
@@ -136,9 +136,11 @@ def contenders(algo: str, env_id: str) -> dict[str, tuple[str, str, str, dict[st
         }
     if algo != "rainbow":
         raise SystemExit(f"--algo {algo}: choose ppo, a2c, sac, td3, dqn or rainbow")
+    from rl2edge.train.algos import get
     from rl2edge.train.core.config import load_preset
 
-    off = {**load_preset("dqn", env_id), **RAINBOW_OFF, "double_q": False}  # SB3's DQN has no double Q
+    dqn_preset = load_preset(get("dqn").preset_file(), env_id)
+    off = {**dqn_preset, **RAINBOW_OFF, "double_q": False}  # SB3's DQN has no double Q
     return {
         "sb3": ("Stable-Baselines3 DQN (DQN preset)", "sb3", "dqn", {}),
         "torch-off": ("rl2edge Rainbow, all off (torch, DQN preset)", "torch", "rainbow", off),

@@ -31,7 +31,7 @@ class ExportSource:
     """How the report names what exported files are compared with."""
     algo: str = "ppo"
     noise: Any = None
-    """train.core.noise.NoiseSpec folded into the graph, or None; set with `fold_noise`."""
+    """rl2edge.specs.NoiseSpec folded into the graph, or None; set with `fold_noise`."""
 
     def fold_noise(self, spec: Any) -> None:
         from rl2edge.export.graph_spec import check_noise_fits

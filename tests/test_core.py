@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
 from rl2edge.errors import ConfigError
 from rl2edge.specs import ActionTransform
 from rl2edge.train.algos import build_config
+from rl2edge.train.core.config import A2CConfig
 from rl2edge.train.core.envs import check_env_id, make_env
 from rl2edge.train.core.normalization import RunningNormalizer
 from rl2edge.train.core.rollout import Minibatch, RolloutBuffer, check_minibatch, compute_gae
@@ -121,6 +124,35 @@ def test_config_layers_preset_file_and_cli(tmp_path) -> None:
         build_config("CartPole-v1", f)
     with pytest.raises(ConfigError, match="does not exist"):
         build_config("CartPole-v1", tmp_path / "missing.yml")
+
+
+@dataclasses.dataclass
+class ToyConfig(A2CConfig):
+    algo = "toy"
+
+
+def test_a_row_is_all_the_table_needs_to_add_an_algorithm(tmp_path, monkeypatch) -> None:
+    """A toy algorithm in one row, with its own preset file: the config lookup and the run's checks read it."""
+    from rl2edge.train import algos
+
+    preset = tmp_path / "toy.yml"
+    preset.write_text("CartPole-v1:\n  n_steps: 7\n")
+    toy = dataclasses.replace(
+        algos.get("a2c"), name="toy", config=f"{__name__}:ToyConfig", preset=str(preset), compiled={}
+    )
+    monkeypatch.setitem(algos.ALGOS, "toy", toy)
+    cfg = algos.build_config("CartPole-v1", algo="toy")
+    assert isinstance(cfg, ToyConfig) and cfg.n_steps == 7
+    assert "TOY" in algos.on_policy_names()
+    algos.check_rollout_workers(cfg, 1)  # on-policy by its row
+    with pytest.raises(ConfigError, match="TensorFlow's PPO and A2C already"):  # the row's note
+        algos.check_compile("toy", "tf")
+    with pytest.raises(
+        ConfigError, match="TOY's torch update has no compiled form yet; it is there for torch"
+    ):
+        algos.check_compile("toy", "torch")
+    with pytest.raises(ConfigError, match="spreads on-policy rollouts"):
+        algos.check_rollout_workers(algos.build_config("Pendulum-v1", algo="sac"), 1)
 
 
 def test_env_ids_registered_and_user_class() -> None:

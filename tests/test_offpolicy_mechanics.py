@@ -191,7 +191,8 @@ def test_dqn_target_synced_on_its_period(framework: str, tmp_path: Path) -> None
                    "gradient_steps": 2, "batch_size": 16, "net_arch": [16], "eval_freq": 0, "eval_episodes": 1},
         algo="dqn",
     )  # fmt: skip
-    train_offpolicy("CartPole-v1", cfg, 0, tmp_path, Recording, device="cpu", progress=False)
+    network = get("dqn").network
+    train_offpolicy("CartPole-v1", cfg, 0, tmp_path, Recording, network, device="cpu", progress=False)
     # env steps 100, 200, 300, 400; training moved the online net in between, each sync copied it
     assert Recording.syncs == [(False, True)] * 4
 

@@ -367,7 +367,9 @@ def test_rainbow_with_every_component_off_trains_dqn(framework: str, tmp_path: P
     from rl2edge.train.core.spaces import action_spec, observation_spec
 
     env = make_env("CartPole-v1")
-    spec = network_spec(dqn_cfg, observation_spec(env.observation_space), action_spec(env.action_space))
+    spec = network_spec(
+        get("dqn").network, dqn_cfg, observation_spec(env.observation_space), action_spec(env.action_space)
+    )
     initial = get("dqn").agent_class(framework)(spec, dqn_cfg, 0, "cpu").variables("q")
     assert max(np.abs(a - b).max() for a, b in zip(initial, dqn, strict=True)) > 1e-3  # it did train
 

@@ -10,15 +10,23 @@ path imported when asked for, so that reading the table imports no deep-learning
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from importlib import resources
+from importlib.resources.abc import Traversable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rl2edge.errors import CheckpointError, ConfigError
 from rl2edge.train.core.threads import set_cpu_threads
+
+if TYPE_CHECKING:
+    from rl2edge.train.core.config import RunConfig
+    from rl2edge.train.core.evaluation import EvalResult
+    from rl2edge.train.core.run import TrainResult
 
 _logger = logging.getLogger(__name__)
 
@@ -38,6 +46,26 @@ class Algo:
     """The action spaces it trains on: "discrete", "box" or both."""
     head: str
     """The head its deterministic policy ends in for Box actions (export/deployable.py); Discrete: argmax."""
+    network: str
+    """The checkpoint's network type (network["type"]), from which export rebuilds the policy; algorithms
+    with the same networks share it (TD3 and DDPG, PPO and A2C)."""
+    on_policy: bool
+    """Trains on fresh rollouts (the on-policy driver; --rollout-workers spreads them over Ray actors)."""
+    compiled: dict[str, str] = field(default_factory=dict)
+    """framework -> what `train --compile` compiles of its update; a framework not here has no compiled form."""
+    compile_notes: dict[str, str] = field(default_factory=dict)
+    """framework -> why --compile has nothing to add there (its update is compiled already, say)."""
+    preset: str | None = None
+    """The preset file (YAML keyed by env id, Zoo style); None: train/presets/<name>.yml."""
+
+    @property
+    def label(self) -> str:
+        return self.name.upper()
+
+    def preset_file(self) -> Traversable:
+        if self.preset is not None:
+            return Path(self.preset)
+        return resources.files("rl2edge.train.presets").joinpath(f"{self.name}.yml")
 
     def config_class(self) -> type:
         return _load(self.config)
@@ -62,9 +90,16 @@ def _either(words: Any) -> str:
     return w[0] if len(w) == 1 else f"{', '.join(w[:-1])} or {w[-1]}"
 
 
-_PPO_DRIVER = "rl2edge.train.core.ppo_driver:train_ppo"
+_ON_DRIVER = "rl2edge.train.core.onpolicy_driver:train_onpolicy"
 _OFF_DRIVER = "rl2edge.train.core.offpolicy_driver:train_offpolicy"
 _OFF_CONFIG = "rl2edge.train.core.offpolicy_config"
+# What `--compile` compiles, per framework: torch's on-policy update (torch.compile of the forward pass and
+# the loss), torch's SAC and TD3/DDPG gradient step (torch.compile of the written-out step with its Adam
+# steps), and TF's off-policy training phase (one XLA computation); TF's PPO and A2C always run theirs as XLA.
+_TORCH_ON_COMPILED = "run the forward pass and loss as one torch.compile graph"
+_TORCH_OFF_COMPILED = "the gradient step with its Adam steps"
+_TF_OFF_COMPILED = "the training phase as one XLA computation"
+_TF_ON_NOTE = "TensorFlow's PPO and A2C already run their update as one XLA call (jit_compile)"
 
 ALGOS: dict[str, Algo] = {
     a.name: a
@@ -72,18 +107,26 @@ ALGOS: dict[str, Algo] = {
         Algo(
             "ppo",
             "rl2edge.train.core.config:PPOConfig",
-            _PPO_DRIVER,
+            _ON_DRIVER,
             {"torch": "rl2edge.train.torch_backend.ppo:TorchPPO", "tf": "rl2edge.train.tf_backend.ppo:TFPPO"},
             ("discrete", "box"),
             "clip_unscale",
+            network="actor_critic_mlp",
+            on_policy=True,
+            compiled={"torch": _TORCH_ON_COMPILED},
+            compile_notes={"tf": _TF_ON_NOTE},
         ),
         Algo(  # PPO's driver and networks; one gradient step per rollout, RMSprop
             "a2c",
             "rl2edge.train.core.config:A2CConfig",
-            _PPO_DRIVER,
+            _ON_DRIVER,
             {"torch": "rl2edge.train.torch_backend.a2c:TorchA2C", "tf": "rl2edge.train.tf_backend.a2c:TFA2C"},
             ("discrete", "box"),
             "clip_unscale",
+            network="actor_critic_mlp",
+            on_policy=True,
+            compiled={"torch": _TORCH_ON_COMPILED},
+            compile_notes={"tf": _TF_ON_NOTE},
         ),
         Algo(
             "sac",
@@ -92,6 +135,9 @@ ALGOS: dict[str, Algo] = {
             {"torch": "rl2edge.train.torch_backend.sac:TorchSAC", "tf": "rl2edge.train.tf_backend.sac:TFSAC"},
             ("box",),
             "tanh_unscale",
+            network="sac_mlp",
+            on_policy=False,
+            compiled={"torch": _TORCH_OFF_COMPILED, "tf": _TF_OFF_COMPILED},
         ),
         Algo(
             "td3",
@@ -100,14 +146,20 @@ ALGOS: dict[str, Algo] = {
             {"torch": "rl2edge.train.torch_backend.td3:TorchTD3", "tf": "rl2edge.train.tf_backend.td3:TFTD3"},
             ("box",),
             "unscale",
+            network="td3_mlp",
+            on_policy=False,
+            compiled={"torch": _TORCH_OFF_COMPILED, "tf": _TF_OFF_COMPILED},
         ),
-        Algo(  # TD3's agent with DDPG's config (one critic, no target smoothing, no delay)
+        Algo(  # TD3's agent and networks with DDPG's config (one critic, no target smoothing, no delay)
             "ddpg",
             f"{_OFF_CONFIG}:DDPGConfig",
             _OFF_DRIVER,
             {"torch": "rl2edge.train.torch_backend.td3:TorchTD3", "tf": "rl2edge.train.tf_backend.td3:TFTD3"},
             ("box",),
             "unscale",
+            network="td3_mlp",
+            on_policy=False,
+            compiled={"torch": _TORCH_OFF_COMPILED, "tf": _TF_OFF_COMPILED},
         ),
         Algo(
             "dqn",
@@ -116,8 +168,11 @@ ALGOS: dict[str, Algo] = {
             {"torch": "rl2edge.train.torch_backend.dqn:TorchDQN", "tf": "rl2edge.train.tf_backend.dqn:TFDQN"},
             ("discrete",),
             "argmax",
+            network="dqn_mlp",
+            on_policy=False,
+            compiled={"tf": _TF_OFF_COMPILED},
         ),
-        Algo(  # DQN's driver with n-step, prioritized replay; every component switchable
+        Algo(  # DQN's agent with n-step, prioritized replay; every component switchable
             "rainbow",
             f"{_OFF_CONFIG}:RainbowConfig",
             _OFF_DRIVER,
@@ -127,6 +182,9 @@ ALGOS: dict[str, Algo] = {
             },
             ("discrete",),
             "argmax",
+            network="rainbow_mlp",
+            on_policy=False,
+            compiled={"tf": _TF_OFF_COMPILED},
         ),
     )
 }
@@ -146,11 +204,12 @@ def build_config(
     config_file: str | Path | None = None,
     overrides: dict[str, Any] | None = None,
     algo: str = "ppo",
-) -> Any:
+) -> RunConfig:
     """The algorithm's defaults (SB3's), then its preset for env_id, then the config file, then the CLI."""
     from rl2edge.train.core.config import configure
 
-    return configure(get(algo).config_class()(), env_id, config_file, overrides)
+    row = get(algo)
+    return configure(row.config_class()(), env_id, row.preset_file(), config_file, overrides)
 
 
 def _discrete(env_id: str) -> bool:
@@ -168,25 +227,40 @@ def check_env(algo: str, env_id: str) -> None:
     get(algo).check_action_space(_discrete(env_id), env_id)
 
 
-# What `--compile` compiles: torch's on-policy update (torch.compile of the forward pass and the loss), torch's
-# SAC and TD3/DDPG gradient step (torch.compile of the written-out step with its Adam steps), and TF's
-# off-policy training phase (one XLA computation); TF's PPO and A2C always run theirs as XLA.
-COMPILED_UPDATE = {
-    "torch": ("ppo", "a2c", "sac", "td3", "ddpg"),
-    "tf": ("sac", "td3", "ddpg", "dqn", "rainbow"),
-}
+def _by_framework(field: str) -> dict[str, dict[str, list[str]]]:
+    """framework -> {the row's `field` text: the algorithms with that text}, in table order."""
+    out: dict[str, dict[str, list[str]]] = {f: {} for f in FRAMEWORKS}
+    for a in ALGOS.values():
+        for framework, text in getattr(a, field).items():
+            out[framework].setdefault(text, []).append(a.label)
+    return out
+
+
+def compile_help() -> str:
+    """What --compile compiles, per framework and algorithm, from the rows (the CLI's help)."""
+    return "; ".join(
+        f"{framework} {'/'.join(names)}: {what}"
+        for framework, texts in _by_framework("compiled").items()
+        for what, names in texts.items()
+    )
+
+
+def on_policy_names() -> list[str]:
+    return [a.label for a in ALGOS.values() if a.on_policy]
 
 
 def check_compile(algo: str, framework: str) -> None:
     """--compile suits this run: an agent whose update has a compiled form behind the flag."""
-    if framework == "tf" and algo in ("ppo", "a2c"):
+    row = get(algo)
+    if framework in row.compile_notes:
+        raise ConfigError(f"--compile: {row.compile_notes[framework]}")
+    if framework not in row.compiled:
         raise ConfigError(
-            "--compile: TensorFlow's PPO and A2C already run their update as one XLA call (jit_compile)"
-        )
-    if algo not in COMPILED_UPDATE.get(framework, ()):
-        raise ConfigError(
-            f"--compile: {algo.upper()}'s {framework} update has no compiled form yet; it is there for "
-            + "; ".join(f"{f} {_either(a.upper() for a in algos)}" for f, algos in COMPILED_UPDATE.items())
+            f"--compile: {row.label}'s {framework} update has no compiled form yet; it is there for "
+            + "; ".join(
+                f"{f} {_either(n for names in texts.values() for n in names)}"
+                for f, texts in _by_framework("compiled").items()
+            )
         )
 
 
@@ -205,10 +279,10 @@ def check_matmul_precision(precision: str, framework: str) -> None:
         )
 
 
-def check_rollout_workers(cfg: Any, workers: int) -> None:
+def check_rollout_workers(cfg: RunConfig, workers: int) -> None:
     """--rollout-workers suits this run: an on-policy algorithm, and no more workers than envs."""
-    if get(cfg.algo).driver != _PPO_DRIVER:
-        on_policy = [a.name for a in ALGOS.values() if a.driver == _PPO_DRIVER]
+    if not get(cfg.algo).on_policy:
+        on_policy = [a.name for a in ALGOS.values() if a.on_policy]
         raise ConfigError(f"--rollout-workers spreads on-policy rollouts: {_either(on_policy)} only")
     if workers > cfg.n_envs:
         raise ConfigError(
@@ -225,18 +299,18 @@ def _load(path: str) -> Any:
 def train(
     framework: str,
     env_id: str,
-    cfg: Any,
+    cfg: RunConfig,
     seed: int,
     run_dir: Path,
     device: str = "auto",
     progress: bool | None = None,
     agent_out: list[Any] | None = None,
     rollout_workers: int = 0,
-    on_evaluation: Callable[[int, Any], bool] | None = None,
+    on_evaluation: Callable[[int, EvalResult], bool] | None = None,
     threads: int = 1,
     compile_update: bool = False,
     matmul_precision: str = "highest",
-) -> Any:
+) -> TrainResult:
     """Train cfg.algo with `framework`'s agent: the one entry point of the CLI, the tests and the
     benchmarks. `agent_out`, when given, receives the agent (tests read its state and trace counts).
     `rollout_workers` > 0 (PPO, A2C) collects the rollouts on that many Ray actors, in a Ray session the
@@ -261,12 +335,14 @@ def train(
                 "--rollout-workers: normalization statistics move once per rollout (norm_obs_update: rollout)"
             )
             cfg = dataclasses.replace(cfg, norm_obs_update="rollout")
-        extra["rollout_workers"] = rollout_workers
+        from rl2edge.train.distributed.rollout_workers import RayRolloutPool
+
+        extra["make_pool"] = functools.partial(RayRolloutPool, rollout_workers)
     if on_evaluation is not None:
         extra["on_evaluation"] = on_evaluation
     cls = algo.agent_class(framework)
 
-    def make_agent(network: dict[str, Any], cfg: Any, seed: int, device: str) -> Any:
+    def make_agent(network: dict[str, Any], cfg: RunConfig, seed: int, device: str) -> Any:
         agent = cls(network, cfg, seed, device)
         if framework == "torch":
             agent.matmul_precision = matmul_precision
@@ -279,4 +355,6 @@ def train(
     if matmul_precision != "highest":
         _logger.info("torch float32 matmul precision of the training phases: %s", matmul_precision)
     driver = _load(algo.driver)
-    return driver(env_id, cfg, seed, run_dir, make_agent, device=device, progress=progress, **extra)
+    return driver(
+        env_id, cfg, seed, run_dir, make_agent, algo.network, device=device, progress=progress, **extra
+    )

@@ -5,11 +5,14 @@ from __future__ import annotations
 import argparse
 import logging
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rl2edge.commands.common import check_seed, table
 from rl2edge.errors import ConfigError, short_repr
 from rl2edge.interrupts import check_interrupted, stop_request
+
+if TYPE_CHECKING:
+    from rl2edge.train.core.config import RunConfig
 
 _logger = logging.getLogger("rl2edge")
 
@@ -19,6 +22,8 @@ def add_parser(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
         ALGOS,
         FRAMEWORKS,
         MATMUL_PRECISIONS,
+        compile_help,
+        on_policy_names,
     )
 
     t = sub.add_parser(
@@ -53,7 +58,7 @@ def add_parser(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
         type=int,
         default=0,
         metavar="N",
-        help="PPO/A2C: spread the n_envs environments over N Ray actors, each stepping its share with a copy "
+        help=f"{'/'.join(on_policy_names())}: spread the n_envs environments over N Ray actors, each stepping its share with a copy "
         "of the policy (for slow simulators); the learner broadcasts the weights every update",
     )
     t.add_argument(
@@ -80,9 +85,7 @@ def add_parser(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
     t.add_argument(
         "--compile",
         action="store_true",
-        help="torch PPO/A2C: run the forward pass and loss as one torch.compile graph; torch SAC/TD3/DDPG: "
-        "the gradient step with its Adam steps; TF SAC/TD3/DDPG/DQN/Rainbow: the training phase as one XLA "
-        "computation. Compiling takes seconds at the start of the run. For GPUs: on a CPU none beats the "
+        help=f"{compile_help()}. Compiling takes seconds at the start of the run. For GPUs: on a CPU none beats the "
         "default path over a short run (docs/benchmarks.md, training throughput)",
     )
     t.add_argument(
@@ -160,7 +163,7 @@ def run(args: argparse.Namespace) -> int:
     return _run_one(args, cfg, run_dir)
 
 
-def _run_one(args: argparse.Namespace, cfg: Any, run_dir: Path) -> int:
+def _run_one(args: argparse.Namespace, cfg: RunConfig, run_dir: Path) -> int:
     from rl2edge.fileio import atomic_directory
     from rl2edge.train.algos import train
 
@@ -211,7 +214,7 @@ def _run_one(args: argparse.Namespace, cfg: Any, run_dir: Path) -> int:
     return 0
 
 
-def _run_seeds(args: argparse.Namespace, cfg: Any, seeds: list[int], out: Path) -> int:
+def _run_seeds(args: argparse.Namespace, cfg: RunConfig, seeds: list[int], out: Path) -> int:
     from rl2edge.train.distributed.cluster import ray_session
     from rl2edge.train.distributed.seeds import summary_rows, train_seeds
 

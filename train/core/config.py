@@ -7,9 +7,9 @@ from __future__ import annotations
 import dataclasses
 import logging
 from dataclasses import dataclass, field
-from importlib import resources
+from importlib.resources.abc import Traversable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
 
@@ -21,22 +21,63 @@ _logger = logging.getLogger(__name__)
 
 
 @dataclass
-class OnPolicyConfig:
-    """What PPO and A2C share (SB3's names); each sets its own defaults and adds its own fields."""
+class RunConfig:
+    """What every algorithm's run has (SB3's names): its length and envs, the learning rate and discount,
+    the networks' shape, observation normalization, periodic evaluation. A subclass redeclares a field to
+    change its default; train.core.run.TrainingRun reads these."""
 
-    algo = "onpolicy"  # class attribute, not a hyperparameter
+    algo = "run"  # class attribute, not a hyperparameter
     n_timesteps: int = 1_000_000
     """Total environment steps (all envs together); --steps overrides it."""
     n_envs: int = 1
     """Environments stepped together in one process."""
-    n_steps: int = 2048
-    """Steps per env per rollout; a rollout holds n_envs * n_steps transitions."""
+    learning_rate: Schedule = field(default_factory=lambda: Schedule(3e-4))
+    """The optimizers' step size; 'lin_X' anneals linearly to 0."""
     gamma: float = 0.99
     """Discount factor."""
+    net_arch: list[int] = field(default_factory=lambda: [64, 64])
+    """Hidden layer sizes of each network."""
+    activation: str = "tanh"
+    """Hidden activation: tanh or relu."""
+    normalize_obs: bool = True
+    """Running observation normalization; its frozen statistics are folded into the exported graph."""
+    norm_obs_clip: float = 10.0
+    """Clip of normalized observations."""
+    eval_freq: int = 10_000
+    """Deterministic evaluation every this many env steps (0: off)."""
+    eval_episodes: int = 5
+    """Episodes per periodic evaluation."""
+    keep_best: bool = True
+    """Checkpoint the policy (and its normalization statistics) of the best periodic evaluation rather than
+    the last one; both evaluations are in summary.json."""
+    policy: str = "MlpPolicy"
+    """Zoo compatibility; only MlpPolicy is implemented."""
+
+    def to_json(self) -> dict[str, Any]:
+        return config_to_json(self)
+
+    def validate(self) -> None:
+        for name in ("n_timesteps", "n_envs"):
+            if int(getattr(self, name)) <= 0:
+                raise ConfigError(f"{name} must be a positive integer, got {getattr(self, name)}")
+        if self.activation not in ("tanh", "relu"):
+            raise ConfigError(f"activation must be tanh or relu, got {self.activation!r}")
+        if self.policy != "MlpPolicy":
+            raise ConfigError(f"policy {self.policy!r} is not implemented; use MlpPolicy")
+
+
+RunConfigT = TypeVar("RunConfigT", bound=RunConfig)
+
+
+@dataclass
+class OnPolicyConfig(RunConfig):
+    """What PPO and A2C share (SB3's names); each sets its own defaults and adds its own fields."""
+
+    algo = "onpolicy"  # class attribute, not a hyperparameter
+    n_steps: int = 2048
+    """Steps per env per rollout; a rollout holds n_envs * n_steps transitions."""
     gae_lambda: float = 0.95
     """GAE lambda."""
-    learning_rate: Schedule = field(default_factory=lambda: Schedule(3e-4))
-    """The optimizer's step size; 'lin_X' anneals linearly to 0."""
     ent_coef: float = 0.0
     """Entropy bonus weight."""
     vf_coef: float = 0.5
@@ -47,37 +88,23 @@ class OnPolicyConfig:
     """Normalize advantages per minibatch."""
     net_arch: list[int] = field(default_factory=lambda: [64, 64])
     """Hidden layer sizes of the (separate) actor and critic MLPs."""
-    activation: str = "tanh"
-    """Hidden activation: tanh or relu."""
     log_std_init: float = 0.0
     """Initial log standard deviation of the Gaussian policy (Box actions)."""
-    normalize_obs: bool = True
-    """Running observation normalization; its frozen statistics are folded into the exported graph."""
-    norm_obs_clip: float = 10.0
-    """Clip of normalized observations."""
     norm_obs_update: str = "step"
     """When the normalization statistics move: 'step' (after every vector step, as SB3's VecNormalize) or
     'rollout' (frozen while collecting, updated after it with every step's observations in order; what
     --rollout-workers runs, since per-step statistics need every env's observation before each step)."""
     normalize_reward: bool = False
     """Scale rewards by the running std of the discounted return (training only; the Zoo's normalize: true)."""
-    eval_freq: int = 10_000
-    """Deterministic evaluation every this many env steps (0: off)."""
-    eval_episodes: int = 5
-    """Episodes per periodic evaluation."""
     keep_best: bool = True
     """Checkpoint the policy (and its normalization statistics) of the best periodic evaluation rather than
     the last update's; both evaluations are in summary.json. PPO can peak and then degrade late in a run."""
-    policy: str = "MlpPolicy"
-    """Zoo compatibility; only MlpPolicy is implemented."""
-
-    def to_json(self) -> dict[str, Any]:
-        return config_to_json(self)
 
     def validate(self) -> None:
         if self.norm_obs_update not in ("step", "rollout"):
             raise ConfigError(f"norm_obs_update must be 'step' or 'rollout', got {self.norm_obs_update!r}")
-        for name in ("n_timesteps", "n_envs", "n_steps", "batch_size", "n_epochs"):
+        super().validate()
+        for name in ("n_steps", "batch_size", "n_epochs"):
             value = getattr(self, name)
             if value is not None and int(value) <= 0:  # A2C: batch_size None, the whole rollout
                 raise ConfigError(f"{name} must be a positive integer, got {value}")
@@ -85,10 +112,6 @@ class OnPolicyConfig:
             raise ConfigError(
                 f"gamma must be in (0, 1] and gae_lambda in [0, 1], got {self.gamma}, {self.gae_lambda}"
             )
-        if self.activation not in ("tanh", "relu"):
-            raise ConfigError(f"activation must be tanh or relu, got {self.activation!r}")
-        if self.policy != "MlpPolicy":
-            raise ConfigError(f"policy {self.policy!r} is not implemented; use MlpPolicy")
 
 
 @dataclass
@@ -138,7 +161,7 @@ class A2CConfig(OnPolicyConfig):
             raise ConfigError(f"rms_prop_eps must be positive, got {self.rms_prop_eps}")
 
 
-def config_to_json(cfg: Any) -> dict[str, Any]:
+def config_to_json(cfg: RunConfig) -> dict[str, Any]:
     """A config dataclass as checkpoint.json records it (schedules in their Zoo notation)."""
     return {
         f.name: (v.to_json() if isinstance(v := getattr(cfg, f.name), Schedule) else v)
@@ -146,7 +169,7 @@ def config_to_json(cfg: Any) -> dict[str, Any]:
     }
 
 
-def _apply(cfg: Any, values: dict[str, Any], source: str) -> None:
+def _apply(cfg: RunConfig, values: dict[str, Any], source: str) -> None:
     """Set hyperparameters on a config dataclass, typed by its field annotations (int, Schedule, ...)."""
     fields = {f.name: f for f in dataclasses.fields(cfg)}
     algo = cfg.algo.upper()
@@ -173,22 +196,23 @@ def _apply(cfg: Any, values: dict[str, Any], source: str) -> None:
         setattr(cfg, key, value)
 
 
-def load_preset(algo: str, env_id: str) -> dict[str, Any]:
-    text = resources.files("rl2edge.train.presets").joinpath(f"{algo}.yml").read_text()
-    presets = yaml.safe_load(text) or {}
+def load_preset(preset_file: Traversable, env_id: str) -> dict[str, Any]:
+    """The hyperparameters of env_id in an algorithm's preset file (its row's, train.algos)."""
+    presets = yaml.safe_load(preset_file.read_text()) or {}
     return dict(presets.get(env_id, {}))
 
 
 def configure(
-    cfg: Any,
+    cfg: RunConfigT,
     env_id: str,
+    preset_file: Traversable,
     config_file: str | Path | None = None,
     overrides: dict[str, Any] | None = None,
-) -> Any:
+) -> RunConfigT:
     """On the algorithm's defaults (`cfg`), its preset for env_id, then the config file, then the CLI."""
     algo = cfg.algo
-    preset = load_preset(algo, env_id)
-    _apply(cfg, preset, f"preset {algo}.yml[{env_id}]")
+    preset = load_preset(preset_file, env_id)
+    _apply(cfg, preset, f"preset {preset_file.name}[{env_id}]")
     if config_file is not None:
         path = Path(config_file)
         data = load_yaml(path, "config file")

@@ -6,20 +6,20 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from rl2edge.errors import ConfigError
+from rl2edge.train.core.action_noise import GaussianNoise, OUNoise
+from rl2edge.train.core.config import RunConfig
+from rl2edge.train.core.nstep import NStepCollector
+from rl2edge.train.core.replay import PrioritizedReplayBuffer, ReplayBuffer
 from rl2edge.train.core.schedules import Schedule
 
 
 @dataclass
-class OffPolicyConfig:
+class OffPolicyConfig(RunConfig):
     algo = "offpolicy"  # class attribute, not a hyperparameter
 
-    n_timesteps: int = 1_000_000
-    """Total environment steps (all envs together); --steps overrides it."""
-    n_envs: int = 1
-    """Environments stepped together in one process."""
-    learning_rate: Schedule = field(default_factory=lambda: Schedule(3e-4))
-    """Adam step size of every optimizer; 'lin_X' anneals linearly to 0."""
     buffer_size: int = 1_000_000
     """Replay capacity in transitions (preallocated)."""
     learning_starts: int = 100
@@ -28,8 +28,6 @@ class OffPolicyConfig:
     """Transitions per gradient step."""
     tau: float = 0.005
     """Polyak coefficient of the target networks: target <- tau * online + (1 - tau) * target."""
-    gamma: float = 0.99
-    """Discount factor."""
     train_freq: int = 1
     """Env steps (per env) between training phases."""
     gradient_steps: int = 1
@@ -41,26 +39,12 @@ class OffPolicyConfig:
     normalize_obs: bool = True
     """Running observation normalization (applied when a batch is sampled, with the current statistics, as
     SB3's VecNormalize does); its frozen statistics are folded into the exported graph."""
-    norm_obs_clip: float = 10.0
-    """Clip of normalized observations."""
     eval_freq: int = 5_000
     """Deterministic evaluation every this many env steps (0: off)."""
-    eval_episodes: int = 5
-    """Episodes per periodic evaluation."""
-    keep_best: bool = True
-    """Checkpoint the policy of the best periodic evaluation rather than the last one."""
-    policy: str = "MlpPolicy"
-    """Zoo compatibility; only MlpPolicy is implemented."""
-
-    def to_json(self) -> dict[str, Any]:
-        from rl2edge.train.core.config import (
-            config_to_json,  # config imports this module lazily, and vice versa
-        )
-
-        return config_to_json(self)
 
     def validate(self) -> None:
-        for name in ("n_timesteps", "n_envs", "buffer_size", "batch_size", "train_freq"):
+        super().validate()
+        for name in ("buffer_size", "batch_size", "train_freq"):
             if int(getattr(self, name)) <= 0:
                 raise ConfigError(f"{name} must be a positive integer, got {getattr(self, name)}")
         if self.learning_starts < 0:
@@ -71,12 +55,29 @@ class OffPolicyConfig:
             raise ConfigError(f"tau must be in (0, 1], got {self.tau}")
         if not 0.0 < self.gamma <= 1.0:
             raise ConfigError(f"gamma must be in (0, 1], got {self.gamma}")
-        if self.activation not in ("tanh", "relu"):
-            raise ConfigError(f"activation must be tanh or relu, got {self.activation!r}")
-        if self.policy != "MlpPolicy":
-            raise ConfigError(f"policy {self.policy!r} is not implemented; use MlpPolicy")
         if not self.net_arch or any(int(w) <= 0 for w in self.net_arch):
             raise ConfigError(f"net_arch must list positive layer widths, got {self.net_arch}")
+
+    # What the driver builds from the config: the network's own fields, the replay, the n-step collector and
+    # the exploration noise. The defaults are SAC's (and TD3's without noise).
+    def network_fields(self) -> dict[str, Any]:
+        """The checkpoint's network fields beyond the type, the sizes, net_arch and activation."""
+        return {}
+
+    def make_replay(
+        self, capacity: int, obs_shape: tuple[int, ...], discrete: bool, act_dim: int
+    ) -> ReplayBuffer:
+        return ReplayBuffer(capacity, obs_shape, discrete, act_dim)
+
+    def make_nstep(self, n_envs: int) -> NStepCollector | None:
+        """The n-step return collector between the envs and the replay; None: one-step transitions."""
+        return None
+
+    def make_action_noise(
+        self, act_dim: int, n_envs: int, rng: np.random.Generator
+    ) -> GaussianNoise | OUNoise | None:
+        """Noise added to the behaviour action (during warm-up too, as SB3), drawn from the run's `rng`."""
+        return None
 
 
 @dataclass
@@ -124,6 +125,9 @@ class SACConfig(OffPolicyConfig):
     def entropy_target(self, act_dim: int) -> float:
         return -float(act_dim) if self.target_entropy == "auto" else float(self.target_entropy)
 
+    def network_fields(self) -> dict[str, Any]:
+        return {"log_std_min": -20.0, "log_std_max": 2.0}
+
 
 @dataclass
 class TD3Config(OffPolicyConfig):
@@ -156,6 +160,18 @@ class TD3Config(OffPolicyConfig):
             )
         if self.target_policy_noise < 0 or self.target_noise_clip < 0 or self.noise_std < 0:
             raise ConfigError("target_policy_noise, target_noise_clip and noise_std must be >= 0")
+
+    def network_fields(self) -> dict[str, Any]:
+        return {"n_critics": int(self.n_critics)}
+
+    def make_action_noise(
+        self, act_dim: int, n_envs: int, rng: np.random.Generator
+    ) -> GaussianNoise | OUNoise | None:
+        if self.noise_type == "normal":
+            return GaussianNoise(self.noise_std, act_dim, n_envs, rng)
+        if self.noise_type == "ornstein-uhlenbeck":
+            return OUNoise(0.15, self.noise_std, 1e-2, act_dim, n_envs, rng)  # SB3's theta and dt
+        return None
 
 
 @dataclass
@@ -266,6 +282,29 @@ class RainbowConfig(DQNConfig):
             raise ConfigError("per_alpha and per_beta must be in [0, 1] and per_eps positive")
         if self.noisy_sigma0 < 0:
             raise ConfigError(f"noisy_sigma0 must be >= 0, got {self.noisy_sigma0}")
+
+    def network_fields(self) -> dict[str, Any]:
+        return {
+            "dueling": bool(self.dueling),
+            "noisy": bool(self.noisy),
+            "noisy_sigma0": float(self.noisy_sigma0),
+            "distributional": bool(self.distributional),
+            "n_atoms": int(self.n_atoms) if self.distributional else 1,
+            "v_min": float(self.v_min),
+            "v_max": float(self.v_max),
+        }
+
+    def make_replay(
+        self, capacity: int, obs_shape: tuple[int, ...], discrete: bool, act_dim: int
+    ) -> ReplayBuffer:
+        if self.prioritized:
+            return PrioritizedReplayBuffer(
+                capacity, obs_shape, discrete, act_dim, self.per_alpha, self.per_eps
+            )
+        return ReplayBuffer(capacity, obs_shape, discrete, act_dim, with_discounts=True)
+
+    def make_nstep(self, n_envs: int) -> NStepCollector | None:
+        return NStepCollector(self.n_step, self.gamma, n_envs)
 
     def beta(self, step: int) -> float:
         """Importance-weight exponent: per_beta at the start, 1 at the end of the run."""

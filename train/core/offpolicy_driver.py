@@ -1,9 +1,11 @@
 """The off-policy driver (SAC, TD3, DDPG, DQN, Rainbow), framework-neutral and top to bottom in execution
-order: seeding, envs, random warm-up, exploration (the policy's own sampling, action noise, epsilon-greedy,
-or noisy layers), the replay buffer (uniform, or prioritized with n-step transitions for Rainbow),
-training phases of stacked batches, DQN's target period, periodic deterministic evaluation, metrics,
-checkpoint. A backend supplies the networks and the gradient steps, as an
-`OffPolicyAgent`; the float work of sampling and normalizing batches happens here, once, for both.
+order, in CleanRL's shape: seeding, envs, random warm-up, the agent's action (plus the config's action
+noise), the replay buffer (and an n-step collector) the config builds, the agent's per-step hook, training
+phases, periodic deterministic evaluation, metrics, checkpoint. What differs by algorithm is its config's
+(network fields, replay, n-step, noise: train.core.offpolicy_config) or its agent's (the hooks of
+train.core.offpolicy_agent; DQN's and Rainbow's in train.core.dqn_hooks); no algorithm is named here. A
+backend supplies the networks and the gradient steps, as an `OffPolicyAgent`; the float work of sampling
+and normalizing batches happens in train.core, once, for both.
 
 Semantics follow SB3, so that Zoo hyperparameters mean the same: train_freq counts env steps per env,
 gradient_steps -1 trains as many steps as transitions were collected, DQN's target_update_interval
@@ -22,17 +24,9 @@ import numpy as np
 
 from rl2edge.errors import ConfigError
 from rl2edge.train.core.evaluation import EvalResult
-from rl2edge.train.core.finish import TrainingRun, TrainResult
-from rl2edge.train.core.noise import GaussianNoise, OUNoise
-from rl2edge.train.core.nstep import NStepCollector
-from rl2edge.train.core.offpolicy_config import (
-    DQNConfig,
-    OffPolicyConfig,
-    RainbowConfig,
-    SACConfig,
-    TD3Config,
-)
-from rl2edge.train.core.replay import PrioritizedReplayBuffer, ReplayBatch, ReplayBuffer
+from rl2edge.train.core.offpolicy_config import OffPolicyConfig
+from rl2edge.train.core.replay import ReplayBatch, ReplayBuffer
+from rl2edge.train.core.run import TrainingRun, TrainResult
 from rl2edge.train.core.spaces import obs_dim, output_width
 from rl2edge.train.core.threads import one_blas_thread
 
@@ -51,16 +45,32 @@ class OffPolicyAgent(Protocol):
     def deterministic(self, obs: np.ndarray) -> np.ndarray:
         """Greedy index (DQN) or the deterministic action in [-1, 1]-scaled units (SAC: tanh of the mean)."""
 
-    def explore(self, obs: np.ndarray) -> np.ndarray:
-        """The behaviour action before the driver's noise: SAC samples its policy; TD3/DDPG/DQN act greedily."""
+    def act(self, obs_norm: np.ndarray, step: int, rng: np.random.Generator) -> np.ndarray:
+        """The action after warm-up, before the driver's noise: SAC samples its policy, TD3/DDPG act
+        greedily, DQN epsilon-greedily (drawing from the run's `rng`)."""
+
+    def after_env_step(self, iteration: int) -> None:
+        """After each env step: DQN updates its target on its period (SAC and TD3 theirs inside training)."""
+
+    def log_row(self, step: int) -> dict[str, float]:
+        """The agent's own metric columns (DQN: epsilon)."""
 
     def set_learning_rate(self, lr: float) -> None: ...
 
+    def train_phase(
+        self,
+        buffer: ReplayBuffer,
+        n: int,
+        batch_size: int,
+        rng: np.random.Generator,
+        normalize: Callable[[np.ndarray], np.ndarray],
+        step: int,
+    ) -> np.ndarray | None:
+        """n gradient steps on batches sampled from `buffer` (with `rng`): the mean of stat_names over them
+        (one host sync), or None when nothing was trained. Rainbow samples each after the last's priorities."""
+
     def train(self, batch: ReplayBatch) -> np.ndarray:
         """batch.n gradient steps, in order; the mean of stat_names over them (one host sync)."""
-
-    def update_target(self) -> None:
-        """DQN: target <- tau * online + (1 - tau) * target (SAC and TD3 update theirs inside `train`)."""
 
     def save_weights(self, run_dir: Path) -> str: ...
 
@@ -72,32 +82,19 @@ class OffPolicyAgent(Protocol):
 AgentFactory = Callable[[dict[str, Any], Any, int, str], OffPolicyAgent]
 
 
-def network_spec(cfg: OffPolicyConfig, obs_spec: dict[str, Any], act_spec: dict[str, Any]) -> dict[str, Any]:
-    """The checkpoint's description of the networks, from which export rebuilds the actor."""
-    common = {
+def network_spec(
+    network_type: str, cfg: OffPolicyConfig, obs_spec: dict[str, Any], act_spec: dict[str, Any]
+) -> dict[str, Any]:
+    """The checkpoint's description of the networks, from which export rebuilds the actor: the type is the
+    algorithm's row's (train.algos), the fields beyond the sizes its config's."""
+    return {
+        "type": network_type,
         "obs_dim": obs_dim(obs_spec),
         "act_dim": output_width(act_spec),
         "net_arch": [int(w) for w in cfg.net_arch],
         "activation": cfg.activation,
+        **cfg.network_fields(),
     }
-    if isinstance(cfg, RainbowConfig):
-        return {
-            "type": "rainbow_mlp",
-            **common,
-            "dueling": bool(cfg.dueling),
-            "noisy": bool(cfg.noisy),
-            "noisy_sigma0": float(cfg.noisy_sigma0),
-            "distributional": bool(cfg.distributional),
-            "n_atoms": int(cfg.n_atoms) if cfg.distributional else 1,
-            "v_min": float(cfg.v_min),
-            "v_max": float(cfg.v_max),
-        }
-    if isinstance(cfg, DQNConfig):
-        return {"type": "dqn_mlp", **common}
-    if isinstance(cfg, SACConfig):
-        return {"type": "sac_mlp", **common, "log_std_min": -20.0, "log_std_max": 2.0}
-    assert isinstance(cfg, TD3Config)
-    return {"type": "td3_mlp", **common, "n_critics": int(cfg.n_critics)}
 
 
 def train_offpolicy(
@@ -106,15 +103,19 @@ def train_offpolicy(
     seed: int,
     run_dir: Path,
     make_agent: AgentFactory,
+    network_type: str,
     device: str = "auto",
     progress: bool | None = None,
     on_evaluation: Callable[[int, EvalResult], bool] | None = None,
 ) -> TrainResult:
+    """`network_type`: the checkpoint's network type (the algorithm's row, train.algos)."""
     # numpy's BLAS on one thread for the run, as the PPO rollout has it: after the numpy explorer's
     # 256-wide matmuls OpenBLAS's idle worker spins on sched_yield and holds the second core
     # (tests/test_offpolicy_mechanics.py checks the one thread).
     with one_blas_thread():
-        return _train_offpolicy(env_id, cfg, seed, run_dir, make_agent, device, progress, on_evaluation)
+        return _train_offpolicy(
+            env_id, cfg, seed, run_dir, make_agent, network_type, device, progress, on_evaluation
+        )
 
 
 def _train_offpolicy(
@@ -123,6 +124,7 @@ def _train_offpolicy(
     seed: int,
     run_dir: Path,
     make_agent: AgentFactory,
+    network_type: str,
     device: str,
     progress: bool | None,
     on_evaluation: Callable[[int, EvalResult], bool] | None,
@@ -139,22 +141,12 @@ def _train_offpolicy(
             f"{cfg.algo.upper()} takes flat observations; {env_id} has shape {obs_spec['shape']}"
         )
     n_envs, a_dim = cfg.n_envs, output_width(act_spec)
-    network = network_spec(cfg, obs_spec, act_spec)
+    network = network_spec(network_type, cfg, obs_spec, act_spec)
     agent = make_agent(network, cfg, seed, device)
     capacity = min(cfg.buffer_size, cfg.n_timesteps + n_envs)
-    rainbow = cfg if isinstance(cfg, RainbowConfig) else None
-    nstep = NStepCollector(rainbow.n_step, rainbow.gamma, n_envs) if rainbow else None
-    if rainbow and rainbow.prioritized:
-        buffer: ReplayBuffer = PrioritizedReplayBuffer(
-            capacity, obs_shape, discrete, a_dim, rainbow.per_alpha, rainbow.per_eps
-        )
-    else:
-        buffer = ReplayBuffer(capacity, obs_shape, discrete, a_dim, with_discounts=rainbow is not None)
-    noise: GaussianNoise | OUNoise | None = None
-    if isinstance(cfg, TD3Config) and cfg.noise_type == "normal":
-        noise = GaussianNoise(cfg.noise_std, a_dim, n_envs, rng)
-    elif isinstance(cfg, TD3Config) and cfg.noise_type == "ornstein-uhlenbeck":
-        noise = OUNoise(0.15, cfg.noise_std, 1e-2, a_dim, n_envs, rng)  # SB3's theta and dt
+    buffer = cfg.make_replay(capacity, obs_shape, discrete, a_dim)  # uniform or prioritized: the config's
+    nstep = cfg.make_nstep(n_envs)  # or None: one-step transitions
+    noise = cfg.make_action_noise(a_dim, n_envs, rng)  # or None: the config's
 
     n_iters = max(1, math.ceil(cfg.n_timesteps / n_envs))
     raw_obs, _ = envs.reset(seed=seed)
@@ -164,7 +156,6 @@ def _train_offpolicy(
     stats: np.ndarray | None = None
     global_step, next_log = 0, LOG_EVERY
     lr_set: float | None = None  # the learning rate last given to the agent
-    target_period = max(cfg.target_update_interval // n_envs, 1) if isinstance(cfg, DQNConfig) else 0
     bar = run.begin(agent, n_iters * n_envs, progress, mininterval=0.5)
     try:
         for it in range(n_iters):
@@ -175,12 +166,8 @@ def _train_offpolicy(
                     if discrete
                     else rng.uniform(-1.0, 1.0, size=(n_envs, a_dim)).astype(np.float32)
                 )
-            elif isinstance(cfg, DQNConfig):  # Rainbow's explore draws its noisy layers' noise
-                action = agent.explore(norm.normalize(raw_obs)).astype(np.int64)
-                explore = rng.random(n_envs) < cfg.epsilon(global_step)
-                action[explore] = rng.integers(0, act_spec["n"], size=int(explore.sum()))
-            else:
-                action = agent.explore(norm.normalize(raw_obs))
+            else:  # the policy's sampling, greedy, epsilon-greedy or noisy layers: the agent's
+                action = agent.act(norm.normalize(raw_obs), global_step, rng)
             if noise is not None:  # SB3 adds it during warm-up too
                 action = np.clip(action + noise(), -1.0, 1.0).astype(np.float32)
 
@@ -206,8 +193,7 @@ def _train_offpolicy(
             global_step += n_envs
             bar.update(n_envs)
 
-            if target_period and (it + 1) % target_period == 0:
-                agent.update_target()
+            agent.after_env_step(it)  # a target network's period, where the agent has one
 
             # TRAIN: every train_freq steps once warm-up is over; n batches sampled here, stepped by the backend.
             if (it + 1) % cfg.train_freq == 0 and global_step > cfg.learning_starts:
@@ -216,10 +202,9 @@ def _train_offpolicy(
                     agent.set_learning_rate(lr)
                     lr_set = lr
                 n = cfg.gradient_steps if cfg.gradient_steps > 0 else cfg.train_freq * n_envs
-                if rainbow is None:
-                    stats = agent.train(buffer.sample(n, cfg.batch_size, rng, norm.normalize))
-                elif len(buffer):
-                    stats = train_rainbow(agent, buffer, n, rainbow, rng, norm.normalize, global_step)
+                phase = agent.train_phase(buffer, n, cfg.batch_size, rng, norm.normalize, global_step)
+                if phase is not None:  # None: nothing to sample yet (n-step returns not complete)
+                    stats = phase
 
             evaluating = run.evaluation_due(global_step)
             if global_step >= next_log or evaluating:
@@ -227,8 +212,7 @@ def _train_offpolicy(
                 row: dict[str, float] = {}
                 if stats is not None:
                     row.update(zip(agent.stat_names, np.asarray(stats, np.float64).tolist(), strict=True))
-                if isinstance(cfg, DQNConfig):
-                    row["epsilon"] = cfg.epsilon(global_step)
+                row.update(agent.log_row(global_step))  # the agent's own columns (epsilon)
                 if recent_returns:
                     row["rollout_return_mean"] = float(np.mean(recent_returns[-20:]))
                     bar.set_postfix(ret=f"{row['rollout_return_mean']:.1f}", refresh=False)
@@ -240,26 +224,3 @@ def _train_offpolicy(
     finally:
         run.close(bar)
     return run.finish(agent, global_step, network)
-
-
-def train_rainbow(
-    agent: Any,
-    buffer: ReplayBuffer,
-    n: int,
-    cfg: RainbowConfig,
-    rng: np.random.Generator,
-    normalize: Callable[[np.ndarray], np.ndarray],
-    global_step: int,
-) -> np.ndarray:
-    """n gradient steps, each on a batch sampled after the previous step's priorities were written back.
-    Uniform replay samples all n batches at once, as DQN does (the same random draws)."""
-    if not isinstance(buffer, PrioritizedReplayBuffer):
-        return agent.train_prioritized(buffer.sample(n, cfg.batch_size, rng, normalize))[0]
-    beta = cfg.beta(global_step)
-    rows = []
-    for _ in range(n):
-        batch = buffer.sample(1, cfg.batch_size, rng, normalize, beta)
-        stats, priorities = agent.train_prioritized(batch)
-        buffer.update_priorities(batch.indices, priorities)
-        rows.append(stats)
-    return np.mean(rows, axis=0)

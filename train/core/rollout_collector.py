@@ -12,7 +12,7 @@ What makes a split of the envs over workers give the learner the very same rollo
   order (6e-8 after a few updates). With both fixed, a row's result does not depend on the other rows;
 - env i is reset with seed + i, as one vector env of all the envs would be;
 - rewards come back raw; reward scaling and the truncation bootstrap are applied by the learner, in step
-  order over all envs (train.core.ppo_driver.assemble);
+  order over all envs (train.core.onpolicy_driver.assemble);
 - with `norm_obs_update: rollout` the acting uses the normalization statistics frozen at the rollout's
   start, and the learner updates them afterwards with every step's observations in step order. Per-step
   statistics (`step`, SB3's VecNormalize) need every env's observation before each step: one process only.

@@ -72,7 +72,7 @@ class RolloutWorker:
 
 
 class RayRolloutPool:
-    """The learner's handle on the actors (train.core.ppo_driver.RolloutPool)."""
+    """The learner's handle on the actors (train.core.onpolicy_driver.RolloutPool)."""
 
     def __init__(
         self,

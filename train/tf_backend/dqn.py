@@ -4,16 +4,18 @@ from __future__ import annotations
 
 from typing import Any
 
+from rl2edge.train.core.dqn_hooks import DQNHooks
 from rl2edge.train.core.offpolicy_config import DQNConfig
 from rl2edge.train.tf_backend.offpolicy_base import TFOffPolicyBase
 
 
-class TFDQN(TFOffPolicyBase):
+class TFDQN(DQNHooks, TFOffPolicyBase):
     stat_names = ("loss", "q_mean")
 
     def __init__(self, network: dict[str, Any], cfg: DQNConfig, seed: int, device: str):
         super().__init__(seed, device)
         self.cfg = cfg
+        self.n_actions = int(network["act_dim"])
         self.nets = self.make_nets(network, seed)
         self.q_vars = self.nets.q_net.trainable_variables
         self.q_target_vars = self.nets.q_target.trainable_variables

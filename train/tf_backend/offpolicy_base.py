@@ -15,12 +15,13 @@ from typing import Any
 import numpy as np
 
 from rl2edge.train.core.numpy_actor import NumpyActor
+from rl2edge.train.core.offpolicy_agent import OffPolicyAgentBase
 from rl2edge.train.core.replay import ReplayBatch
 from rl2edge.train.tf_backend.setup import configure_tensorflow
 from rl2edge.train.tf_backend.weights import save_keras_weights, state_copy
 
 
-class TFOffPolicyBase:
+class TFOffPolicyBase(OffPolicyAgentBase):
     framework = "tf"
     stat_names: tuple[str, ...] = ()
     nets: Any

@@ -1,5 +1,5 @@
 """PPO's TensorFlow side: the network, the clipped-surrogate loss and the optimizer step, as compiled
-tf.functions with fixed input signatures. The driver is train.core.ppo_driver, shared with torch.
+tf.functions with fixed input signatures. The driver is train.core.onpolicy_driver, shared with torch.
 
 Graph discipline: every compiled function has an `input_signature` of tensors (None only for the batch
 size, which really varies); nothing Python-valued that changes (clip range, learning rate) crosses into

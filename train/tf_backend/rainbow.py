@@ -12,12 +12,13 @@ from typing import Any
 
 import numpy as np
 
+from rl2edge.train.core.dqn_hooks import RainbowHooks
 from rl2edge.train.core.offpolicy_config import RainbowConfig
 from rl2edge.train.core.replay import ReplayBatch
 from rl2edge.train.tf_backend.dqn import TFDQN
 
 
-class TFRainbow(TFDQN):
+class TFRainbow(RainbowHooks, TFDQN):
     """DQN's agent (nets and target, parts, the target update, greedy on the mean weights) with Rainbow's
     networks, noisy exploration, loss, and a train step that takes n-step discounts and importance
     weights and returns priorities."""

@@ -1,6 +1,6 @@
 """DQN in torch (Mnih et al. 2015; double DQN, van Hasselt et al. 2016): Huber loss on the TD error,
 a target network that the driver updates every `target_update_interval` env steps, gradient-norm
-clipping. Epsilon-greedy exploration is the driver's."""
+clipping. Epsilon-greedy exploration and the target period are train.core.dqn_hooks', shared with TF."""
 
 from __future__ import annotations
 
@@ -11,19 +11,21 @@ import numpy as np
 import torch
 from torch import nn
 
+from rl2edge.train.core.dqn_hooks import DQNHooks
 from rl2edge.train.core.offpolicy_config import DQNConfig
 from rl2edge.train.torch_backend.nets import QNetwork, polyak_update
 from rl2edge.train.torch_backend.offpolicy_base import TorchOffPolicyBase
 from rl2edge.train.torch_backend.optim_step import clear_grads, fused_adam_step
 
 
-class TorchDQN(TorchOffPolicyBase):
+class TorchDQN(DQNHooks, TorchOffPolicyBase):
     stat_names = ("loss", "q_mean")
     network_class: type[nn.Module] = QNetwork  # Rainbow's agent builds its own Q-network here
 
     def __init__(self, network: dict[str, Any], cfg: DQNConfig, seed: int, device: str):
         super().__init__(seed, device)
         self.cfg = cfg
+        self.n_actions = int(network["act_dim"])
         self.q_net = self.network_class(network).to(self.dev)
         self.q_target = copy.deepcopy(self.q_net).requires_grad_(False)
         self.nets.update(dict(q_net=self.q_net, q_target=self.q_target))
@@ -36,7 +38,7 @@ class TorchDQN(TorchOffPolicyBase):
     def deterministic(self, obs: np.ndarray) -> np.ndarray:
         return self.q_net(self._t(obs)).argmax(-1).cpu().numpy()
 
-    framework_explore = deterministic  # epsilon-greedy is the driver's
+    framework_explore = deterministic  # epsilon-greedy: DQNHooks.act
 
     def update_target(self) -> None:
         polyak_update(self.q_net.parameters(), self.q_target.parameters(), self.cfg.tau)

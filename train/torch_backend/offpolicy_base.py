@@ -13,6 +13,7 @@ from torch import nn
 
 from rl2edge.train.core.numpy_actor import NumpyActor
 from rl2edge.train.core.numpy_policy import Layers
+from rl2edge.train.core.offpolicy_agent import OffPolicyAgentBase
 from rl2edge.train.core.replay import ReplayBatch
 from rl2edge.train.torch_backend.graph_adam import GraphAdam
 from rl2edge.train.torch_backend.matmul_precision import training_phase
@@ -21,7 +22,7 @@ from rl2edge.train.torch_backend.setup import setup_torch
 from rl2edge.train.torch_backend.weights import save_safetensors, state_copy
 
 
-class TorchOffPolicyBase:
+class TorchOffPolicyBase(OffPolicyAgentBase):
     framework = "torch"
     stat_names: tuple[str, ...] = ()
     matmul_precision = "highest"  # of the training phases (train --matmul-precision sets it)
@@ -102,7 +103,7 @@ class TorchOffPolicyBase:
         raise NotImplementedError
 
     def update_target(self) -> None:
-        """Only DQN has a target that the driver updates on a period."""
+        """Only DQN has a target updated on a period (train.core.dqn_hooks: after_env_step)."""
 
     def parts(self) -> dict[str, nn.Module]:
         """The agent's networks by the names both backends use (actor, critic, critic_target, q, ...)."""

@@ -1,5 +1,5 @@
 """PPO's torch side: the network, the clipped-surrogate loss and the optimizer step. The driver
-(rollout, GAE, minibatches, evaluation, checkpoint) is train.core.ppo_driver, shared with TF."""
+(rollout, GAE, minibatches, evaluation, checkpoint) is train.core.onpolicy_driver, shared with TF."""
 
 from __future__ import annotations
 

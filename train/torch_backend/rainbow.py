@@ -1,7 +1,7 @@
 """Rainbow in torch (Hessel et al. 2018): DQN with double Q, dueling heads, prioritized replay, n-step
 returns, a C51 distributional head and noisy layers, each switched by RainbowConfig. The replay, the
-n-step sums, the priorities' bookkeeping and the beta schedule are the driver's (train.core), shared with
-TF; this module has the network's loss, the target and the gradient step.
+n-step sums, the priorities' bookkeeping and the beta schedule are train.core's (RainbowHooks.train_phase),
+shared with TF; this module has the network's loss, the target and the gradient step.
 
 Priorities: |TD error| without C51; with C51, the per-sample cross-entropy between the projected target
 and the predicted distribution (the paper's KL up to the target's entropy, which has no gradient).
@@ -15,6 +15,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from rl2edge.train.core.dqn_hooks import RainbowHooks
 from rl2edge.train.core.offpolicy_config import RainbowConfig
 from rl2edge.train.core.replay import ReplayBatch
 from rl2edge.train.torch_backend.dqn import TorchDQN
@@ -23,7 +24,7 @@ from rl2edge.train.torch_backend.nets import RainbowQNetwork, project_distributi
 from rl2edge.train.torch_backend.optim_step import clear_grads, fused_adam_step
 
 
-class TorchRainbow(TorchDQN):
+class TorchRainbow(RainbowHooks, TorchDQN):
     """DQN's agent (networks and target, parts, the target update, greedy on the mean weights: the
     exported policy) with Rainbow's Q-network, noisy exploration and loss."""
 

@@ -1,4 +1,4 @@
-"""What every training run shares, whatever the algorithm (train.core.ppo_driver and
+"""What every training run shares, whatever the algorithm (train.core.onpolicy_driver and
 train.core.offpolicy_driver differ only in how they collect data and update): the envs and their specs,
 the observation normalizer, the metrics, the periodic evaluation that remembers the best policy, and the
 end: keep the best policy (when asked), write the weights, then checkpoint.json, then summary.json."""
@@ -18,6 +18,7 @@ from tqdm.auto import tqdm
 from rl2edge.fileio import write_json_atomic
 from rl2edge.specs import ActionTransform, is_discrete
 from rl2edge.train.core.checkpoint import library_versions, write_checkpoint
+from rl2edge.train.core.config import RunConfig
 from rl2edge.train.core.envs import make_vec_env
 from rl2edge.train.core.evaluation import EvalResult, evaluate
 from rl2edge.train.core.metrics import MetricsLogger
@@ -55,7 +56,7 @@ class BestKeeper:
 
 def finish_run(
     *,
-    cfg: Any,
+    cfg: RunConfig,
     agent: Any,
     norm: RunningNormalizer,
     keeper: BestKeeper,
@@ -150,7 +151,7 @@ class TrainingRun:
     def __init__(
         self,
         env_id: str,
-        cfg: Any,
+        cfg: RunConfig,
         seed: int,
         run_dir: Path,
         on_evaluation: Callable[[int, EvalResult], bool] | None = None,

@@ -16,11 +16,11 @@ import numpy as np
 
 from rl2edge.train.core.config import A2CConfig, PPOConfig
 from rl2edge.train.core.evaluation import EvalResult
-from rl2edge.train.core.finish import TrainingRun, TrainResult
 from rl2edge.train.core.normalization import RewardScaler, RunningNormalizer
 from rl2edge.train.core.numpy_policy import RolloutWeights
 from rl2edge.train.core.rollout import Minibatch, RolloutBuffer, check_minibatch
 from rl2edge.train.core.rollout_collector import RolloutCollector, Segment
+from rl2edge.train.core.run import TrainingRun, TrainResult
 from rl2edge.train.core.spaces import obs_dim, output_width
 
 _logger = logging.getLogger(__name__)
@@ -59,21 +59,26 @@ class PPOAgent(Protocol):
 
 
 AgentFactory = Callable[[dict[str, Any], PPOConfig, int, str], PPOAgent]
+PoolFactory = Callable[[str, "PPOConfig | A2CConfig", int, dict[str, Any], dict[str, Any]], "RolloutPool"]
+"""(env_id, cfg, seed, network, act_spec) -> the pool the rollouts come from."""
 
 
-def train_ppo(
+def train_onpolicy(
     env_id: str,
     cfg: PPOConfig | A2CConfig,
     seed: int,
     run_dir: Path,
     make_agent: AgentFactory,
+    network_type: str,
     device: str = "auto",
     progress: bool | None = None,
     on_evaluation: Callable[[int, EvalResult], bool] | None = None,
-    rollout_workers: int = 0,
+    make_pool: PoolFactory | None = None,
 ) -> TrainResult:
-    """`rollout_workers` > 0 spreads the envs over that many Ray actors (train.distributed); the learner
-    broadcasts the weights and statistics before each rollout and gathers the data in env order."""
+    """`network_type`: the checkpoint's network type (the algorithm's row, train.algos). `make_pool`, when
+    given, makes the pool the rollouts come from instead of the learner's own envs (train.algos hands in
+    the Ray actors of --rollout-workers, train.distributed); the learner broadcasts the weights and
+    statistics before each rollout and gathers the data in env order."""
     # SEEDING: once, here. Env seeds are given at the first reset; the agent factory seeds its framework
     # before it initializes anything; numpy's generator drives the minibatch order.
     rng = np.random.default_rng(seed)
@@ -81,7 +86,7 @@ def train_ppo(
     envs, obs_spec, act_spec, norm, to_env = run.envs, run.obs_spec, run.act_spec, run.norm, run.to_env
     discrete, obs_shape = run.discrete, run.obs_shape
     network = {
-        "type": "actor_critic_mlp",
+        "type": network_type,
         "obs_dim": obs_dim(obs_spec),
         "act_dim": output_width(act_spec),
         "discrete": discrete,
@@ -98,10 +103,8 @@ def train_ppo(
     n_updates = max(1, math.ceil(cfg.n_timesteps / batch_steps))
     scale = RewardScaler(cfg.n_envs, cfg.gamma) if cfg.normalize_reward else None
     live_norm = cfg.norm_obs_update == "step"
-    if rollout_workers:
-        from rl2edge.train.distributed.rollout_workers import RayRolloutPool
-
-        pool: RolloutPool = RayRolloutPool(rollout_workers, env_id, cfg, seed, network, act_spec)
+    if make_pool is not None:
+        pool: RolloutPool = make_pool(env_id, cfg, seed, network, act_spec)
         run.envs.close()  # the learner steps no env itself
     else:
         pool = LocalRolloutPool(

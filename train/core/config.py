@@ -9,7 +9,7 @@ import logging
 from dataclasses import dataclass, field
 from importlib.resources.abc import Traversable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 import yaml
 
@@ -27,6 +27,9 @@ class RunConfig:
     change its default; train.core.run.TrainingRun reads these."""
 
     algo = "run"  # class attribute, not a hyperparameter
+    json_order: ClassVar[tuple[str, ...]] = ()
+    """checkpoint.json's order of the family's fields (as written before RunConfig existed: one seed, one
+    checkpoint.json, byte for byte); fields not named follow in declaration order."""
     n_timesteps: int = 1_000_000
     """Total environment steps (all envs together); --steps overrides it."""
     n_envs: int = 1
@@ -74,6 +77,12 @@ class OnPolicyConfig(RunConfig):
     """What PPO and A2C share (SB3's names); each sets its own defaults and adds its own fields."""
 
     algo = "onpolicy"  # class attribute, not a hyperparameter
+    json_order = (
+        "n_timesteps", "n_envs", "n_steps", "gamma", "gae_lambda", "learning_rate", "ent_coef", "vf_coef",
+        "max_grad_norm", "normalize_advantage", "net_arch", "activation", "log_std_init", "normalize_obs",
+        "norm_obs_clip", "norm_obs_update", "normalize_reward", "eval_freq", "eval_episodes", "keep_best",
+        "policy",
+    )  # fmt: skip
     n_steps: int = 2048
     """Steps per env per rollout; a rollout holds n_envs * n_steps transitions."""
     gae_lambda: float = 0.95
@@ -162,11 +171,11 @@ class A2CConfig(OnPolicyConfig):
 
 
 def config_to_json(cfg: RunConfig) -> dict[str, Any]:
-    """A config dataclass as checkpoint.json records it (schedules in their Zoo notation)."""
-    return {
-        f.name: (v.to_json() if isinstance(v := getattr(cfg, f.name), Schedule) else v)
-        for f in dataclasses.fields(cfg)
-    }
+    """A config dataclass as checkpoint.json records it (schedules in their Zoo notation), its keys in the
+    family's `json_order`."""
+    order = {name: i for i, name in enumerate(cfg.json_order)}
+    fields = sorted(dataclasses.fields(cfg), key=lambda f: order.get(f.name, len(order)))  # stable
+    return {f.name: (v.to_json() if isinstance(v := getattr(cfg, f.name), Schedule) else v) for f in fields}
 
 
 def _apply(cfg: RunConfig, values: dict[str, Any], source: str) -> None:

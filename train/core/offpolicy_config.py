@@ -19,6 +19,11 @@ from rl2edge.train.core.schedules import Schedule
 @dataclass
 class OffPolicyConfig(RunConfig):
     algo = "offpolicy"  # class attribute, not a hyperparameter
+    json_order = (
+        "n_timesteps", "n_envs", "learning_rate", "buffer_size", "learning_starts", "batch_size", "tau",
+        "gamma", "train_freq", "gradient_steps", "net_arch", "activation", "normalize_obs", "norm_obs_clip",
+        "eval_freq", "eval_episodes", "keep_best", "policy",
+    )  # fmt: skip
 
     buffer_size: int = 1_000_000
     """Replay capacity in transitions (preallocated)."""

@@ -2,9 +2,10 @@
 and actor and target updates every `policy_delay` critic steps. DDPG is the same code with one critic,
 no smoothing and no delay (train.core.offpolicy_config.DDPGConfig). Exploration noise is the driver's.
 
-As in SAC (train.torch_backend.sac), the gradient step is written out twice: `autograd_step`, the
-reference, and `written_out_step`, the default, the chain rule written out (train.torch_backend.mlp_grad)
-without an autograd graph; tests/test_offpolicy_grad.py holds the two within float32 rounding."""
+As in SAC (train.torch_backend.sac), the gradient step is written twice: `autograd_step` here, the
+reference (read this one), and `written_out_step` (train.torch_backend.td3_written_out), the default, the
+chain rule written out without an autograd graph; tests/test_offpolicy_grad.py holds the two within
+float32 rounding."""
 
 from __future__ import annotations
 
@@ -18,13 +19,13 @@ import torch
 from torch import nn
 
 from rl2edge.train.core.offpolicy_config import TD3Config
-from rl2edge.train.torch_backend.mlp_grad import CriticsGrad, MLPGrad, activation_of, ensure_grads
 from rl2edge.train.torch_backend.nets import Critics, TD3Actor, frozen, polyak_update
 from rl2edge.train.torch_backend.offpolicy_base import TorchOffPolicyBase
 from rl2edge.train.torch_backend.optim_step import clear_grads, fused_adam_step
+from rl2edge.train.torch_backend.td3_written_out import TD3WrittenOut
 
 
-class TorchTD3(TorchOffPolicyBase):
+class TorchTD3(TD3WrittenOut, TorchOffPolicyBase):
     stat_names = ("actor_loss", "critic_loss")
 
     def __init__(self, network: dict[str, Any], cfg: TD3Config, seed: int, device: str):
@@ -49,11 +50,7 @@ class TorchTD3(TorchOffPolicyBase):
         linears = [m for m in self.actor.net if isinstance(m, nn.Linear)]
         self.explorer = self.numpy_explorer("td3", network, linears)
         # The written-out gradient, the default; `autograd` True (tests set it) takes autograd_step instead.
-        activation = activation_of(self.actor.net, *self.critic.qs)
-        self.actor_grad = MLPGrad(self.actor.net, activation)
-        self.target_actor_grad = MLPGrad(self.actor_target.net, activation)
-        self.critic_grad = CriticsGrad(self.critic, network["obs_dim"], activation)
-        self.target_grad = CriticsGrad(self.critic_target, network["obs_dim"], activation)
+        self.init_written_out(network["obs_dim"])
         self.autograd = False
         # Each optimizer's step in the written-out update: the fused kernel, or (train --compile) the
         # graph's own Adam (TorchOffPolicyBase.compile_update)
@@ -119,48 +116,3 @@ class TorchTD3(TorchOffPolicyBase):
             fused_adam_step(self.actor_opt)
             self._update_targets()
         return torch.stack([actor_loss.detach(), critic_loss.detach()])
-
-    def written_out_step(self, obs, actions, rewards, next_obs, dones) -> torch.Tensor:
-        """autograd_step's update, the same draw, with the gradients written out."""
-        self.n_updates += 1
-        critic_loss = self.critic_update(obs, actions, rewards, next_obs, dones)
-        if self.n_updates % self.cfg.policy_delay == 0:
-            actor_loss = self.actor_update(obs)
-        else:
-            actor_loss = torch.full((), float("nan"), device=self.dev)
-        return torch.stack([actor_loss, critic_loss])
-
-    @torch.no_grad()
-    def critic_update(self, obs, actions, rewards, next_obs, dones) -> torch.Tensor:
-        """The critics' written-out gradient and optimizer step (a graph under train --compile)."""
-        cfg, batch = self.cfg, obs.shape[0]
-        noise = self._smoothing_noise(actions)
-        next_a = (torch.tanh_(self.target_actor_grad.forward(next_obs)[0]) + noise).clamp(-1.0, 1.0)
-        next_qs, _ = self.target_grad.forward(next_obs, next_a)
-        next_q = next_qs[0] if len(next_qs) == 1 else torch.stack(next_qs).min(0).values
-        target_q = rewards + (1.0 - dones) * cfg.gamma * next_q
-        # loss sum_i mean((q_i - target)^2): d / d q_i = 2 (q_i - target) / B
-        qs, inputs = self.critic_grad.forward(obs, actions)
-        errors = [q - target_q for q in qs]
-        critic_loss = sum(e.square().mean() for e in errors)
-        ensure_grads(self.critic_grad.params)
-        self.critic_grad.backward(inputs, [e * (2.0 / batch) for e in errors])
-        self.critic_opt_step()
-        return critic_loss
-
-    @torch.no_grad()
-    def actor_update(self, obs: torch.Tensor) -> torch.Tensor:
-        """The actor's written-out gradient and optimizer step, then the target updates (a graph under
-        train --compile): loss -mean(Q_1(obs, tanh(net(obs)))), through the critic just stepped, its
-        weights untouched."""
-        batch = obs.shape[0]
-        out, actor_inputs = self.actor_grad.forward(obs)
-        pi = torch.tanh_(out)
-        (q1,), inputs = self.critic_grad.forward(obs, pi, n=1)
-        actor_loss = -q1.mean()
-        g_pi = self.critic_grad.action_grad(inputs, [torch.full_like(q1, -1.0 / batch)])
-        ensure_grads(self.actor_grad.params)
-        self.actor_grad.backward(actor_inputs, torch.ops.aten.tanh_backward(g_pi, pi))
-        self.actor_opt_step()
-        self._update_targets()
-        return actor_loss

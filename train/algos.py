@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 _logger = logging.getLogger(__name__)
 
 FRAMEWORKS = ("torch", "tf")
+DEFAULT = "ppo"  # the CLI's --algo when none is given
 
 
 @dataclass(frozen=True)

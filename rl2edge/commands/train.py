@@ -20,6 +20,7 @@ _logger = logging.getLogger("rl2edge")
 def add_parser(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
     from rl2edge.train.algos import (  # tables only: no framework is imported
         ALGOS,
+        DEFAULT,
         FRAMEWORKS,
         MATMUL_PRECISIONS,
         compile_help,
@@ -38,7 +39,7 @@ def add_parser(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
         "  rl2edge train --algo ppo --env CartPole-v1 --seeds 0,1,2 --out runs/cp-seeds   # in parallel on Ray\n"
         "  rl2edge train --algo ppo --env MyTwin-v0 --rollout-workers 4 --address head:6379   # rollouts on Ray",
     )
-    t.add_argument("--algo", default="ppo", choices=list(ALGOS), help="algorithm (default: ppo)")
+    t.add_argument("--algo", default=DEFAULT, choices=list(ALGOS), help=f"algorithm (default: {DEFAULT})")
     t.add_argument("--framework", default="torch", choices=FRAMEWORKS, help="backend (default: torch)")
     t.add_argument("--env", required=True, help="Gymnasium id (CartPole-v1) or package.module:EnvClass")
     t.add_argument("--steps", type=int, help="total env steps (default: the preset's n_timesteps)")

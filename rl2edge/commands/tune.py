@@ -11,7 +11,7 @@ from rl2edge.errors import ConfigError
 
 
 def add_parser(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
-    from rl2edge.train.algos import ALGOS, FRAMEWORKS
+    from rl2edge.train.algos import ALGOS, DEFAULT, FRAMEWORKS
 
     t = sub.add_parser(
         "tune",
@@ -34,7 +34,7 @@ def add_parser(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
         "  rl2edge tune ... --address head:6379      # on a running Ray cluster\n"
         "  rl2edge tune ... --out sweeps/pd --resume # continue an interrupted sweep",
     )
-    t.add_argument("--algo", default="ppo", choices=list(ALGOS), help="algorithm (default: ppo)")
+    t.add_argument("--algo", default=DEFAULT, choices=list(ALGOS), help=f"algorithm (default: {DEFAULT})")
     t.add_argument("--framework", default="torch", choices=FRAMEWORKS, help="backend (default: torch)")
     t.add_argument("--env", required=True, help="Gymnasium id or package.module:EnvClass")
     t.add_argument("--space", required=True, help="YAML search space (space: and optionally fixed:)")

@@ -1,7 +1,7 @@
 """PPO's (and A2C's) framework-neutral driver, top to bottom in execution order: seeding, envs, rollout with
 recorded log-probs and values, GAE and minibatches (train.core.rollout), the update loop over epochs,
 periodic deterministic evaluation, metrics, checkpoint. A backend (torch or tf) supplies only the
-network, the loss and the optimizer step, as a `PPOAgent`.
+network, the loss and the optimizer step, as a `OnPolicyAgent`.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from rl2edge.train.core.config import A2CConfig, PPOConfig
+from rl2edge.train.core.config import OnPolicyConfig
 from rl2edge.train.core.evaluation import EvalResult
 from rl2edge.train.core.normalization import RewardScaler, RunningNormalizer
 from rl2edge.train.core.numpy_policy import RolloutWeights
@@ -28,7 +28,7 @@ _logger = logging.getLogger(__name__)
 STAT_NAMES = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction")
 
 
-class PPOAgent(Protocol):
+class OnPolicyAgent(Protocol):
     """What a backend provides. Observations are normalized float32 numpy arrays [B, obs_dim]."""
 
     framework: str
@@ -58,14 +58,14 @@ class PPOAgent(Protocol):
     def set_state(self, state: Any) -> None: ...
 
 
-AgentFactory = Callable[[dict[str, Any], PPOConfig, int, str], PPOAgent]
-PoolFactory = Callable[[str, "PPOConfig | A2CConfig", int, dict[str, Any], dict[str, Any]], "RolloutPool"]
+AgentFactory = Callable[[dict[str, Any], OnPolicyConfig, int, str], OnPolicyAgent]
+PoolFactory = Callable[[str, OnPolicyConfig, int, dict[str, Any], dict[str, Any]], "RolloutPool"]
 """(env_id, cfg, seed, network, act_spec) -> the pool the rollouts come from."""
 
 
 def train_onpolicy(
     env_id: str,
-    cfg: PPOConfig | A2CConfig,
+    cfg: OnPolicyConfig,
     seed: int,
     run_dir: Path,
     make_agent: AgentFactory,
@@ -75,7 +75,9 @@ def train_onpolicy(
     on_evaluation: Callable[[int, EvalResult], bool] | None = None,
     make_pool: PoolFactory | None = None,
 ) -> TrainResult:
-    """`network_type`: the checkpoint's network type (the algorithm's row, train.algos). `make_pool`, when
+    """`cfg`: the family's config; the update also reads batch_size, n_epochs, clip_range and target_kl,
+    PPO's fields, which A2C's config holds as class attributes (one step on the whole rollout, no clip).
+    `network_type`: the checkpoint's network type (the algorithm's row, train.algos). `make_pool`, when
     given, makes the pool the rollouts come from instead of the learner's own envs (train.algos hands in
     the Ray actors of --rollout-workers, train.distributed); the learner broadcasts the weights and
     statistics before each rollout and gathers the data in env order."""
@@ -195,7 +197,7 @@ class RolloutPool(Protocol):
     def initial_obs(self) -> np.ndarray:
         """The raw observations of every env after its first reset (the statistics' first update)."""
 
-    def collect(self, n_steps: int, agent: PPOAgent, norm: RunningNormalizer) -> Segment:
+    def collect(self, n_steps: int, agent: OnPolicyAgent, norm: RunningNormalizer) -> Segment:
         """n_steps of every env with the agent's current weights and `norm`'s current statistics."""
 
     def close(self) -> None: ...
@@ -210,7 +212,7 @@ class LocalRolloutPool:
     def initial_obs(self) -> np.ndarray:
         return self.collector.raw_obs
 
-    def collect(self, n_steps: int, agent: PPOAgent, norm: RunningNormalizer) -> Segment:
+    def collect(self, n_steps: int, agent: OnPolicyAgent, norm: RunningNormalizer) -> Segment:
         return self.collector.collect(n_steps, agent.rollout_weights())
 
     def close(self) -> None:

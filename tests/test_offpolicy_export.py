@@ -178,7 +178,7 @@ def test_policy_noise_samples_sacs_own_distribution(sac_tf: Path, tmp_path: Path
 @pytest.mark.parametrize(
     "noise,fragment",
     [
-        ("policy", "implemented for rl2edge SAC, PPO and A2C"),
+        ("policy", "samples the policy's own distribution, which this source (td3) does not"),
         ("gaussian:sigma=-1", "sigma must be a finite number >= 0"),
         ("ou:sigma=0.2,beta=1", "ou takes theta, sigma, dt"),
         ("pink", "unknown kind 'pink'"),

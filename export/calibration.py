@@ -61,9 +61,9 @@ def pin_uint8_range(calibration: np.ndarray, observation: ObservationSpec) -> np
     The runtime then hands a frame to the model as its bits shifted by 128, with no float round trip
     (runtime.policy); two pixels out of the set leave every later tensor's range as it was."""
     low, high = observation.low, observation.high
-    if observation.dtype != "uint8" or len(calibration) == 0:
+    if observation.dtype != "uint8" or len(calibration) == 0 or None in low or None in high:
         return calibration
-    if not low or not high or np.min(low) != 0 or np.max(high) != 255:
+    if not low or not high or np.min(np.asarray(low)) != 0 or np.max(np.asarray(high)) != 255:
         return calibration
     pinned = calibration.copy()
     pinned[0].reshape(-1)[0] = 0

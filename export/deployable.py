@@ -16,6 +16,8 @@ does to its network output at predict time:
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import torch
 from safetensors.torch import load_file
@@ -112,7 +114,7 @@ class DeployablePolicy(nn.Module):
         return np.ascontiguousarray(obs.transpose(0, 3, 1, 2)) if self.obs_layout == "HWC" else obs
 
 
-def load_actor(ckpt: Checkpoint, agent: type) -> nn.Module:
+def load_actor(ckpt: Checkpoint, agent: Any) -> nn.Module:
     """The torch module that maps a normalized observation to the head's input, weights loaded: the
     algorithm's agent class builds it from the checkpoint's network spec (`deployable_actor`)."""
     try:
@@ -132,7 +134,7 @@ def load_actor(ckpt: Checkpoint, agent: type) -> nn.Module:
     return agent.deployable_actor(ckpt.meta["network"], load)
 
 
-def build_deployable(ckpt: Checkpoint, agent: type) -> tuple[DeployablePolicy, RunningNormalizer]:
+def build_deployable(ckpt: Checkpoint, agent: Any) -> tuple[DeployablePolicy, RunningNormalizer]:
     """A torch checkpoint's deployable graph and its normalizer; `agent` is its algorithm's torch agent
     class (train.algos)."""
     meta = ckpt.meta

@@ -187,7 +187,7 @@ class TFSource(ExportSource):
         return path
 
 
-def tf_source(ckpt: Checkpoint, agent: type, description: dict[str, Any]) -> TFSource:
+def tf_source(ckpt: Checkpoint, agent: Any, description: dict[str, Any]) -> TFSource:
     """A TF checkpoint's export source; `agent` is its algorithm's TF agent class (train.algos), whose
     `deploy_parts` builds the networks from the checkpoint's network spec."""
     from rl2edge.export.graph_spec import head_for

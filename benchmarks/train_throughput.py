@@ -93,13 +93,8 @@ else:
                  "cumtime_s": v[3]} for k, v in top]
         print(json.dumps({"profile": rows, "wall_s": wall, "steps": done}))
         sys.exit(0)
-    if who != "tf":
-        from rl2edge.export.source import source_from_checkpoint
-        act = source_from_checkpoint(out).act
-    else:
-        from rl2edge.export.tf_source import tf_source
-        from rl2edge.train.core.checkpoint import load_checkpoint
-        act = tf_source(load_checkpoint(out), {}).act
+    from rl2edge.export.checkpoint_source import source_from_checkpoint
+    act = source_from_checkpoint(out).act
     result = evaluate(act, env_id, 20, 0)
 print(json.dumps({"who": who, "steps": done, "wall_s": wall, "steps_per_s": done / wall,
                   "mean_return": result.mean, "std_return": result.std}))

@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from rl2edge.specs import ObservationSpec
 from rl2edge.train.core.evaluation import evaluate
 
 CALIBRATION_SEED_OFFSET = 1_000
@@ -54,15 +55,15 @@ def collect_rollout_data(
     )
 
 
-def pin_uint8_range(calibration: np.ndarray, observation_space: dict[str, Any]) -> np.ndarray:
+def pin_uint8_range(calibration: np.ndarray, observation: ObservationSpec) -> np.ndarray:
     """uint8 frames of a [0, 255] space: one pixel at 0 and one at 255 in the calibration set, so that the
     int8 input's range is the space's whole range: scale 1 and zero point -128, whatever the frames seen.
     The runtime then hands a frame to the model as its bits shifted by 128, with no float round trip
     (runtime.policy); two pixels out of the set leave every later tensor's range as it was."""
-    low, high = observation_space.get("low"), observation_space.get("high")
-    if observation_space.get("dtype") != "uint8" or len(calibration) == 0:
+    low, high = observation.low, observation.high
+    if observation.dtype != "uint8" or len(calibration) == 0 or None in low or None in high:
         return calibration
-    if low is None or high is None or np.min(low) != 0 or np.max(high) != 255:
+    if not low or not high or np.min(np.asarray(low)) != 0 or np.max(np.asarray(high)) != 255:
         return calibration
     pinned = calibration.copy()
     pinned[0].reshape(-1)[0] = 0

@@ -25,10 +25,9 @@ from torch import nn
 
 from rl2edge.errors import CheckpointError, ExportError
 from rl2edge.export.graph_spec import HEADS, head_for
-from rl2edge.specs import ActionTransform, is_discrete
+from rl2edge.specs import ActionSpec, ActionTransform, ObservationSpec
 from rl2edge.train.core.checkpoint import Checkpoint
 from rl2edge.train.core.normalization import RunningNormalizer
-from rl2edge.train.torch_backend.nets import ActorCritic
 
 
 class DeployablePolicy(nn.Module):
@@ -36,7 +35,7 @@ class DeployablePolicy(nn.Module):
         self,
         actor: nn.Module,
         norm: RunningNormalizer,
-        action_spec: dict[str, Any],
+        action: ActionSpec,
         head: str,
         obs_layout: str = "flat",
     ):
@@ -46,9 +45,9 @@ class DeployablePolicy(nn.Module):
         self.obs_layout = obs_layout
         if head not in HEADS:
             raise ExportError(f"unknown action head {head!r}")
-        transform = ActionTransform(action_spec)
+        transform = ActionTransform(action)
         if (head == "argmax") != transform.discrete:
-            raise ExportError(f"action head {head} does not fit a {action_spec['type']} action space")
+            raise ExportError(f"action head {head} does not fit a {action.kind} action space")
         self.actor, self.head = actor, head
         mean, inv_std = norm.constants()
         if obs_layout == "HWC":  # statistics follow the graph's CHW order
@@ -67,8 +66,8 @@ class DeployablePolicy(nn.Module):
         else:
             self.register_buffer("act_center", torch.from_numpy(transform.center))
             self.register_buffer("act_half_range", torch.from_numpy(transform.half_range))
-            self.register_buffer("act_low", torch.tensor(action_spec["low"], dtype=torch.float32))
-            self.register_buffer("act_high", torch.tensor(action_spec["high"], dtype=torch.float32))
+            self.register_buffer("act_low", torch.tensor(action.low, dtype=torch.float32))
+            self.register_buffer("act_high", torch.tensor(action.high, dtype=torch.float32))
 
     def normalized(self, obs: torch.Tensor) -> torch.Tensor:
         x = obs.reshape(obs.shape[0], -1) if self.obs_layout == "flat" else obs
@@ -115,45 +114,36 @@ class DeployablePolicy(nn.Module):
         return np.ascontiguousarray(obs.transpose(0, 3, 1, 2)) if self.obs_layout == "HWC" else obs
 
 
-def load_actor(ckpt: Checkpoint) -> nn.Module:
-    """The torch module that maps a normalized observation to the head's input, weights loaded."""
-    spec = ckpt.meta["network"]
-    kind = spec.get("type")
+def load_actor(ckpt: Checkpoint, agent: Any) -> nn.Module:
+    """The torch module that maps a normalized observation to the head's input, weights loaded: the
+    algorithm's agent class builds it from the checkpoint's network spec (`deployable_actor`)."""
     try:
         state = load_file(str(ckpt.weights_path))
     except Exception as exc:  # safetensors raises several types for a bad file
         raise CheckpointError(f"cannot load weights {ckpt.weights_path}: {exc}") from None
-    if kind == "actor_critic_mlp":
-        net: nn.Module = ActorCritic.from_network_spec(spec)
-    else:
-        from rl2edge.train.torch_backend.nets import ACTOR_PREFIX, actor_from_spec
 
-        if kind not in ACTOR_PREFIX:
-            raise CheckpointError(f"unknown network type {kind!r} in {ckpt.path}")
-        net = actor_from_spec(spec)
-        prefix = ACTOR_PREFIX[kind]
-        state = {k[len(prefix) :]: v for k, v in state.items() if k.startswith(prefix)}
-    try:
-        net.load_state_dict(state)
-    except Exception as exc:  # missing or misshapen tensors
-        raise CheckpointError(
-            f"weights {ckpt.weights_path} do not fit the checkpoint's network: {exc}"
-        ) from None
-    if kind == "actor_critic_mlp":
-        actor = net.actor
-        if hasattr(net, "log_std"):  # PPO's state-independent std: the `policy` noise samples with it
-            actor.register_buffer("log_std", net.log_std.detach().clone())
-        return actor
-    return net
+    def load(module: nn.Module, prefix: str) -> None:
+        """Load `module` from the weights under `prefix` (the agent's name of that network)."""
+        try:
+            module.load_state_dict({k[len(prefix) :]: v for k, v in state.items() if k.startswith(prefix)})
+        except Exception as exc:  # missing or misshapen tensors
+            raise CheckpointError(
+                f"weights {ckpt.weights_path} do not fit the checkpoint's network: {exc}"
+            ) from None
+
+    return agent.deployable_actor(ckpt.meta["network"], load)
 
 
-def build_deployable(ckpt: Checkpoint) -> tuple[DeployablePolicy, RunningNormalizer]:
+def build_deployable(ckpt: Checkpoint, agent: Any) -> tuple[DeployablePolicy, RunningNormalizer]:
+    """A torch checkpoint's deployable graph and its normalizer; `agent` is its algorithm's torch agent
+    class (train.algos)."""
     meta = ckpt.meta
     if ckpt.framework != "torch":
         raise CheckpointError(f"build_deployable takes torch checkpoints; {ckpt.path} is {ckpt.framework!r}")
-    actor = load_actor(ckpt).eval()
-    shape = tuple(meta["observation_space"]["shape"])
-    norm = RunningNormalizer.from_dict(shape, meta["normalization"])
-    head = head_for(ckpt.algo, is_discrete(meta["action_space"]))
-    policy = DeployablePolicy(actor, norm, meta["action_space"], head).eval()
+    actor = load_actor(ckpt, agent).eval()
+    observation = ObservationSpec.from_json(meta["observation_space"])
+    action = ActionSpec.from_json(meta["action_space"])
+    norm = RunningNormalizer.from_dict(observation.shape, meta["normalization"])
+    head = head_for(ckpt.algo, action.discrete)
+    policy = DeployablePolicy(actor, norm, action, head).eval()
     return policy, norm

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from rl2edge.errors import ExportError
-from rl2edge.specs import ActionTransform, NoiseSpec, is_discrete
+from rl2edge.specs import ActionSpec, ActionTransform, NoiseSpec
 from rl2edge.train import algos
 from rl2edge.train.core.normalization import RunningNormalizer
 
@@ -28,19 +28,19 @@ FORMULAS = {
 }
 
 
-def folded_description(norm: RunningNormalizer, action_spec: dict[str, Any], head: str) -> dict[str, Any]:
+def folded_description(norm: RunningNormalizer, action: ActionSpec, head: str) -> dict[str, Any]:
     """What the manifest says is inside the graph."""
     mean, inv_std = norm.constants()
     transform: dict[str, Any] = {"kind": head, "formula": FORMULAS[head]}
-    if is_discrete(action_spec):
-        transform["start"] = int(action_spec.get("start", 0))
+    if action.discrete:
+        transform["start"] = action.start
     else:
-        t = ActionTransform(action_spec)
+        t = ActionTransform(action)
         transform.update(
             center=t.center.tolist(),
             half_range=t.half_range.tolist(),
-            low=action_spec["low"],
-            high=action_spec["high"],
+            low=list(action.low),
+            high=list(action.high),
         )
     return {
         "normalization": {
@@ -62,8 +62,11 @@ def head_for(algo: str, discrete: bool) -> str:
     return "argmax" if discrete else algos.get(algo, in_checkpoint=True).head
 
 
-def check_noise_fits(spec: NoiseSpec, head: str, algo: str, discrete: bool) -> None:
-    """Refuse, with the reason, noise that this source's head cannot carry."""
+def check_noise_fits(
+    spec: NoiseSpec, head: str, discrete: bool, policy_distribution: bool, algo: str
+) -> None:
+    """Refuse, with the reason, noise that this source's head cannot carry; `policy` noise needs a policy
+    with a distribution (its agent class's `policy_distribution`). `algo` names the source in the message."""
     if discrete:
         raise ExportError(
             "--noise applies to continuous (Box) actions; a discrete policy's exploration (epsilon-greedy, "
@@ -71,10 +74,10 @@ def check_noise_fits(spec: NoiseSpec, head: str, algo: str, discrete: bool) -> N
         )
     if head not in ("clip_unscale", "tanh_unscale", "unscale"):
         raise ExportError(f"--noise needs a head with a [-1, 1]-scaled action; this source's head is {head}")
-    if spec.kind == "policy" and algo not in ("sac", "ppo", "a2c"):
+    if spec.kind == "policy" and not policy_distribution:
         raise ExportError(
-            f"--noise policy samples the policy's own distribution, implemented for rl2edge SAC, PPO and A2C "
-            f"checkpoints; this source is {algo}. Use gaussian:sigma=... or ou:theta=...,sigma=..."
+            f"--noise policy samples the policy's own distribution, which this source ({algo}) does not "
+            f"have or export does not fold. Use gaussian:sigma=... or ou:theta=...,sigma=..."
         )
 
 

@@ -50,7 +50,7 @@ def verify_distribution(
     from rl2edge.specs import ActionTransform
 
     spec: NoiseSpec = source.noise
-    t = ActionTransform(source.action_space)
+    t = ActionTransform(source.action)
     to_scaled = lambda a: (np.asarray(a, np.float32).reshape(-1, source.act_dim) - t.center) / t.half_range  # noqa: E731
     det = to_scaled(source.deployable_actions(heldout))
     i = int(np.argmin(np.abs(det).max(axis=1)))  # the observation farthest from the bounds

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import warnings
 from pathlib import Path
 
@@ -10,8 +9,6 @@ import torch
 
 from rl2edge.errors import ExportError
 from rl2edge.export.graph_spec import INPUT_NAME, OPSET, OUTPUT_NAME
-
-_logger = logging.getLogger(__name__)
 
 
 def export_onnx(

@@ -21,6 +21,7 @@ from tqdm.auto import tqdm
 
 from rl2edge.errors import ConfigError, ExportError
 from rl2edge.export.calibration import collect_rollout_data, pin_uint8_range
+from rl2edge.export.checkpoint_source import source_from_checkpoint
 from rl2edge.export.graph_spec import (
     INPUT_NAME,
     NOISE_INPUT,
@@ -35,7 +36,7 @@ from rl2edge.export.noise_verify import check_noise_off, verify_distribution
 from rl2edge.export.report import ExportReport, FileRow
 from rl2edge.export.return_check import RULE as RETURN_RULE
 from rl2edge.export.return_check import check_return
-from rl2edge.export.source import ExportSource, source_from_checkpoint
+from rl2edge.export.source import ExportSource
 from rl2edge.export.tflite_convert import FLOAT_OPS, MODES, convert, uint8_input_saved_model
 from rl2edge.export.tolerances import DEFAULT, RETURN_DROP_WARNING_PCT, Tolerances
 from rl2edge.export.verify import (
@@ -50,7 +51,7 @@ from rl2edge.interrupts import check_interrupted
 from rl2edge.runtime.interpreters import OnnxBackend, open_backend
 from rl2edge.runtime.manifest import Manifest, load_manifest, write_manifest
 from rl2edge.runtime.policy import Policy
-from rl2edge.specs import NoiseSpec, ou_step, parse_noise
+from rl2edge.specs import NoiseSpec, ObservationSpec, ou_step, parse_noise
 from rl2edge.tables import package_versions
 from rl2edge.train.core.envs import check_env_id
 from rl2edge.train.core.evaluation import evaluate
@@ -115,7 +116,7 @@ def export_checkpoint(run_dir: Path, out: Path | None, opts: ExportOptions) -> E
 def export_source(source: ExportSource, out: Path, opts: ExportOptions) -> ExportReport:
     check_env_id(source.env_id)
     if opts.noise_spec is not None:
-        if source.observation_space.get("layout", "flat") != "flat":
+        if source.observation.layout != "flat":
             raise ExportError(
                 "--noise is implemented for flat observations; image policies export without it"
             )
@@ -195,9 +196,7 @@ def _export(
     # uint8 observations (image frames): the float files take them as they are, the cast inside the graph
     saved_uint8 = (
         uint8_input_saved_model(saved_model, work / "saved_model_uint8")
-        if source.observation_space.get("dtype") == "uint8"
-        and source.noise is None
-        and any(m != "int8" for m in built)
+        if source.observation.dtype == "uint8" and source.noise is None and any(m != "int8" for m in built)
         else None
     )
     bar.update()
@@ -277,15 +276,15 @@ def _common_manifest(
     """What every file's manifest says alike: the source, the spaces, what is folded, the ONNX file, tools."""
     common: dict[str, Any] = {
         "source": source.description,
-        "observation": {"layout": "flat", **source.observation_space},
-        "action": source.action_space,
-        "folded": folded_description(source.norm, source.action_space, source.head),
+        "observation": source.observation.to_json(),
+        "action": source.action.to_json(),
+        "folded": folded_description(source.norm, source.action, source.head),
         "onnx": {
             "file": "policy.onnx",
             "opset": OPSET,
             "input": INPUT_NAME,
             "output": OUTPUT_NAME,
-            "input_layout": _graph_layout(source.observation_space, onnx=True),
+            "input_layout": _graph_layout(source.observation, onnx=True),
         }
         if onnx_path
         else None,
@@ -312,15 +311,13 @@ def _make_file(
     manifest's model and quantization sections. `saved_uint8`: the same graph behind a uint8 input, which
     the float modes are made from where there is one (int8 has its own integer input)."""
     art.mkdir(parents=True, exist_ok=True)
-    flat = source.observation_space.get("layout", "flat") == "flat"
+    flat = source.observation.layout == "flat"
     if mode == "int8" and flat and not source.norm.enabled:
         _logger.warning(
             "int8 without folded observation normalization: raw observations of very different scales reach "
             "the int8 network through one per-tensor scale; train with normalize_obs (the default) for int8"
         )
-    calibration = (
-        got.data.calibration if flat else pin_uint8_range(got.data.calibration, source.observation_space)
-    )
+    calibration = got.data.calibration if flat else pin_uint8_range(got.data.calibration, source.observation)
     model = convert(
         saved_uint8 if saved_uint8 is not None and mode != "int8" else saved_model,
         mode,
@@ -345,7 +342,7 @@ def _make_file(
         "model": {
             "file": "policy.tflite",
             "format": "tflite",
-            "input": {"layout": _graph_layout(source.observation_space, onnx=False)},
+            "input": {"layout": _graph_layout(source.observation, onnx=False)},
         },
         "quantization": quantization,
     }
@@ -515,9 +512,9 @@ def _noise_calibration(source: ExportSource, data: Any) -> dict[str, np.ndarray]
     return extra
 
 
-def _graph_layout(obs_space: dict[str, Any], onnx: bool) -> str | None:
+def _graph_layout(observation: ObservationSpec, onnx: bool) -> str | None:
     """Image models: NCHW in torch and its ONNX file, NHWC after onnx2tf. Flat observations: None."""
-    layout = obs_space.get("layout", "flat")
+    layout = observation.layout
     if layout == "flat":
         return None
     return "NCHW" if onnx and layout == "HWC" else "N" + ("HWC" if layout == "HWC" else layout)

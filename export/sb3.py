@@ -21,7 +21,7 @@ from rl2edge.errors import ConfigError, ExportError
 from rl2edge.export.deployable import DeployablePolicy
 from rl2edge.export.source import ExportSource, TorchSource
 from rl2edge.fileio import sha256_file
-from rl2edge.specs import is_discrete
+from rl2edge.specs import ActionSpec, ObservationSpec
 from rl2edge.train.core.envs import check_env_id, make_env
 from rl2edge.train.core.normalization import RunningNormalizer
 from rl2edge.train.core.spaces import action_spec, observation_spec
@@ -131,7 +131,8 @@ def source_from_sb3(path: Path, env_id: str | None, vecnormalize: Path | None) -
         warnings.simplefilter("ignore")
         model = cls.load(str(path), device="cpu", custom_objects=_CUSTOM_OBJECTS)
     model.policy.set_training_mode(False)
-    obs_spec, act_spec = observation_spec(model.observation_space), action_spec(model.action_space)
+    observation = ObservationSpec.from_json(observation_spec(model.observation_space))
+    action = ActionSpec.from_json(action_spec(model.action_space))
     env = make_env(env_id)
     try:
         if env.observation_space.shape != model.observation_space.shape or type(env.action_space) is not type(
@@ -143,15 +144,13 @@ def source_from_sb3(path: Path, env_id: str | None, vecnormalize: Path | None) -
             )
     finally:
         env.close()
-    if len(obs_spec["shape"]) != 1:
+    if len(observation.shape) != 1:
         raise ExportError(
-            f"{path}: image/multi-dimensional observations {obs_spec['shape']} are not supported yet"
+            f"{path}: image/multi-dimensional observations {list(observation.shape)} are not supported yet"
         )
-    obs_shape = tuple(obs_spec["shape"])
-    norm, vn = _normalizer(vecnormalize, obs_shape)
-    discrete = is_discrete(act_spec)
-    head = _head(model, algo, discrete)
-    policy = DeployablePolicy(Sb3Actor(model, algo), norm, act_spec, head).eval()
+    norm, vn = _normalizer(vecnormalize, observation.shape)
+    head = _head(model, algo, action.discrete)
+    policy = DeployablePolicy(Sb3Actor(model, algo), norm, action, head).eval()
 
     def sb3_predict(obs: np.ndarray) -> np.ndarray:
         x = np.asarray(obs, np.float32)
@@ -181,8 +180,8 @@ def source_from_sb3(path: Path, env_id: str | None, vecnormalize: Path | None) -
     )
     return TorchSource(
         env_id,
-        obs_spec,
-        act_spec,
+        observation,
+        action,
         norm,
         head,
         description,

@@ -1,8 +1,9 @@
-"""What an export starts from: an rl2edge checkpoint (torch or tf), or a Stable-Baselines3 model (.zip)
-with its VecNormalize statistics. Every source gives the pipeline the same things: the deterministic
-policy on raw observations (for rollouts), the reference actions exported files are checked against,
-the I/O specs, the folded normalizer and head, the manifest's `source` section, and the graph as ONNX
-(torch sources) and as a TF SavedModel."""
+"""What an export starts from: an rl2edge checkpoint (torch or tf; export.checkpoint_source), or a
+Stable-Baselines3 model (.zip) with its VecNormalize statistics (export.sb3). Every source gives the
+pipeline the same things: the deterministic policy on raw observations (for rollouts), the reference
+actions exported files are checked against, the I/O specs, the folded normalizer and head, the manifest's
+`source` section, and the graph as ONNX (torch sources) and as a TF SavedModel. This module holds the
+base class and the torch one; export.tf_source the TF one."""
 
 from __future__ import annotations
 
@@ -13,16 +14,15 @@ from typing import Any
 
 import numpy as np
 
-from rl2edge.specs import is_discrete
-from rl2edge.train.core.checkpoint import load_checkpoint
+from rl2edge.specs import ActionSpec, NoiseSpec, ObservationSpec
 from rl2edge.train.core.normalization import RunningNormalizer
 
 
 @dataclass
 class ExportSource:
     env_id: str
-    observation_space: dict[str, Any]
-    action_space: dict[str, Any]
+    observation: ObservationSpec
+    action: ActionSpec
     norm: RunningNormalizer
     head: str
     description: dict[str, Any]
@@ -30,18 +30,21 @@ class ExportSource:
     reference_name: str
     """How the report names what exported files are compared with."""
     algo: str = "ppo"
-    noise: Any = None
-    """rl2edge.specs.NoiseSpec folded into the graph, or None; set with `fold_noise`."""
+    """The source's algorithm, as error messages name it."""
+    policy_distribution: bool = False
+    """Whether the policy has a distribution that `--noise policy` samples (the agent class says so)."""
+    noise: NoiseSpec | None = None
+    """The noise folded into the graph, or None; set with `fold_noise`."""
 
-    def fold_noise(self, spec: Any) -> None:
+    def fold_noise(self, spec: NoiseSpec) -> None:
         from rl2edge.export.graph_spec import check_noise_fits
 
-        check_noise_fits(spec, self.head, self.algo, self.discrete)
+        check_noise_fits(spec, self.head, self.discrete, self.policy_distribution, self.algo)
         self.noise = spec
 
     @property
     def act_dim(self) -> int:
-        return 1 if self.discrete else int(np.prod(self.action_space["shape"]))
+        return self.action.size
 
     def noisy_actions(
         self, obs: np.ndarray, noise: np.ndarray, state: np.ndarray | None
@@ -55,11 +58,11 @@ class ExportSource:
 
     @property
     def discrete(self) -> bool:
-        return is_discrete(self.action_space)
+        return self.action.discrete
 
     @property
     def obs_shape(self) -> tuple[int, ...]:
-        return tuple(self.observation_space["shape"])
+        return self.observation.shape
 
     def deployable_actions(self, obs: np.ndarray) -> np.ndarray:
         """The deployable graph in its source framework, on a batch of raw observations."""
@@ -127,7 +130,7 @@ class TorchSource(ExportSource):
         return int(a) if self.discrete else a
 
     def _noisy(self) -> Any:
-        from rl2edge.export.noise import NoisyPolicy
+        from rl2edge.export.folded_noise import NoisyPolicy
 
         return NoisyPolicy(self.policy, self.noise).eval()
 
@@ -151,8 +154,8 @@ class TorchSource(ExportSource):
         return mean.numpy(), log_std.exp().numpy()
 
     def write_onnx(self, path: Path) -> bool:
+        from rl2edge.export.folded_noise import example_inputs
         from rl2edge.export.graph_spec import io_names
-        from rl2edge.export.noise import example_inputs
         from rl2edge.export.onnx_export import export_onnx
 
         shape = self.policy.input_shape(self.obs_shape)
@@ -172,40 +175,3 @@ class TorchSource(ExportSource):
 
         assert onnx_path is not None
         return onnx_to_saved_model(onnx_path, work / "saved_model")
-
-
-def source_from_checkpoint(run_dir: Path) -> ExportSource:
-    ckpt = load_checkpoint(run_dir)
-    meta = ckpt.meta
-    description = {
-        "kind": "rl2edge-checkpoint",
-        "checkpoint": str(ckpt.path),
-        "checkpoint_sha256": ckpt.content_hash(),
-        "algo": ckpt.algo,
-        "framework": ckpt.framework,
-        "env_id": ckpt.env_id,
-        "seed": meta.get("seed"),
-        "total_timesteps": meta.get("total_timesteps"),
-    }
-    if meta.get("network", {}).get("noisy"):
-        description["noisy_layers"] = (
-            "exported with their mean weights (mu); sigma and the noise are for exploration in training only"
-        )
-    if ckpt.framework == "tf":
-        from rl2edge.export.tf_source import tf_source
-
-        return tf_source(ckpt, description)
-    from rl2edge.export.deployable import build_deployable
-
-    policy, norm = build_deployable(ckpt)
-    return TorchSource(
-        ckpt.env_id,
-        meta["observation_space"],
-        meta["action_space"],
-        norm,
-        policy.head,
-        description,
-        f"source ({ckpt.framework})",
-        algo=ckpt.algo,
-        policy=policy,
-    )

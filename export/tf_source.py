@@ -6,15 +6,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from rl2edge.errors import CheckpointError
 from rl2edge.export.source import ExportSource
-from rl2edge.specs import ActionTransform, is_discrete
+from rl2edge.specs import ActionSpec, ActionTransform, NoiseSpec, ObservationSpec
 from rl2edge.train.core.checkpoint import Checkpoint
 from rl2edge.train.core.normalization import RunningNormalizer
+
+if TYPE_CHECKING:
+    from rl2edge.train.tf_backend.nets import DeployParts
 
 
 def _frozen_actor(dense: list[Any]) -> Any:
@@ -34,38 +37,36 @@ def _frozen_actor(dense: list[Any]) -> Any:
 
 @dataclass
 class GraphParts:
-    """What the TF deployable graph is built from: frozen actor layers, the normalizer, the head, and for
-    `policy` noise the policy's log std (SAC: a Dense on the actor's latent; PPO: a constant)."""
+    """What the TF deployable graph is built from: the agent's parts (frozen actor layers and, for `policy`
+    noise, the policy's log std), the normalizer, the action and the head."""
 
-    dense: list[Any]
+    net: DeployParts
     norm: RunningNormalizer
-    action_spec: dict[str, Any]
+    action: ActionSpec
     obs_dim: int
     head: str
-    log_std_dense: Any = None
-    latent_depth: int = 0
-    log_std_const: np.ndarray | None = None
-    log_std_bounds: tuple[float, float] = (-20.0, 2.0)
-    actor_fn: Any = None
-    """The actor when it is not a chain of Dense layers (Rainbow's dueling/C51 head): normalized obs ->
-    the head's input, weights as constants."""
+
+    @property
+    def has_distribution(self) -> bool:
+        return self.net.log_std_dense is not None or self.net.log_std_const is not None
 
 
-def _deployable_module(parts: GraphParts, noise: Any = None) -> Any:
+def _deployable_module(parts: GraphParts, noise: NoiseSpec | None = None) -> Any:
     import tensorflow as tf
 
     from rl2edge.export.graph_spec import NOISE_INPUT, STATE_INPUT, STATE_OUTPUT
     from rl2edge.specs import ou_constants
 
+    net = parts.net
     mean, inv_std = (c.reshape(-1) for c in parts.norm.constants())
     clip = float(parts.norm.clip) if parts.norm.enabled else None
-    transform = ActionTransform(parts.action_spec)
+    transform = ActionTransform(parts.action)
     head, obs_dim = parts.head, parts.obs_dim
-    latent = _frozen_actor(parts.dense[: parts.latent_depth]) if parts.log_std_dense is not None else None
-    mu = _frozen_actor(parts.dense[parts.latent_depth :]) if latent is not None else None
-    actor = parts.actor_fn if parts.actor_fn is not None else _frozen_actor(parts.dense)
-    log_std_layer = _frozen_actor([parts.log_std_dense]) if parts.log_std_dense is not None else None
-    act_dim = 1 if transform.discrete else int(np.prod(parts.action_spec["shape"]))
+    latent = _frozen_actor(net.dense[: net.latent_depth]) if net.log_std_dense is not None else None
+    mu = _frozen_actor(net.dense[net.latent_depth :]) if latent is not None else None
+    actor = net.actor_fn if net.actor_fn is not None else _frozen_actor(net.dense)
+    log_std_layer = _frozen_actor([net.log_std_dense]) if net.log_std_dense is not None else None
+    act_dim = parts.action.size
     obs_spec = lambda n, name=None: tf.TensorSpec([n, obs_dim], tf.float32, name=name)  # noqa: E731
     act_spec = lambda n, name=None: tf.TensorSpec([n, act_dim], tf.float32, name=name)  # noqa: E731
 
@@ -103,15 +104,15 @@ def _deployable_module(parts: GraphParts, noise: Any = None) -> Any:
 
         def _distribution(self, obs):
             x = self._normalized(obs)
-            if latent is not None:  # SAC
+            if latent is not None:  # a log std on the latent
                 h = latent(x)
-                lo, hi = parts.log_std_bounds
+                lo, hi = net.log_std_bounds
                 return mu(h), tf.clip_by_value(log_std_layer(h), lo, hi)
             m = actor(x)
-            return m, tf.broadcast_to(tf.constant(parts.log_std_const), tf.shape(m))  # PPO
+            return m, tf.broadcast_to(tf.constant(net.log_std_const), tf.shape(m))  # a state-independent one
 
         def _noisy(self, obs, eps, state=None):
-            # The formulas of export.noise.NoisyPolicy, op for op.
+            # The formulas of export.folded_noise.NoisyPolicy, op for op.
             if noise.kind == "policy":
                 m, log_std = self._distribution(obs)
                 pre = m + tf.exp(log_std) * eps
@@ -152,9 +153,10 @@ class TFSource(ExportSource):
     module: Any = None
     parts: GraphParts | None = None
 
-    def fold_noise(self, spec: Any) -> None:
+    def fold_noise(self, spec: NoiseSpec) -> None:
         super().fold_noise(spec)
-        if spec.kind == "policy" and self.parts.log_std_dense is None and self.parts.log_std_const is None:
+        assert self.parts is not None
+        if spec.kind == "policy" and not self.parts.has_distribution:
             raise CheckpointError("this checkpoint's policy has no standard deviation to sample with")
         self.module = _deployable_module(self.parts, spec)
 
@@ -185,53 +187,37 @@ class TFSource(ExportSource):
         return path
 
 
-def tf_source(ckpt: Checkpoint, description: dict[str, Any]) -> TFSource:
+def tf_source(ckpt: Checkpoint, agent: Any, description: dict[str, Any]) -> TFSource:
+    """A TF checkpoint's export source; `agent` is its algorithm's TF agent class (train.algos), whose
+    `deploy_parts` builds the networks from the checkpoint's network spec."""
     from rl2edge.export.graph_spec import head_for
-    from rl2edge.train.tf_backend.nets import dense_layers
     from rl2edge.train.tf_backend.setup import configure_tensorflow
 
     configure_tensorflow("cpu")
     meta = ckpt.meta
-    spec = meta["network"]
-    kind = spec.get("type")
-    if kind == "actor_critic_mlp":
-        from rl2edge.train.tf_backend.nets import TFActorCritic
 
-        model: Any = TFActorCritic.from_network_spec(spec)
-    else:
-        from rl2edge.train.tf_backend.nets import nets_from_spec
-
+    def load(model: Any) -> None:
         try:
-            model = nets_from_spec(spec)
-        except ValueError as exc:
-            raise CheckpointError(f"{exc} in {ckpt.path}") from None
-    try:
-        model.load_weights(str(ckpt.weights_path))
-    except Exception as exc:  # h5py and Keras raise several types for a bad file
-        raise CheckpointError(f"cannot load weights {ckpt.weights_path}: {exc}") from None
-    dense = dense_layers(model.actor) if kind == "actor_critic_mlp" else model.deploy_dense()
-    shape = tuple(meta["observation_space"]["shape"])
-    norm = RunningNormalizer.from_dict(shape, meta["normalization"])
-    head = head_for(ckpt.algo, is_discrete(meta["action_space"]))
-    parts = GraphParts(dense, norm, meta["action_space"], int(np.prod(shape)), head)
-    if kind == "sac_mlp":
-        parts.log_std_dense = dense_layers(model.log_std)[0]
-        parts.latent_depth = len(dense_layers(model.latent))
-        parts.log_std_bounds = (float(spec["log_std_min"]), float(spec["log_std_max"]))
-    elif kind == "rainbow_mlp":  # expected Q over the atoms, mean weights of the noisy layers
-        parts.actor_fn = model.q_net.frozen_expected_q()
-    elif kind == "actor_critic_mlp" and getattr(model, "log_std", None) is not None:
-        parts.log_std_const = model.log_std.numpy().astype(np.float32)
-    module = _deployable_module(parts)
+            model.load_weights(str(ckpt.weights_path))
+        except Exception as exc:  # h5py and Keras raise several types for a bad file
+            raise CheckpointError(f"cannot load weights {ckpt.weights_path}: {exc}") from None
+
+    net = agent.deploy_parts(meta["network"], load)
+    observation = ObservationSpec.from_json(meta["observation_space"])
+    action = ActionSpec.from_json(meta["action_space"])
+    norm = RunningNormalizer.from_dict(observation.shape, meta["normalization"])
+    head = head_for(ckpt.algo, action.discrete)
+    parts = GraphParts(net, norm, action, observation.size, head)
     return TFSource(
         ckpt.env_id,
-        meta["observation_space"],
-        meta["action_space"],
+        observation,
+        action,
         norm,
         head,
         description,
         "source (tf)",
         algo=ckpt.algo,
-        module=module,
+        policy_distribution=agent.policy_distribution,
+        module=_deployable_module(parts),
         parts=parts,
     )

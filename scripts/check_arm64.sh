@@ -333,7 +333,7 @@ import json, sys
 from pathlib import Path
 import numpy as np
 sys.path.insert(0, ".")
-from rl2edge.export.source import source_from_checkpoint
+from rl2edge.export.checkpoint_source import source_from_checkpoint
 from rl2edge.runtime import Policy, load_manifest
 from rl2edge.runtime.bench import artifact_observations
 

@@ -10,11 +10,10 @@ import pytest
 import torch
 
 from rl2edge.errors import ConfigError, ToleranceError
-from rl2edge.export.deployable import build_deployable
+from rl2edge.export.checkpoint_source import source_from_checkpoint
 from rl2edge.export.pipeline import ExportOptions, export_checkpoint
 from rl2edge.export.tolerances import Tolerances
 from rl2edge.runtime import Policy, load_manifest
-from rl2edge.train.core.checkpoint import load_checkpoint
 from rl2edge.train.core.evaluation import random_observations
 
 
@@ -78,7 +77,7 @@ def test_continuous_fp32_tflite_matches_torch_within_1e_4(pendulum_run: Path, pe
     assert m["verification"]["tflite_vs_source"]["max_abs_error"] <= 1e-4
     assert m["folded"]["action_transform"]["half_range"] == [2.0]
     assert m["folded"]["normalization"]["enabled"] and any(m["folded"]["normalization"]["mean"])
-    source, _ = build_deployable(load_checkpoint(pendulum_run))
+    source = source_from_checkpoint(pendulum_run).policy
     policy = Policy.load(art)
     obs = random_observations("Pendulum-v1", 300, seed=123)  # not the export's own held-out data
     with torch.no_grad():
@@ -126,8 +125,6 @@ def test_existing_artifact_is_not_overwritten_without_force(cartpole_all, cartpo
 def test_onnx_file_runs_through_the_runtime_too(cartpole_run, cartpole_all) -> None:
     """Two engines: the same action wherever the source's top-two logits are not a near tie (the export's
     own rule, `Tolerances.discrete_margin`), on any CPU."""
-    from rl2edge.export.source import source_from_checkpoint
-
     _, root = cartpole_all
     tfl, onx = Policy.load(root / "fp32"), Policy.load(root / "fp32", backend="onnxruntime")
     assert onx.backend_name == "onnxruntime"

@@ -91,18 +91,17 @@ def test_sac_exploration_noise_follows_the_seed_and_a_restored_state(framework: 
 
 
 def test_the_numpy_actor_refuses_what_it_cannot_run() -> None:
-    from rl2edge.train.core.numpy_actor import NumpyActor
+    from rl2edge.train.core.numpy_actor import NumpyActor, Tanh
 
-    with pytest.raises(ValueError, match="no numpy actor for 'dqn'"):
-        NumpyActor("dqn", {"activation": "relu"}, list, 0)
     with pytest.raises(ValueError, match="activation 'gelu'"):
-        NumpyActor("sac", {"activation": "gelu"}, list, 0)
+        NumpyActor("gelu", list, Tanh())
 
 
 def test_tf_refuses_an_explorer_made_after_its_graphs() -> None:
     """The TF training graph returns the explorer's weights only if it knew them when it was traced."""
+    from rl2edge.train.core.numpy_actor import Tanh
     from tests.test_offpolicy_mechanics import SPEC_SAC
 
     agent = _agent("tf", "sac")
     with pytest.raises(RuntimeError, match="after compile"):
-        agent.numpy_explorer("sac", SPEC_SAC, agent.actor_vars)
+        agent.numpy_explorer(SPEC_SAC["activation"], agent.actor_vars, Tanh())

@@ -80,7 +80,7 @@ def test_each_algorithm_exports_int8_with_its_head(
         # A 300-step Q-net: half its observations are within a few int8 steps of a tie, where each CPU's
         # int8 kernels (VNNI or not) may pick either action. Judge the decisive half, by the source's
         # top-two margin: 0.97 and 0.99 measured (AMD EPYC, AVX-512); a file that lost its head would be at chance, 0.5.
-        from rl2edge.export.source import source_from_checkpoint
+        from rl2edge.export.checkpoint_source import source_from_checkpoint
         from rl2edge.runtime.policy import Policy
         from rl2edge.train.core.evaluation import random_observations
 
@@ -110,7 +110,7 @@ def test_same_seed_same_checkpoint(tmp_path: Path) -> None:
 def test_gaussian_noise_folded_verified_and_served_from_a_seeded_generator(
     td3_torch: Path, tmp_path: Path
 ) -> None:
-    from rl2edge.export.source import source_from_checkpoint
+    from rl2edge.export.checkpoint_source import source_from_checkpoint
     from rl2edge.runtime.policy import Policy
     from rl2edge.train.core.evaluation import random_observations
 
@@ -178,7 +178,7 @@ def test_policy_noise_samples_sacs_own_distribution(sac_tf: Path, tmp_path: Path
 @pytest.mark.parametrize(
     "noise,fragment",
     [
-        ("policy", "implemented for rl2edge SAC, PPO and A2C"),
+        ("policy", "samples the policy's own distribution, which this source (td3) does not"),
         ("gaussian:sigma=-1", "sigma must be a finite number >= 0"),
         ("ou:sigma=0.2,beta=1", "ou takes theta, sigma, dt"),
         ("pink", "unknown kind 'pink'"),

@@ -1,5 +1,5 @@
 """The exploration processes of the training driver (TD3/DDPG exploration), stepping the formulas of
-rl2edge.specs with the same float32 constants that the exported graph folds in (export.noise)."""
+rl2edge.specs with the same float32 constants that the exported graph folds in (export.folded_noise)."""
 
 from __future__ import annotations
 

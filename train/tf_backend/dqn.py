@@ -2,15 +2,29 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from rl2edge.train.core.dqn_hooks import DQNHooks
 from rl2edge.train.core.offpolicy_config import DQNConfig
 from rl2edge.train.tf_backend.offpolicy_base import TFOffPolicyBase
 
+if TYPE_CHECKING:
+    from rl2edge.train.tf_backend.nets import DeployParts
+
 
 class TFDQN(DQNHooks, TFOffPolicyBase):
     stat_names = ("loss", "q_mean")
+
+    @classmethod
+    def deploy_parts(cls, spec: dict[str, Any], load: Callable[[Any], None]) -> DeployParts:
+        """What export's graph is built from: the Q-network's Dense chain, the networks built from the
+        checkpoint's network spec and loaded by `load(model)`."""
+        from rl2edge.train.tf_backend.nets import DeployParts, DQNNets, dense_layers
+
+        nets = DQNNets(spec)
+        load(nets)
+        return DeployParts(dense_layers(nets.q_net))
 
     def __init__(self, network: dict[str, Any], cfg: DQNConfig, seed: int, device: str):
         super().__init__(seed, device)

@@ -15,7 +15,8 @@ Every initializer gets its own seed: Keras 3 initializers that share a seed draw
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import keras
@@ -164,6 +165,26 @@ def dense_layers(model: keras.Sequential) -> list[keras.layers.Dense]:
     return [layer for layer in model.layers if isinstance(layer, keras.layers.Dense)]
 
 
+@dataclass
+class DeployParts:
+    """What a TF agent's exported graph is built from (its `deploy_parts`, read by export.tf_source): the
+    deterministic path from the normalized observation to the head's input and, where the policy has a
+    distribution that `--noise policy` samples, its log std."""
+
+    dense: list[keras.layers.Dense]
+    """The deterministic path as a chain of Dense layers (frozen as graph constants)."""
+    actor_fn: Callable[[tf.Tensor], tf.Tensor] | None = None
+    """Instead of `dense`, a path that is not a chain of Dense layers (Rainbow's dueling/C51 head), its
+    weights already constants."""
+    log_std_dense: keras.layers.Dense | None = None
+    """A log std computed on the latent of the first `latent_depth` layers of `dense`, clipped to
+    `log_std_bounds` (a squashed Gaussian's)."""
+    latent_depth: int = 0
+    log_std_bounds: tuple[float, float] = (-20.0, 2.0)
+    log_std_const: np.ndarray | None = None
+    """A state-independent log std."""
+
+
 def copy_weights(source: list[tf.Variable], target: list[tf.Variable]) -> None:
     for s, t in zip(source, target, strict=True):
         t.assign(s)
@@ -217,10 +238,6 @@ class SACNets(keras.Model):
     def actor_variables(self) -> list[tf.Variable]:
         return variables([self.latent, self.mu, self.log_std])
 
-    def deploy_dense(self) -> list[keras.layers.Dense]:
-        """The deterministic path (obs -> mean), as the exported graph freezes it."""
-        return dense_layers(self.latent) + dense_layers(self.mu)
-
     def mean(self, obs: tf.Tensor) -> tf.Tensor:
         return self.mu(self.latent(obs))
 
@@ -248,9 +265,6 @@ class TD3Nets(keras.Model):
         copy_weights(variables(self.critics), variables(self.critic_targets))
         self.built = True
 
-    def deploy_dense(self) -> list[keras.layers.Dense]:
-        return dense_layers(self.actor)
-
 
 class DQNNets(keras.Model):
     def __init__(self, spec: dict[str, Any], seed: int = 0):
@@ -261,9 +275,6 @@ class DQNNets(keras.Model):
         self.q_target = mlp(*args, seeds, "q_target")
         copy_weights(self.q_net.trainable_variables, self.q_target.trainable_variables)
         self.built = True
-
-    def deploy_dense(self) -> list[keras.layers.Dense]:
-        return dense_layers(self.q_net)
 
 
 class NoisyDense(keras.layers.Layer):
@@ -423,19 +434,3 @@ class RainbowNets(keras.Model):
         self.q_target = RainbowQ(spec, seeds, "q_target")
         copy_weights(self.q_net.trainable_variables, self.q_target.trainable_variables)
         self.built = True
-
-    def deploy_dense(self) -> list[keras.layers.Dense]:
-        return []  # not a chain of Dense layers: export takes frozen_expected_q()
-
-
-def nets_from_spec(spec: dict[str, Any], seed: int = 0) -> SACNets | TD3Nets | DQNNets | RainbowNets:
-    kind = spec.get("type")
-    if kind == "rainbow_mlp":
-        return RainbowNets(spec, seed)
-    if kind == "sac_mlp":
-        return SACNets(spec, seed)
-    if kind == "td3_mlp":
-        return TD3Nets(spec, seed)
-    if kind == "dqn_mlp":
-        return DQNNets(spec, seed)
-    raise ValueError(f"unknown off-policy network type {kind!r}")

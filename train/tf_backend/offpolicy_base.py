@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from rl2edge.train.core.numpy_actor import NumpyActor
+from rl2edge.train.core.numpy_actor import NumpyActor, Sampler
 from rl2edge.train.core.offpolicy_agent import OffPolicyAgentBase
 from rl2edge.train.core.replay import ReplayBatch
 from rl2edge.train.tf_backend.setup import configure_tensorflow
@@ -25,6 +25,8 @@ class TFOffPolicyBase(OffPolicyAgentBase):
     framework = "tf"
     stat_names: tuple[str, ...] = ()
     nets: Any
+    policy_distribution = False
+    """Whether the exported actor has a distribution that `--noise policy` samples (export.graph_spec)."""
 
     def __init__(self, seed: int, device: str):
         self.device = configure_tensorflow(device)
@@ -36,16 +38,17 @@ class TFOffPolicyBase(OffPolicyAgentBase):
         self.rng = tf.random.Generator.from_seed(seed)  # the one generator that sampling draws from
         self.optimizers: list[Any] = []
         self.seed = seed
-        # SAC and TD3 on a CPU explore through a numpy copy of the actor (train.core.numpy_actor)
+        # an actor agent on a CPU explores through a numpy copy of the actor (train.core.numpy_actor)
         self.explorer: NumpyActor | None = None
         self._explorer_vars: list[Any] = []  # what the training phase's graph returns for it
         self._explorer_values: np.ndarray | None = None
 
-    def numpy_explorer(self, kind: str, spec: dict[str, Any], variables: list[Any]) -> NumpyActor | None:
-        """The numpy actor over the actor's Dense `variables` (kernel, bias, ... in layer order; SAC: the
-        last two layers are the mean and log-std heads), or None off the CPU. Call before compile(): the
-        training phase's graph returns these variables' values with its stats (one tensor, one copy),
-        because reading the variables one by one would cost more than the numpy actor's forward pass."""
+    def numpy_explorer(self, activation: str, variables: list[Any], sample: Sampler) -> NumpyActor | None:
+        """The numpy actor over the actor's Dense `variables` (kernel, bias, ... in layer order; the last
+        `sample.n_heads` layers are the heads), sampling with `sample`, or None off the CPU. Call before
+        compile(): the training phase's graph returns these variables' values with its stats (one tensor,
+        one copy), because reading the variables one by one would cost more than the numpy actor's forward
+        pass."""
         if self.device != "cpu":
             return None
         if hasattr(self, "_train_many"):
@@ -65,7 +68,7 @@ class TFOffPolicyBase(OffPolicyAgentBase):
                 values = [a.reshape(s) for a, s in zip(parts, shapes, strict=True)]
             return list(zip(values[0::2], values[1::2], strict=True))
 
-        return NumpyActor(kind, spec, load, self.seed)
+        return NumpyActor(activation, load, sample)
 
     def adam(self, variables: list[Any], lr: float) -> Any:
         opt = self.keras.optimizers.Adam(learning_rate=lr, epsilon=1e-8)  # torch's eps, as SB3

@@ -10,8 +10,9 @@ often each function traced, and tests assert once.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -20,6 +21,9 @@ from rl2edge.train.core.numpy_policy import RolloutWeights
 from rl2edge.train.core.rollout import Minibatch
 from rl2edge.train.tf_backend.setup import configure_tensorflow
 from rl2edge.train.tf_backend.weights import save_keras_weights, state_copy
+
+if TYPE_CHECKING:
+    from rl2edge.train.tf_backend.nets import DeployParts
 
 
 def make_loss_fn(model: Any, cfg: PPOConfig) -> Any:
@@ -52,6 +56,19 @@ def make_loss_fn(model: Any, cfg: PPOConfig) -> Any:
 
 class TFPPO:
     framework = "tf"
+    policy_distribution = True  # Box actions: the Gaussian of the actor's mean and the learned log std
+
+    @classmethod
+    def deploy_parts(cls, spec: dict[str, Any], load: Callable[[Any], None]) -> DeployParts:
+        """What export's graph is built from: the actor's Dense chain and, Box actions, the
+        state-independent log std as a constant; the actor-critic built from the checkpoint's network spec
+        and loaded by `load(model)`."""
+        from rl2edge.train.tf_backend.nets import DeployParts, TFActorCritic, dense_layers
+
+        model = TFActorCritic.from_network_spec(spec)
+        load(model)
+        log_std = None if model.log_std is None else model.log_std.numpy().astype(np.float32)
+        return DeployParts(dense_layers(model.actor), log_std_const=log_std)
 
     def __init__(self, network: dict[str, Any], cfg: PPOConfig, seed: int, device: str):
         self.device = configure_tensorflow(device)

@@ -8,7 +8,8 @@ components on); the noisy layers' noise is drawn inside the graph from the one s
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -17,6 +18,9 @@ from rl2edge.train.core.offpolicy_config import RainbowConfig
 from rl2edge.train.core.replay import ReplayBatch
 from rl2edge.train.tf_backend.dqn import TFDQN
 
+if TYPE_CHECKING:
+    from rl2edge.train.tf_backend.nets import DeployParts
+
 
 class TFRainbow(RainbowHooks, TFDQN):
     """DQN's agent (nets and target, parts, the target update, greedy on the mean weights) with Rainbow's
@@ -24,6 +28,17 @@ class TFRainbow(RainbowHooks, TFDQN):
     weights and returns priorities."""
 
     cfg: RainbowConfig
+
+    @classmethod
+    def deploy_parts(cls, spec: dict[str, Any], load: Callable[[Any], None]) -> DeployParts:
+        """What export's graph is built from: the expected Q over the atoms with the noisy layers' mean
+        weights (not a Dense chain), the networks built from the checkpoint's network spec and loaded by
+        `load(model)`."""
+        from rl2edge.train.tf_backend.nets import DeployParts, RainbowNets
+
+        nets = RainbowNets(spec)
+        load(nets)
+        return DeployParts([], actor_fn=nets.q_net.frozen_expected_q())
 
     def make_nets(self, network: dict[str, Any], seed: int) -> Any:
         from rl2edge.train.tf_backend.nets import RainbowNets

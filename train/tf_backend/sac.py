@@ -4,14 +4,36 @@ log-alpha alone. One compiled call runs all of a training phase's gradient steps
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
+from rl2edge.train.core.numpy_actor import SquashedGaussian
 from rl2edge.train.core.offpolicy_config import SACConfig
 from rl2edge.train.tf_backend.offpolicy_base import TFOffPolicyBase
+
+if TYPE_CHECKING:
+    from rl2edge.train.tf_backend.nets import DeployParts
 
 
 class TFSAC(TFOffPolicyBase):
     stat_names = ("actor_loss", "critic_loss", "ent_coef", "ent_coef_loss")
+    policy_distribution = True  # its actor's squashed Gaussian
+
+    @classmethod
+    def deploy_parts(cls, spec: dict[str, Any], load: Callable[[Any], None]) -> DeployParts:
+        """What export's graph is built from: the mean's Dense chain and the log std's head on the latent,
+        the networks built from the checkpoint's network spec and loaded by `load(model)`."""
+        from rl2edge.train.tf_backend.nets import DeployParts, SACNets, dense_layers
+
+        nets = SACNets(spec)
+        load(nets)
+        latent = dense_layers(nets.latent)
+        return DeployParts(
+            latent + dense_layers(nets.mu),
+            log_std_dense=dense_layers(nets.log_std)[0],
+            latent_depth=len(latent),
+            log_std_bounds=(nets.log_std_min, nets.log_std_max),
+        )
 
     def __init__(self, network: dict[str, Any], cfg: SACConfig, seed: int, device: str):
         super().__init__(seed, device)
@@ -31,7 +53,8 @@ class TFSAC(TFOffPolicyBase):
         self.alpha_opt = self.adam([self.nets.log_alpha], lr) if self.learn_alpha else None
         self.target_entropy = float(cfg.entropy_target(self.act_dim))
         self.n_updates = tf.Variable(0, dtype=tf.int64, trainable=False, name="n_updates")
-        self.explorer = self.numpy_explorer("sac", network, self.actor_vars)
+        sample = SquashedGaussian(seed, network["log_std_min"], network["log_std_max"])
+        self.explorer = self.numpy_explorer(network["activation"], self.actor_vars, sample)
         self.compile(int(network["obs_dim"]), self.act_dim, discrete=False)
 
     def parts(self) -> dict[str, list[Any]]:

@@ -4,14 +4,29 @@ tf.cond on it: a Python int there would be frozen into the graph at trace time."
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
+from rl2edge.train.core.numpy_actor import Tanh
 from rl2edge.train.core.offpolicy_config import TD3Config
 from rl2edge.train.tf_backend.offpolicy_base import TFOffPolicyBase
+
+if TYPE_CHECKING:
+    from rl2edge.train.tf_backend.nets import DeployParts
 
 
 class TFTD3(TFOffPolicyBase):
     stat_names = ("actor_loss", "critic_loss")
+
+    @classmethod
+    def deploy_parts(cls, spec: dict[str, Any], load: Callable[[Any], None]) -> DeployParts:
+        """What export's graph is built from: the tanh actor's Dense chain, the networks built from the
+        checkpoint's network spec and loaded by `load(model)`."""
+        from rl2edge.train.tf_backend.nets import DeployParts, TD3Nets, dense_layers
+
+        nets = TD3Nets(spec)
+        load(nets)
+        return DeployParts(dense_layers(nets.actor))
 
     def __init__(self, network: dict[str, Any], cfg: TD3Config, seed: int, device: str):
         super().__init__(seed, device)
@@ -28,7 +43,7 @@ class TFTD3(TFOffPolicyBase):
         self.actor_opt = self.adam(self.actor_vars, lr)
         self.critic_opt = self.adam(self.critic_vars, lr)
         self.n_updates = tf.Variable(0, dtype=tf.int64, trainable=False, name="n_updates")
-        self.explorer = self.numpy_explorer("td3", network, self.actor_vars)
+        self.explorer = self.numpy_explorer(network["activation"], self.actor_vars, Tanh())
         self.compile(int(network["obs_dim"]), int(network["act_dim"]), discrete=False)
 
     def parts(self) -> dict[str, list[Any]]:

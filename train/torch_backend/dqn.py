@@ -5,6 +5,7 @@ clipping. Epsilon-greedy exploration and the target period are train.core.dqn_ho
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -21,6 +22,14 @@ from rl2edge.train.torch_backend.optim_step import clear_grads, fused_adam_step
 class TorchDQN(DQNHooks, TorchOffPolicyBase):
     stat_names = ("loss", "q_mean")
     network_class: type[nn.Module] = QNetwork  # Rainbow's agent builds its own Q-network here
+
+    @classmethod
+    def deployable_actor(cls, spec: dict[str, Any], load: Callable[[nn.Module, str], None]) -> nn.Module:
+        """What export runs (the Q-network; its `forward` is the Q-values the argmax head takes), built from
+        the checkpoint's network spec and loaded by `load(module, prefix)` from the weights under "q_net."."""
+        q_net = cls.network_class(spec)
+        load(q_net, "q_net.")
+        return q_net
 
     def __init__(self, network: dict[str, Any], cfg: DQNConfig, seed: int, device: str):
         super().__init__(seed, device)

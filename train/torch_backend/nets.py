@@ -380,20 +380,3 @@ def project_distribution(
     return torch.einsum("bk,bkj->bj", m_lower, eye(lower.long(), n_atoms).to(probs.dtype)) + torch.einsum(
         "bk,bkj->bj", m_upper, eye(upper.long().clamp(max=n_atoms - 1), n_atoms).to(probs.dtype)
     )
-
-
-def actor_from_spec(spec: dict[str, Any]) -> nn.Module:
-    """The module under the checkpoint's 'actor.' (SAC, TD3) or 'q_net.' (DQN, Rainbow) keys."""
-    kind = spec.get("type")
-    if kind == "rainbow_mlp":
-        return RainbowQNetwork(spec)
-    if kind == "sac_mlp":
-        return SACActor(spec)
-    if kind == "td3_mlp":
-        return TD3Actor(spec)
-    if kind == "dqn_mlp":
-        return QNetwork(spec)
-    raise ValueError(f"unknown off-policy network type {kind!r}")
-
-
-ACTOR_PREFIX = {"sac_mlp": "actor.", "td3_mlp": "actor.", "dqn_mlp": "q_net.", "rainbow_mlp": "q_net."}

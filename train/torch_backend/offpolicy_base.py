@@ -11,7 +11,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from rl2edge.train.core.numpy_actor import NumpyActor
+from rl2edge.train.core.numpy_actor import NumpyActor, Sampler
 from rl2edge.train.core.numpy_policy import Layers
 from rl2edge.train.core.offpolicy_agent import OffPolicyAgentBase
 from rl2edge.train.core.replay import ReplayBatch
@@ -26,6 +26,8 @@ class TorchOffPolicyBase(OffPolicyAgentBase):
     framework = "torch"
     stat_names: tuple[str, ...] = ()
     matmul_precision = "highest"  # of the training phases (train --matmul-precision sets it)
+    policy_distribution = False
+    """Whether the exported actor has a distribution that `--noise policy` samples (export.graph_spec)."""
 
     def __init__(self, seed: int, device: str):
         dev = setup_torch(seed, device)
@@ -33,14 +35,14 @@ class TorchOffPolicyBase(OffPolicyAgentBase):
         self.nets = nn.ModuleDict()  # every network, targets included: what is saved and restored
         self.optimizers: list[torch.optim.Optimizer] = []
         self.seed = seed
-        # SAC and TD3 on a CPU explore through a numpy copy of the actor (train.core.numpy_actor)
+        # an actor agent on a CPU explores through a numpy copy of the actor (train.core.numpy_actor)
         self.explorer: NumpyActor | None = None
         self.graph_adams: list[GraphAdam] = []  # train --compile: the optimizers' traceable steps
         self.compiled = False
 
-    def numpy_explorer(self, kind: str, spec: dict, layers: list[nn.Linear]) -> NumpyActor | None:
-        """The numpy actor over views of `layers`' parameters (SAC: the last two are the mean and log-std
-        heads), or None off the CPU, where the weights would cross to the host every step. The optimizers
+    def numpy_explorer(self, activation: str, layers: list[nn.Linear], sample: Sampler) -> NumpyActor | None:
+        """The numpy actor over views of `layers`' parameters (the last `sample.n_heads` are the heads),
+        sampling with `sample`, or None off the CPU, where the weights would cross to the host every step. The optimizers
         and the polyak and state updates write the parameters in place, so the views stay current;
         set_state invalidates them all the same."""
         if self.dev.type != "cpu":
@@ -49,7 +51,7 @@ class TorchOffPolicyBase(OffPolicyAgentBase):
         def load() -> Layers:
             return [(m.weight.detach().numpy().T, m.bias.detach().numpy()) for m in layers]
 
-        return NumpyActor(kind, spec, load, self.seed)
+        return NumpyActor(activation, load, sample)
 
     def explore(self, obs: np.ndarray) -> np.ndarray:
         """The behaviour action before the driver's noise: the numpy actor where there is one."""

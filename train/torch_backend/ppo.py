@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -106,6 +107,20 @@ def ppo_grads(
 class TorchPPO:
     matmul_precision = "highest"  # of the training phases (train --matmul-precision sets it)
     framework = "torch"
+    policy_distribution = True  # Box actions: the Gaussian of the actor's mean and the learned log std
+
+    @classmethod
+    def deployable_actor(cls, spec: dict[str, Any], load: Callable[[nn.Module, str], None]) -> nn.Module:
+        """What export runs (the actor: logits, or the Gaussian's mean), built from the checkpoint's
+        network spec and loaded by `load(module, prefix)` from the whole actor-critic's weights. Box actions:
+        the state-independent log std rides along as the actor's buffer `log_std`, which `--noise policy`
+        samples with."""
+        net = ActorCritic.from_network_spec(spec)
+        load(net, "")
+        actor = net.actor
+        if hasattr(net, "log_std"):
+            actor.register_buffer("log_std", net.log_std.detach().clone())
+        return actor
 
     def __init__(self, network: dict[str, Any], cfg: PPOConfig, seed: int, device: str):
         dev = setup_torch(seed, device)

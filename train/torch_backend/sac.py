@@ -19,6 +19,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from rl2edge.train.core.numpy_actor import SquashedGaussian
 from rl2edge.train.core.offpolicy_config import SACConfig
 from rl2edge.train.torch_backend.nets import Critics, SACActor, frozen, polyak_update
 from rl2edge.train.torch_backend.offpolicy_base import TorchOffPolicyBase
@@ -28,6 +29,15 @@ from rl2edge.train.torch_backend.sac_written_out import SACWrittenOut
 
 class TorchSAC(SACWrittenOut, TorchOffPolicyBase):
     stat_names = ("actor_loss", "critic_loss", "ent_coef", "ent_coef_loss")
+    policy_distribution = True  # its actor's squashed Gaussian (SACActor.mean_log_std)
+
+    @classmethod
+    def deployable_actor(cls, spec: dict[str, Any], load: Callable[[nn.Module, str], None]) -> nn.Module:
+        """What export runs (the Gaussian's mean), built from the checkpoint's network spec and loaded by
+        `load(module, prefix)` from the weights under "actor."."""
+        actor = SACActor(spec)
+        load(actor, "actor.")
+        return actor
 
     def __init__(self, network: dict[str, Any], cfg: SACConfig, seed: int, device: str):
         super().__init__(seed, device)
@@ -48,7 +58,8 @@ class TorchSAC(SACWrittenOut, TorchOffPolicyBase):
         self.n_updates = 0
         a = self.actor
         linears = [m for m in a.latent if isinstance(m, nn.Linear)] + [a.mu, a.log_std]
-        self.explorer = self.numpy_explorer("sac", network, linears)
+        sample = SquashedGaussian(seed, network["log_std_min"], network["log_std_max"])
+        self.explorer = self.numpy_explorer(network["activation"], linears, sample)
         # The written-out gradient, the default; `autograd` True (tests set it) takes autograd_step instead.
         self.init_written_out(network["obs_dim"])
         self.autograd = False

@@ -18,6 +18,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from rl2edge.train.core.numpy_actor import Tanh
 from rl2edge.train.core.offpolicy_config import TD3Config
 from rl2edge.train.torch_backend.nets import Critics, TD3Actor, frozen, polyak_update
 from rl2edge.train.torch_backend.offpolicy_base import TorchOffPolicyBase
@@ -27,6 +28,14 @@ from rl2edge.train.torch_backend.td3_written_out import TD3WrittenOut
 
 class TorchTD3(TD3WrittenOut, TorchOffPolicyBase):
     stat_names = ("actor_loss", "critic_loss")
+
+    @classmethod
+    def deployable_actor(cls, spec: dict[str, Any], load: Callable[[nn.Module, str], None]) -> nn.Module:
+        """What export runs (the tanh actor), built from the checkpoint's network spec and loaded by
+        `load(module, prefix)` from the weights under "actor."."""
+        actor = TD3Actor(spec)
+        load(actor, "actor.")
+        return actor
 
     def __init__(self, network: dict[str, Any], cfg: TD3Config, seed: int, device: str):
         super().__init__(seed, device)
@@ -48,7 +57,7 @@ class TorchTD3(TD3WrittenOut, TorchOffPolicyBase):
         self.critic_opt = self.adam(list(self.critic.parameters()), lr)
         self.n_updates = 0  # critic steps taken; the actor steps when it is a multiple of policy_delay
         linears = [m for m in self.actor.net if isinstance(m, nn.Linear)]
-        self.explorer = self.numpy_explorer("td3", network, linears)
+        self.explorer = self.numpy_explorer(network["activation"], linears, Tanh())
         # The written-out gradient, the default; `autograd` True (tests set it) takes autograd_step instead.
         self.init_written_out(network["obs_dim"])
         self.autograd = False

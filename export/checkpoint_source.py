@@ -19,6 +19,12 @@ def source_from_checkpoint(run_dir: Path) -> ExportSource:
     row = algos.get(ckpt.algo, in_checkpoint=True)
     if ckpt.framework not in row.agents:
         raise CheckpointError(f"unknown framework {ckpt.framework!r} for {ckpt.algo} in {ckpt.path}")
+    network_type = (ckpt.meta.get("network") or {}).get("type")
+    if network_type != row.network:
+        raise CheckpointError(
+            f"{ckpt.path}: network type {network_type!r} is not {ckpt.algo}'s ({row.network!r}); "
+            "the checkpoint was edited or written by another tool"
+        )
     agent = row.agent_class(ckpt.framework)
     if ckpt.framework == "tf":  # each route's modules load only for its checkpoints: TF's never loads torch
         from rl2edge.export.tf_source import tf_source

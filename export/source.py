@@ -29,7 +29,7 @@ class ExportSource:
     """The manifest's `source` section."""
     reference_name: str
     """How the report names what exported files are compared with."""
-    algo: str = "ppo"
+    algo: str = ""
     """The source's algorithm, as error messages name it."""
     policy_distribution: bool = False
     """Whether the policy has a distribution that `--noise policy` samples (the agent class says so)."""

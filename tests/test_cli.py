@@ -98,6 +98,23 @@ def test_corrupted_checkpoint(cartpole_run: Path, tmp_path: Path) -> None:
     assert not (tmp_path / "art").exists()
 
 
+def test_a_checkpoint_whose_network_is_not_its_algorithms_is_refused(
+    cartpole_run: Path, tmp_path: Path
+) -> None:
+    """Export rebuilds the network the algorithm's row names; a checkpoint claiming another is refused
+    by name rather than failing on missing weights."""
+    bad = tmp_path / "bad"
+    shutil.copytree(cartpole_run, bad)
+    meta = json.loads((bad / "checkpoint.json").read_text())
+    meta["network"]["type"] = "dqn_mlp"
+    (bad / "checkpoint.json").write_text(json.dumps(meta))
+    assert_clean_failure(
+        rl2edge("export", bad, "--out", tmp_path / "art"),
+        "network type 'dqn_mlp' is not ppo's ('actor_critic_mlp')",
+    )
+    assert not (tmp_path / "art").exists()
+
+
 def test_tampered_artifact(cartpole_all, tmp_path: Path) -> None:
     _, root = cartpole_all
     art = tmp_path / "art"

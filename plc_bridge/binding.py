@@ -158,7 +158,6 @@ async def _node_id(client: Client, ref: NodeRef, namespaces: list[str], role: st
     return node.nodeid
 
 
-
 async def _typed(
     client: Client,
     role: str,
@@ -216,7 +215,6 @@ async def _typed(
     return BoundNode(role, ref, node_id, vtype, length)
 
 
-
 def check_fit(nodes: BoundNodes, io: PlantIo) -> None:
     """Refuse, in one line, a map that cannot carry the policy's observation and action."""
     size = _size(nodes.observation, "observation", io.obs_size)
@@ -252,9 +250,7 @@ def check_fit(nodes: BoundNodes, io: PlantIo) -> None:
                     f"{b.role} {b.ref}: a {b.vtype.name} cannot hold the action bounds "
                     f"[{min(io.action_low):g}, {max(io.action_high):g}]; declare a REAL (Float)"
                 )
-            _logger.warning(
-                "%s %s is a %s: the continuous action is rounded", b.role, b.ref, b.vtype.name
-            )
+            _logger.warning("%s %s is a %s: the continuous action is rounded", b.role, b.ref, b.vtype.name)
     for b in (nodes.observation_seq, nodes.action_seq, nodes.heartbeat, nodes.status):
         if b.length is not None or b.vtype not in tv.INT_RANGES:
             raise ConfigError(

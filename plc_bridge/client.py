@@ -31,6 +31,7 @@ from rl2edge.plc_bridge.security import SecurityConfig, apply_client_security, p
 
 _logger = logging.getLogger(__name__)
 
+
 @dataclass(frozen=True)
 class BridgeConfig:
     endpoint: str
@@ -151,9 +152,7 @@ class PlcClient:
             ua.ReadValueId(NodeId=b.node_id, AttributeId=ua.AttributeIds.Value)
             for b in (*nodes.observation, nodes.observation_seq)
         ]
-        _logger.info(
-            "connected to %s (%s): %s", self.cfg.endpoint, self.cfg.security.mode, nodes.describe()
-        )
+        _logger.info("connected to %s (%s): %s", self.cfg.endpoint, self.cfg.security.mode, nodes.describe())
 
     @property
     def _bound(self) -> BoundNodes:

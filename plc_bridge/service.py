@@ -92,8 +92,11 @@ class ServeService:
 
     async def run(self, stop: asyncio.Event) -> dict[str, Any]:
         loop = asyncio.get_running_loop()
+        port = self.cfg.metrics_port
         server = (
-            await self.metrics.start(self.cfg.metrics_host, self.cfg.metrics_port) if self.metrics else None
+            await self.metrics.start(self.cfg.metrics_host, port)
+            if self.metrics is not None and port is not None
+            else None
         )
         notifier = SystemdNotifier.from_environment()
         loop.add_signal_handler(signal.SIGHUP, self.updates.request, "SIGHUP")

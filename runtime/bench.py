@@ -85,8 +85,8 @@ def artifact_observations(spec: ObservationSpec, n: int = 256) -> np.ndarray:
     rng = np.random.default_rng(0)
     shape = spec.shape
     bounds_low, bounds_high = spec.bounds
-    low = np.array([-1.0 if v is None else v for v in np.ravel(bounds_low)])
-    high = np.array([1.0 if v is None else v for v in np.ravel(bounds_high)])
+    low = np.array([-1.0 if v is None else v for v in bounds_low])
+    high = np.array([1.0 if v is None else v for v in bounds_high])
     x = rng.uniform(low, high, size=(n, low.size)).astype(np.float32).reshape(n, *shape)
     dtype = np.dtype(spec.dtype)
     return np.rint(x).astype(dtype) if dtype.kind in "iu" else x  # as the env gives them: uint8 frames

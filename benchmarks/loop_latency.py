@@ -33,7 +33,9 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.common import RESULTS, markdown_table, pyplot, save_figure, write_results
-from rl2edge.plc_bridge.client import BridgeConfig, PlcClient, plant_io_of
+from rl2edge.plc_bridge.binding import plant_io_of
+from rl2edge.plc_bridge.client import BridgeConfig, PlcClient
+from rl2edge.plc_bridge.hooks import CycleOutcome, NoHooks
 from rl2edge.plc_bridge.loop import DEFAULT_SPIN_MS, ControlLoop, LoopConfig
 from rl2edge.plc_bridge.nodemap import NodeMap
 from rl2edge.plc_bridge.security import SecurityConfig, make_certificate
@@ -154,16 +156,27 @@ async def serve_loop(
     policy: Policy, bridge: BridgeConfig, cycles: int, period_ms: float, spin_ms: float
 ) -> tuple[dict[str, Any], np.ndarray, np.ndarray]:
     """The real control loop for `cycles` cycles: its summary, and each cycle's latency and start lateness."""
+    latencies = _Latencies()
     loop = ControlLoop(
         policy,
         bridge,
         LoopConfig(period_ms=period_ms, max_cycles=cycles, stats_interval_s=3600, spin_ms=spin_ms),
+        hooks=latencies,
     )
-    lat: list[float] = []
-    late: list[float] = []
-    loop.on_cycle = lambda ms, late_ms: (lat.append(ms), late.append(late_ms))
     summary = await loop.run(asyncio.Event())
-    return summary, np.asarray(lat), np.asarray(late)
+    return summary, np.asarray(latencies.latency_ms), np.asarray(latencies.lateness_ms)
+
+
+class _Latencies(NoHooks):
+    """The loop's hooks that keep each cycle's latency and start lateness."""
+
+    def __init__(self) -> None:
+        self.latency_ms: list[float] = []
+        self.lateness_ms: list[float] = []
+
+    def after_cycle(self, outcome: CycleOutcome) -> None:
+        self.latency_ms.append(outcome.latency_ms)
+        self.lateness_ms.append(outcome.lateness_ms)
 
 
 def paced_and_served(

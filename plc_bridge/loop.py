@@ -27,31 +27,24 @@ import logging
 import math
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
 
 import numpy as np
 
-from rl2edge.errors import BackendError, ConfigError, ObservationError, short_repr
-from rl2edge.plc_bridge.client import (
-    BridgeConfig,
-    PlantIo,
-    PlcClient,
-    Reading,
-    connect_error_hint,
-    plant_io_of,
-)
+from rl2edge.errors import BackendError, ConfigError, ObservationError
+from rl2edge.plc_bridge.binding import PlantIo, plant_io_of
+from rl2edge.plc_bridge.client import BridgeConfig, PlcClient, Reading, connect_error_hint
+from rl2edge.plc_bridge.hooks import CycleOutcome, LoopHooks, NoHooks
 from rl2edge.plc_bridge.latency import LatencyHistogram
+from rl2edge.plc_bridge.observation_guard import ObservationGuard, Serving
 from rl2edge.plc_bridge.slot_timer import until_slot
+from rl2edge.plc_bridge.snapshot import LatencyFigures, LoopSnapshot
 from rl2edge.plc_bridge.status import CycleStatus
 from rl2edge.runtime.policy import Policy
 
-if TYPE_CHECKING:
-    from rl2edge.plc_bridge.policy_update import PolicyUpdates
-
 _logger = logging.getLogger(__name__)
-
-_FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 PERIOD_RANGE_MS = (1.0, 60_000.0)
 DEFAULT_SPIN_MS = 2.0
@@ -118,99 +111,61 @@ class Counters:
     disconnected_s: float = 0.0
 
 
-class ObservationGuard:
-    """Validation and staleness: what makes the loop write the safe action instead of the policy's."""
+@dataclass
+class Latencies:
+    """The loop's latency histograms (fixed memory, any run length)."""
 
-    def __init__(self, policy: Policy, bridge: BridgeConfig):
-        m = bridge.node_map
-        self.dim = int(np.prod(policy.obs_shape))
-        spec = policy.manifest.observation
-        low = m.obs_low if m.obs_low is not None else spec.get("low", [None] * self.dim)
-        high = m.obs_high if m.obs_high is not None else spec.get("high", [None] * self.dim)
-        if len(low) != self.dim or len(high) != self.dim:
-            raise ConfigError(
-                f"observation bounds have {len(low)}/{len(high)} entries; the artifact's observation has {self.dim}"
-            )
-        lo = np.array([-np.inf if v is None else v for v in low], np.float64)
-        hi = np.array([np.inf if v is None else v for v in high], np.float64)
-        both = np.isfinite(lo) & np.isfinite(hi)
-        width = np.where(both, hi - lo, np.maximum(1.0, np.abs(np.where(np.isfinite(lo), lo, hi))))
-        tol = m.obs_range_tolerance * np.where(np.isfinite(width), width, 0.0)
-        self.lo, self.hi = lo - tol, hi + tol
-        self.stale_cycles = m.stale_cycles
-        self._last_seq: Any = None
-        self._unchanged = 0
-
-    def check(self, values: Any) -> tuple[np.ndarray | None, str]:
-        try:
-            obs = np.asarray(values, np.float64).reshape(-1)
-        except (TypeError, ValueError):
-            return None, f"observation is not numeric: {values!r:.80}"
-        if obs.size != self.dim:
-            return None, f"observation has {obs.size} values, the policy takes {self.dim}"
-        if not np.all(np.isfinite(obs)):
-            return None, "observation contains NaN or Inf"
-        huge = (
-            np.abs(obs) > _FLOAT32_MAX
-        )  # finite here, Inf in the model's float32: bad data, not the model's fault
-        if huge.any():
-            i = int(np.flatnonzero(huge)[0])
-            return None, f"observation[{i}] = {obs[i]:g} is beyond float32's range (the model's input type)"
-        out = (obs < self.lo) | (obs > self.hi)
-        if out.any():
-            i = int(np.flatnonzero(out)[0])
-            return None, f"observation[{i}] = {obs[i]:g} is outside [{self.lo[i]:g}, {self.hi[i]:g}]"
-        return obs, ""
-
-    def is_stale(self, seq: Any) -> bool:
-        if seq == self._last_seq:
-            self._unchanged += 1
-        else:
-            self._last_seq, self._unchanged = seq, 0
-        return self._unchanged >= self.stale_cycles
-
-    def reset(self) -> None:
-        self._last_seq, self._unchanged = None, 0
-
-    def adopt_staleness(self, other: ObservationGuard) -> None:
-        """Continue another guard's count of unchanged sequence numbers (a policy swap is no new session)."""
-        self._last_seq, self._unchanged = other._last_seq, other._unchanged
+    total: LatencyHistogram = field(default_factory=LatencyHistogram)
+    """Every cycle's: from its scheduled start to the end of its last write."""
+    window: LatencyHistogram = field(default_factory=LatencyHistogram)
+    """Since the last stats line: a soak sees drift, not a run-long blur."""
+    lateness: LatencyHistogram = field(default_factory=LatencyHistogram)
+    """Scheduled start -> actual start: the timer's share of the latency."""
 
 
-@dataclass(frozen=True)
-class Serving:
-    """A policy with what the loop needs to serve it."""
+@dataclass
+class Link:
+    """The session with the PLC as the loop sees it: what the health checks and the backoff go by."""
 
-    policy: Policy
-    guard: ObservationGuard
-    safe_action: list[float]
+    backoff_s: float
+    """Grows with every failed connect or lost session; back to the start only once a cycle completes."""
+    connected: bool = False
+    ran: bool = False
+    """A cycle has completed: configuration errors are from now on retried, not fatal."""
+    progress_at: float = field(default_factory=time.monotonic)
+    """When the loop last showed it is alive: a cycle, a counted deadline miss, a connect attempt, a
+    backoff wake-up (time.monotonic). /healthz and the systemd watchdog read it."""
+    last_cycle_at: float | None = None
+    last_status: CycleStatus | None = None
+    """The status of the last completed cycle (None before the first)."""
+    outage_started: float | None = None
+    """When the current outage began (time.monotonic), while reconnecting after a loss."""
+    publishing_interval_ms: float | None = None
 
 
-def _io_text(io: PlantIo) -> str:
-    if io.discrete:
-        return f"Discrete({int(io.action_high[0] - io.action_low[0]) + 1})"
-    return f"Box(low={list(io.action_low)}, high={list(io.action_high)})"
+@dataclass
+class _CycleState:
+    """The current cycle's and the decision's own bookkeeping."""
+
+    phase: str = "read"
+    """Where the current cycle waits."""
+    missed: bool = False
+    """Whether its deadline already passed (counted then)."""
+    logged_status: CycleStatus = CycleStatus.OK
+    """The status last logged: transitions are logged, not every cycle of a lasting fault."""
+    warm_obs: np.ndarray | None = None
+    """The last valid observation, for the warm-up in the spin."""
+    decision_s: float = 0.0
+    """A decaying maximum of how long a decision takes (the cycles' own and the warm-ups): a warm-up runs
+    only where twice that is left of the lead, so a model slower than the lead (a CNN on a Jetson) is never
+    warmed up into the slot."""
 
 
-def resolve_safe_action(policy: Policy, configured: tuple[float, ...] | None) -> list[float]:
-    if policy.discrete:
-        lo, hi = policy.action_index_range
-        if configured is None:
-            return [float(lo)]
-        if len(configured) != 1 or not lo <= configured[0] <= hi or configured[0] != int(configured[0]):
-            raise ConfigError(
-                f"safe_action {short_repr(list(configured))} must be one action index in [{lo}, {hi}]"
-            )
-        return [float(configured[0])]
-    low, high = policy.action_low.astype(np.float64), policy.action_high.astype(np.float64)
-    if configured is None:
-        return np.clip(np.zeros_like(low), low, high).tolist()
-    safe = np.asarray(configured, np.float64)
-    if safe.shape != low.shape or np.any(safe < low) or np.any(safe > high):
-        raise ConfigError(
-            f"safe_action {short_repr(list(configured))} must have {low.size} values inside [{short_repr(low.tolist())}, {short_repr(high.tolist())}]"
-        )
-    return safe.tolist()
+@dataclass
+class _RunClock:
+    started: float = field(default_factory=time.time)
+    cpu_started: float = field(default_factory=time.process_time)
+    last_stats: float | None = None
 
 
 class ControlLoop:
@@ -219,88 +174,90 @@ class ControlLoop:
         policy: Policy,
         bridge: BridgeConfig,
         cfg: LoopConfig,
+        hooks: LoopHooks | None = None,
         client_factory: Callable[[BridgeConfig, PlantIo], PlcClient] = PlcClient,
     ):
+        """`hooks`: what runs beside the loop (policy updates, metrics, the summary file); None: nothing."""
         bridge.check()
         cfg.check()
-        self.policy, self.bridge, self.cfg = policy, bridge, cfg
-        self.guard = ObservationGuard(policy, bridge)
-        self.safe_action = resolve_safe_action(policy, bridge.node_map.safe_action)
-        self.counters = Counters()
-        self.latency = LatencyHistogram()
-        self.window = LatencyHistogram()  # since the last stats line: a soak sees drift, not a run-long blur
-        self.lateness = LatencyHistogram()  # scheduled start -> actual start: the timer's share of latency
-        self._client_factory = client_factory
+        self.bridge, self.cfg = bridge, cfg
+        self.serving = Serving.of(policy, bridge.node_map)
+        self.hooks: LoopHooks = hooks if hooks is not None else NoHooks()
         self.io = plant_io_of(policy)
-        self._last_status = CycleStatus.OK
-        self._backoff_s = cfg.backoff_initial_s
-        """Grows with every failed connect or lost session; back to the start only once a cycle completes."""
-        self._ran = False
-        """A cycle has completed: configuration errors are from now on retried, not fatal."""
-        self.publishing_interval_ms: float | None = None
-        self._last_stats: float | None = None
-        self._started = time.time()
-        self._cpu_started = time.process_time()
-        self.connected = False
-        self.last_status: CycleStatus | None = None
-        """The status of the last completed cycle (None before the first)."""
-        self.last_cycle_at: float | None = None
-        self.outage_started: float | None = None
-        """When the current outage began (time.monotonic), while reconnecting after a loss."""
-        self.progress_at = time.monotonic()
-        """When the loop last showed it is alive: a cycle, a counted deadline miss, a connect attempt, a
-        backoff wake-up (time.monotonic). /healthz and the systemd watchdog read it."""
-        self._warm_obs: np.ndarray | None = None  # the last valid observation, for the warm-up in the spin
-        # A decaying maximum of how long a decision takes (the cycles' own and the warm-ups): a warm-up
-        # runs only where twice that is left of the lead, so a model slower than the lead (a CNN on a
-        # Jetson) is never warmed up into the slot.
-        self._decision_s = 0.0
-        self.updater: PolicyUpdates | None = None
-        """Hot policy updates (plc_bridge.policy_update): asked before each cycle whether a verified new
-        policy takes over, and shown each OK cycle's observation for its shadow run."""
-        self.on_cycle: Callable[[float, float], None] | None = None
-        """Called after each cycle with (latency ms, start lateness ms): the metrics' histograms."""
-        self.on_stats: Callable[[dict[str, Any]], None] | None = None
-        """Called with the summary at every stats interval: the summary file rewritten while serving."""
-        self._phase, self._missed = "read", False
-        """Where the current cycle waits, and whether its deadline already passed (counted then)."""
+        self.counters = Counters()
+        self.latencies = Latencies()
+        self.link = Link(backoff_s=cfg.backoff_initial_s)
+        self._client_factory = client_factory
+        self._cycle_state = _CycleState()
+        self._clock = _RunClock()
         _logger.info(
             "safe action %s%s",
             self.safe_action,
             "" if bridge.node_map.safe_action is not None else " (default; set safe_action in the node map)",
         )
 
-    # ------------------------------------------------------------------------------- policy updates
-    def prepare(self, policy: Policy) -> Serving:
-        """What serving `policy` takes (its guard and safe action), or a ConfigError saying why it does not
-        fit this loop: the node map and the PLC's nodes were checked against the serving policy's specs."""
-        if tuple(policy.obs_shape) != tuple(self.policy.obs_shape):
-            raise ConfigError(
-                f"its observation has shape {list(policy.obs_shape)}, the serving policy's "
-                f"{list(self.policy.obs_shape)}"
-            )
-        io = plant_io_of(policy)
-        if io != self.io:
-            raise ConfigError(
-                f"its action spec {_io_text(io)} is not the serving policy's {_io_text(self.io)}"
-            )
-        return Serving(
-            policy,
-            ObservationGuard(policy, self.bridge),
-            resolve_safe_action(policy, self.bridge.node_map.safe_action),
-        )
+    @property
+    def policy(self) -> Policy:
+        return self.serving.policy
 
+    @property
+    def guard(self) -> ObservationGuard:
+        return self.serving.guard
+
+    @property
+    def safe_action(self) -> list[float]:
+        return self.serving.safe_action
+
+    # ------------------------------------------------------------------------------- policy updates
     def install(self, serving: Serving) -> None:
         """Serve another policy from the next cycle on (between two cycles: nothing is in flight)."""
         serving.guard.adopt_staleness(self.guard)
-        self.policy, self.guard, self.safe_action = serving.policy, serving.guard, serving.safe_action
+        self.serving = serving
+
+    # ------------------------------------------------------------------------------------- snapshot
+    def snapshot(self, full: bool = False) -> LoopSnapshot:
+        """The loop's state now, frozen: what the metrics, the health checks and the summary read. `full`:
+        with the latency percentiles, the model process's figures and the updates' record (the summary's)."""
+        counts: dict[str, float] = dict(vars(self.counters))
+        counts["disconnected_s"] = self.disconnected_s()
+        link, policy = self.link, self.policy
+        extra: dict[str, Any] = {}
+        if full:
+            stats = getattr(policy.backend, "stats", None)  # the model's own process (runtime.model_process)
+            extra = {
+                "latency": _figures(self.latencies.total),
+                "start_lateness": _figures(self.latencies.lateness),
+                "model_process": stats.to_json() if stats is not None else None,
+                "update_summary": self.hooks.update_summary(),
+            }
+        return LoopSnapshot(
+            taken_at=time.monotonic(),
+            endpoint=self.bridge.endpoint,
+            security=self.bridge.security.mode,
+            mode=self.cfg.mode,
+            period_ms=self.cfg.period_ms,
+            deadline_ms=self.cfg.deadline_ms,
+            spin_ms=self.cfg.lead_ms,
+            publishing_interval_ms=link.publishing_interval_ms,
+            connected=link.connected,
+            progress_at=link.progress_at,
+            last_cycle_at=link.last_cycle_at,
+            last_status=link.last_status,
+            counts=MappingProxyType(counts),
+            manifest=policy.manifest,
+            backend_name=policy.backend_name,
+            updates=self.hooks.update_state(),
+            wall_time_s=time.time() - self._clock.started,
+            cpu_s=time.process_time() - self._clock.cpu_started,
+            **extra,
+        )
 
     # ---------------------------------------------------------------------------------------- decide
     def decide(self, values: Any, seq: Any) -> tuple[CycleStatus, list[float], str]:
         stale = self.guard.is_stale(seq)
         obs, problem = self.guard.check(values)
         if obs is not None:
-            self._warm_obs = obs
+            self._cycle_state.warm_obs = obs
         if obs is None:
             return CycleStatus.INVALID_OBSERVATION, self.safe_action, problem
         if stale:
@@ -331,45 +288,61 @@ class ControlLoop:
             c.inference_errors += 1
         elif status == CycleStatus.WRITE_REJECTED:
             c.write_rejected += 1
-        if status != self._last_status:  # log transitions, not every cycle of a lasting fault
+        state = self._cycle_state
+        if status != state.logged_status:  # log transitions, not every cycle of a lasting fault
             if status == CycleStatus.OK:
-                _logger.info("back to normal operation after %s", self._last_status.name)
+                _logger.info("back to normal operation after %s", state.logged_status.name)
             else:
                 _logger.warning("%s: %s; writing the safe action", status.name, detail)
-            self._last_status = status
+            state.logged_status = status
 
     # ------------------------------------------------------------------------------------------ cycle
     async def _cycle(self, plc: PlcClient, scheduled: float) -> None:
         loop = asyncio.get_running_loop()
         lateness_ms = max(0.0, (loop.time() - scheduled) * 1e3)
-        if self.updater is not None:  # between two cycles: a verified new policy takes over here
-            self.updater.before_cycle()
+        # between two cycles: a verified new policy takes over here
+        serving = self.hooks.before_cycle(self.counters.cycles)
+        if serving is not None:
+            self.install(serving)
         # A PLC that stops answering (TCP open, no replies) holds the read or the write until the request
         # timeout, far past the deadline: the miss is counted and logged when the deadline passes, and the
         # safe action goes out with the first write that gets through (this cycle's, late, or STARTUP's
         # after a reconnect).
-        self._phase, self._missed = "read", False
+        self._cycle_state.phase, self._cycle_state.missed = "read", False
         watchdog = loop.call_at(scheduled + self.cfg.deadline_ms / 1e3, self._deadline_passed)
         try:
-            latency_ms = await self._cycle_io(plc, scheduled, loop)
+            reading, status, action, latency_ms = await self._cycle_io(plc, scheduled, loop)
         finally:
             watchdog.cancel()
-        self.lateness.add(lateness_ms)  # bookkeeping after the cycle's I/O, outside its latency
-        if self.on_cycle is not None:
-            self.on_cycle(latency_ms, lateness_ms)
+        self.latencies.lateness.add(lateness_ms)  # bookkeeping after the cycle's I/O, outside its latency
+        # after the write: the shadow run and the metrics cost no cycle its latency
+        self.hooks.after_cycle(
+            CycleOutcome(
+                status=status,
+                observation=None if reading.problem else reading.observation,
+                action=action,
+                sequence=reading.sequence,
+                latency_ms=latency_ms,
+                lateness_ms=lateness_ms,
+                cycles=self.counters.cycles,
+            )
+        )
 
     def _deadline_passed(self) -> None:
-        self.progress_at = time.monotonic()  # the loop noticed: alive, whatever the PLC does
-        self._missed = True
+        self.link.progress_at = time.monotonic()  # the loop noticed: alive, whatever the PLC does
+        self._cycle_state.missed = True
         self.counters.cycles += 1
         self.counters.deadline_misses += 1
         self._count(
             CycleStatus.DEADLINE_MISS,
-            f"the cycle was still waiting for its {self._phase} {self.cfg.deadline_ms:g} ms after its start",
+            f"the cycle was still waiting for its {self._cycle_state.phase} {self.cfg.deadline_ms:g} ms after "
+            "its start",
         )
 
-    async def _cycle_io(self, plc: PlcClient, scheduled: float, loop: asyncio.AbstractEventLoop) -> float:
-        """One cycle's I/O and decision; its latency in ms."""
+    async def _cycle_io(
+        self, plc: PlcClient, scheduled: float, loop: asyncio.AbstractEventLoop
+    ) -> tuple[Reading, CycleStatus, list[float], float]:
+        """One cycle's I/O and decision: what was read, the status, the action written, the latency in ms."""
         reading: Reading = await plc.read()
         if reading.problem:
             self.guard.is_stale(reading.sequence)
@@ -387,7 +360,7 @@ class ControlLoop:
                 f"inference done {late_ms:.1f} ms after the cycle start",
             )
         seq = reading.sequence
-        self._phase = "write"
+        self._cycle_state.phase = "write"
         try:
             if isinstance(seq, int) and not isinstance(
                 seq, bool
@@ -404,12 +377,13 @@ class ControlLoop:
             if retry.refused:
                 detail += f"; the safe action was refused too ({', '.join(retry.refused)})"
         latency_ms = (loop.time() - scheduled) * 1e3
-        self.latency.add(latency_ms)
-        self.window.add(latency_ms)
-        self._ran = True
-        self._backoff_s = self.cfg.backoff_initial_s
-        self.last_cycle_at = self.progress_at = time.monotonic()
-        if self._missed:  # counted and logged when the deadline passed
+        self.latencies.total.add(latency_ms)
+        self.latencies.window.add(latency_ms)
+        link = self.link
+        link.ran = True
+        link.backoff_s = self.cfg.backoff_initial_s
+        link.last_cycle_at = link.progress_at = time.monotonic()
+        if self._cycle_state.missed:  # counted and logged when the deadline passed
             status = CycleStatus.DEADLINE_MISS
         else:
             self.counters.cycles += 1
@@ -419,22 +393,18 @@ class ControlLoop:
                     detail = f"cycle took {latency_ms:.1f} ms"
                     status = CycleStatus.DEADLINE_MISS
             self._count(status, detail)
-        self.last_status = status
-        if self.updater is not None:  # after the write: the shadow run costs no cycle its latency
-            raw = None if reading.problem else reading.observation
-            self.updater.after_cycle(status, raw, action, seq, latency_ms)
-        return latency_ms
+        link.last_status = status
+        return reading, status, action, latency_ms
 
     # ------------------------------------------------------------------------------------------- run
     async def run(self, stop: asyncio.Event) -> dict[str, Any]:
         period = self.cfg.period_ms / 1e3
-        self._started = started = time.time()
-        self._cpu_started = time.process_time()
+        self._clock = _RunClock()
         while not stop.is_set() and not self._done():
             plc = await self._connect(stop)
             if plc is None:
                 break
-            self.connected = True
+            self.link.connected = True
             self.guard.reset()
             cycles_before = self.counters.cycles
             try:
@@ -443,19 +413,19 @@ class ControlLoop:
                 else:
                     await self._run_cyclic(plc, stop, period)
                 await self._write_safe(plc, CycleStatus.SHUTDOWN)
-                self.connected = False
+                self.link.connected = False
                 await plc.close()
             except ConfigError:
                 raise
             except Exception as exc:  # asyncua's UaError tree and transport errors: the session is gone
-                self.connected = False
+                self.link.connected = False
                 await self._lost(plc, exc)
                 if self.counters.cycles == cycles_before:  # lost before a cycle completed: no storm
-                    if await _wait(stop, self._backoff_s):
+                    if await _wait(stop, self.link.backoff_s):
                         break
                     self._grow_backoff()
         self._log_stats()
-        return self.summary(started)
+        return self.summary()
 
     async def _run_cyclic(self, plc: PlcClient, stop: asyncio.Event, period: float) -> None:
         loop = asyncio.get_running_loop()
@@ -464,7 +434,7 @@ class ControlLoop:
         stopping = asyncio.ensure_future(stop.wait())  # one waiter for the whole run, not one per cycle
         try:
             while not stop.is_set() and not self._done():
-                await until_slot(next_slot, lead, stopping, self._warm_up, 2 * self._decision_s)
+                await until_slot(next_slot, lead, stopping, self._warm_up, 2 * self._cycle_state.decision_s)
                 if stop.is_set():
                     break
                 await self._cycle(plc, next_slot)
@@ -483,7 +453,7 @@ class ControlLoop:
         so that the heartbeat keeps beating and a silent PLC is detected as stale."""
         loop = asyncio.get_running_loop()
         changes = await plc.subscribe_sequence(self.cfg.period_ms)
-        self.publishing_interval_ms = plc.revised_publishing_ms
+        self.link.publishing_interval_ms = plc.revised_publishing_ms
         stopping = asyncio.ensure_future(stop.wait())
         try:
             while not stop.is_set() and not self._done():
@@ -502,10 +472,10 @@ class ControlLoop:
         the result thrown away: after a period of sleep they are out of the CPU's caches, and a cold
         decision takes many times a warm one (benchmarks/loop_latency.py measures the loop with and without
         the lead). Side-effect free: no staleness count, no noise draw (Policy.warm_up)."""
-        if self._warm_obs is None:
+        if self._cycle_state.warm_obs is None:
             return
         t0 = time.monotonic()
-        obs, _ = self.guard.check(self._warm_obs)
+        obs, _ = self.guard.check(self._cycle_state.warm_obs)
         if obs is None:
             return
         try:
@@ -515,17 +485,19 @@ class ControlLoop:
         self._note_decision(time.monotonic() - t0)
 
     def _note_decision(self, seconds: float) -> None:
-        self._decision_s = max(seconds, 0.99 * self._decision_s)
+        state = self._cycle_state
+        state.decision_s = max(seconds, 0.99 * state.decision_s)
 
     def _maybe_log_stats(self) -> None:
         """A stats line every stats interval of the run, reconnects or not (the interval's clock is not
         restarted by a new session, so per-interval figures stay per interval)."""
         now = asyncio.get_running_loop().time()
-        if self._last_stats is None:
-            self._last_stats = now
-        elif now - self._last_stats >= self.cfg.stats_interval_s:
+        clock = self._clock
+        if clock.last_stats is None:
+            clock.last_stats = now
+        elif now - clock.last_stats >= self.cfg.stats_interval_s:
             self._log_stats()
-            self._last_stats = now
+            clock.last_stats = now
 
     def _done(self) -> bool:
         return self.cfg.max_cycles is not None and self.counters.cycles >= self.cfg.max_cycles
@@ -542,17 +514,18 @@ class ControlLoop:
 
     async def _connect(self, stop: asyncio.Event) -> PlcClient | None:
         """A session whose node map checked out, after the STARTUP write; None if stopped first."""
+        link = self.link
         first, t0, attempt = self.counters.connection_losses == 0, time.monotonic(), 0
-        self.outage_started = None if first else t0
+        link.outage_started = None if first else t0
         while not stop.is_set():
             attempt += 1
-            self.progress_at = time.monotonic()
+            link.progress_at = time.monotonic()
             plc = self._client_factory(self.bridge, self.io)
             try:
                 await plc.__aenter__()
             except Exception as exc:
                 problem = str(exc) if isinstance(exc, ConfigError) else connect_error_hint(exc, self.bridge)
-                if problem is not None and not self._ran:
+                if problem is not None and not link.ran:
                     raise ConfigError(problem) from None  # wrong from the start: retrying cannot fix it
                 if attempt == 1 or attempt % 10 == 0:
                     _logger.warning(
@@ -560,25 +533,25 @@ class ControlLoop:
                         self.bridge.endpoint,
                         problem or f"{type(exc).__name__}: {exc}",
                         attempt,
-                        self._backoff_s,
+                        link.backoff_s,
                     )
-                if await _wait(stop, self._backoff_s):
+                if await _wait(stop, link.backoff_s):
                     return None
-                self.progress_at = time.monotonic()
+                link.progress_at = time.monotonic()
                 self._grow_backoff()
                 continue
             if not first:
                 outage = time.monotonic() - t0
                 self.counters.reconnects += 1
                 self.counters.disconnected_s += outage
-                self.outage_started = None
+                link.outage_started = None
                 _logger.info("reconnected to %s after %.1f s", self.bridge.endpoint, outage)
             await self._write_safe(plc, CycleStatus.STARTUP)
             return plc
         return None
 
     def _grow_backoff(self) -> None:
-        self._backoff_s = min(self._backoff_s * 2, self.cfg.backoff_max_s)
+        self.link.backoff_s = min(self.link.backoff_s * 2, self.cfg.backoff_max_s)
 
     async def _write_safe(self, plc: PlcClient, status: CycleStatus) -> None:
         """STARTUP and SHUTDOWN: the safe action and the status, answering no sequence number."""
@@ -591,7 +564,9 @@ class ControlLoop:
             _logger.warning("%s: the PLC refused %s", status.name, ", ".join(result.refused))
 
     def _log_stats(self) -> None:
-        c, s, w = self.counters, self.latency.summary(), self.window.summary()
+        c, s = self.counters, self.latencies.total.summary()
+        window = self.latencies.window
+        w = window.summary()
         _logger.info(
             "cycles %d | latency p50 %.2f ms p99 %.2f ms max %.2f ms | since last %d cycles p50 %.2f ms p99 %.2f ms "
             "max %.2f ms | deadline misses %d invalid %d stale %d inference errors %d write rejected %d | "
@@ -600,7 +575,7 @@ class ControlLoop:
             s["p50"],
             s["p99"],
             s["max"],
-            self.window.count,
+            window.count,
             w["p50"],
             w["p99"],
             w["max"],
@@ -611,47 +586,50 @@ class ControlLoop:
             c.write_rejected,
             c.reconnects,
         )
-        self.window = LatencyHistogram()
-        if self.on_stats is not None:
-            self.on_stats(self.summary(self._started))
+        self.latencies.window = LatencyHistogram()
+        self.hooks.on_stats(self.summary())
 
     def disconnected_s(self) -> float:
         """Seconds without a session after a loss, the outage under way included."""
-        ongoing = 0.0 if self.outage_started is None else time.monotonic() - self.outage_started
+        started = self.link.outage_started
+        ongoing = 0.0 if started is None else time.monotonic() - started
         return self.counters.disconnected_s + ongoing
 
-    def summary(self, started: float) -> dict[str, Any]:
-        s, late = self.latency.summary(), self.lateness.summary()
-        summary = {
-            "endpoint": self.bridge.endpoint,
-            "artifact": str(self.policy.manifest.path),
-            "security": self.bridge.security.mode,
-            "period_ms": self.cfg.period_ms,
-            "deadline_ms": self.cfg.deadline_ms,
-            "wall_time_s": time.time() - started,
-            **asdict(self.counters),
-            "disconnected_s": self.disconnected_s(),
-            "latency_ms": {
-                "p50": s["p50"],
-                "p99": s["p99"],
-                "p99.9": s["p99.9"],
-                "max": s["max"],
-                "mean": s["mean"],
-            },
-            "start_lateness_ms": {"p50": late["p50"], "p99": late["p99"], "max": late["max"]},
-            # the process's CPU time (this loop, the OPC UA client, the spin) per completed cycle
-            "cpu_ms_per_cycle": (time.process_time() - self._cpu_started) * 1e3 / self.counters.cycles
-            if self.counters.cycles
-            else None,
-            "spin_ms": self.cfg.lead_ms,
-            "mode": self.cfg.mode,
-            "publishing_interval_ms": self.publishing_interval_ms,
-        }
-        stats = getattr(self.policy.backend, "stats", None)  # the model's own process (runtime.model_process)
-        summary["model_process"] = stats.to_json() if stats is not None else None
-        if self.updater is not None:
-            summary["policy"] = self.updater.summary()
-        return _strict_json(summary)
+    def summary(self) -> dict[str, Any]:
+        """The run's summary (the file `serve --summary` writes), from a full snapshot."""
+        return summary_of(self.snapshot(full=True))
+
+
+def summary_of(snap: LoopSnapshot) -> dict[str, Any]:
+    """The summary JSON of a full snapshot: NaN and Inf (no cycle completed: no percentiles) as null."""
+    assert snap.latency is not None and snap.start_lateness is not None, "a full snapshot"
+    lat, late = snap.latency, snap.start_lateness
+    cycles = snap.counts["cycles"]
+    summary: dict[str, Any] = {
+        "endpoint": snap.endpoint,
+        "artifact": str(snap.manifest.path),
+        "security": snap.security,
+        "period_ms": snap.period_ms,
+        "deadline_ms": snap.deadline_ms,
+        "wall_time_s": snap.wall_time_s,
+        **snap.counts,
+        "latency_ms": {"p50": lat.p50, "p99": lat.p99, "p99.9": lat.p99_9, "max": lat.max, "mean": lat.mean},
+        "start_lateness_ms": {"p50": late.p50, "p99": late.p99, "max": late.max},
+        # the process's CPU time (this loop, the OPC UA client, the spin) per completed cycle
+        "cpu_ms_per_cycle": snap.cpu_s * 1e3 / cycles if cycles else None,
+        "spin_ms": snap.spin_ms,
+        "mode": snap.mode,
+        "publishing_interval_ms": snap.publishing_interval_ms,
+        "model_process": None if snap.model_process is None else dict(snap.model_process),
+    }
+    if snap.update_summary is not None:
+        summary["policy"] = dict(snap.update_summary)
+    return _strict_json(summary)
+
+
+def _figures(h: LatencyHistogram) -> LatencyFigures:
+    s = h.summary()
+    return LatencyFigures(p50=s["p50"], p99=s["p99"], p99_9=s["p99.9"], max=s["max"], mean=s["mean"])
 
 
 def _strict_json(value: Any) -> Any:

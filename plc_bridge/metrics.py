@@ -1,14 +1,15 @@
 """Prometheus metrics, /healthz and /readyz of `rl2edge serve --metrics-port`.
 
 Two threads, one reference between them:
-- the control loop's thread publishes a `Snapshot` (an immutable copy of its counters, state, heartbeat,
-  serving artifact and latency histograms) after every cycle (`ControlLoop.on_cycle`) and every
-  PUBLISH_INTERVAL_S from a task on its event loop, so that a loop that is reconnecting or waiting out a
-  backoff is followed too; publishing is one assignment of a new object (`SnapshotPublisher.snapshot`);
+- the control loop's thread publishes a `Snapshot` (the loop's own frozen `ControlLoop.snapshot()`, the
+  serving artifact's labels and the latency histograms) after every cycle (the loop's hooks,
+  plc_bridge.service) and every PUBLISH_INTERVAL_S from a task on its event loop, so that a loop that is
+  reconnecting or waiting out a backoff is followed too; publishing is one assignment of a new object
+  (`SnapshotPublisher.snapshot`);
 - the HTTP server (plc_bridge.metrics_http) runs on its own event loop in its own thread, with a cap on
   connections and limits on each request, and reads nothing but the latest snapshot: a scrape, a flood
   or a slow client never runs code on the control loop's event loop.
-/healthz tells whether the loop shows progress: its heartbeat (`ControlLoop.progress_at`, the time of the
+/healthz tells whether the loop shows progress: its heartbeat (`LoopSnapshot.progress_at`, the time of the
 last completed cycle, counted deadline miss, connect attempt or backoff wake-up) as last published. A
 blocked event loop publishes nothing, so its heartbeat ages and /healthz answers 503.
 """
@@ -22,19 +23,18 @@ import errno
 import logging
 import os
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from rl2edge.errors import ConfigError
 from rl2edge.plc_bridge.metrics_http import HttpLimits, HttpPort, Response
+from rl2edge.plc_bridge.snapshot import LoopSnapshot
 from rl2edge.plc_bridge.status import CycleStatus
 
 if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
-
-    from rl2edge.plc_bridge.loop import ControlLoop
 
 _logger = logging.getLogger(__name__)
 
@@ -59,14 +59,6 @@ PAGE_MAX_AGE_S = 0.25
 """/metrics renders a page once per snapshot, and again once it is this old (the process figures and the
 ages in it move); a flood of scrapes between two snapshots gets the same bytes."""
 
-LOOP_ATTRIBUTES = (
-    "counters", "connected", "progress_at", "last_cycle_at", "last_status", "cfg", "bridge", "policy",
-    "updater", "on_cycle", "disconnected_s",
-)  # fmt: skip
-"""What `SnapshotPublisher` reads of the ControlLoop, on the loop's thread (tests check they exist)."""
-UPDATER_ATTRIBUTES = ("serving_artifact", "serving_digest", "counts", "last_shadow")
-"""And of its PolicyUpdates: the artifact that serves (path and manifest sha256), never one refused."""
-
 
 @dataclass(frozen=True)
 class HealthConfig:
@@ -86,26 +78,12 @@ class Histogram(NamedTuple):
 
 
 class Snapshot(NamedTuple):
-    """The loop's state at one instant, copied on its thread; never changed once published."""
+    """What a page shows, copied on the loop's thread; never changed once published."""
 
-    taken_at: float
-    """time.monotonic() of the copy."""
-    progress_at: float
-    """The heartbeat: time.monotonic() of the loop's last sign of progress."""
-    connected: bool
-    endpoint: str
-    last_cycle_at: float | None
-    last_status: CycleStatus | None
-    counters: Mapping[str, float]
-    """The fields of plc_bridge.loop.Counters; `disconnected_s` with the outage under way."""
-    period_s: float
-    deadline_s: float
+    loop: LoopSnapshot
+    """The loop's own snapshot (counts, state, heartbeat, serving artifact, policy updates)."""
     artifact: Mapping[str, str]
     """The labels of `rl2edge_artifact_info`: the artifact serving."""
-    updates: Mapping[str, int] | None
-    """Policy updates by outcome (None: no updater)."""
-    shadow: Mapping[str, Any]
-    """The last shadow run's figures."""
     latency: Histogram
     lateness: Histogram
 
@@ -113,8 +91,9 @@ class Snapshot(NamedTuple):
 class SnapshotPublisher:
     """Runs on the control loop's thread: the latency histograms and the snapshots."""
 
-    def __init__(self, control: ControlLoop):
-        self.control = control
+    def __init__(self, take: Callable[[], LoopSnapshot]):
+        """`take`: the loop's snapshot (ControlLoop.snapshot)."""
+        self._take = take
         self._latency = [0] * (len(LATENCY_BUCKETS_S) + 1)
         self._lateness = [0] * (len(LATENCY_BUCKETS_S) + 1)
         self._latency_sum = self._lateness_sum = 0.0
@@ -125,7 +104,7 @@ class SnapshotPublisher:
         """The latest snapshot: the only thing other threads read."""
 
     def observe(self, latency_ms: float, lateness_ms: float) -> None:
-        """After each cycle (installed as `ControlLoop.on_cycle`): its latencies, then a snapshot."""
+        """After each cycle (from the loop's hooks): its latencies, then a snapshot."""
         latency_s, lateness_s = latency_ms / 1e3, lateness_ms / 1e3
         self._latency[bisect.bisect_left(LATENCY_BUCKETS_S, latency_s)] += 1
         self._lateness[bisect.bisect_left(LATENCY_BUCKETS_S, lateness_s)] += 1
@@ -154,40 +133,26 @@ class SnapshotPublisher:
             await asyncio.sleep(interval_s)
 
     def take(self) -> Snapshot:
-        c = self.control
-        u = c.updater
-        counters = dict(vars(c.counters))
-        counters["disconnected_s"] = c.disconnected_s()
-        frozen = MappingProxyType
+        loop = self._take()
         return Snapshot(
-            taken_at=time.monotonic(),
-            progress_at=c.progress_at,
-            connected=bool(c.connected),
-            endpoint=c.bridge.endpoint,
-            last_cycle_at=c.last_cycle_at,
-            last_status=c.last_status,
-            counters=frozen(counters),
-            period_s=c.cfg.period_ms / 1e3,
-            deadline_s=c.cfg.deadline_ms / 1e3,
-            artifact=self._artifact_labels(),
-            updates=None if u is None else frozen(dict(u.counts)),
-            shadow=frozen({} if u is None else dict(u.last_shadow)),
+            loop=loop,
+            artifact=self._artifact_labels(loop),
             latency=Histogram(tuple(self._latency), self._latency_sum),
             lateness=Histogram(tuple(self._lateness), self._lateness_sum),
         )
 
-    def _artifact_labels(self) -> Mapping[str, str]:
-        """The serving artifact's labels, made again only when the policy or the updater's serving artifact
-        changes. The path is the one resolved when that artifact was loaded (the updater's `serving_artifact`),
-        never the configured path resolved now: a deployer's symlink may point at an update that was refused."""
-        c = self.control
-        u = c.updater
-        key = (c.policy, None if u is None else u.serving_artifact, None if u is None else u.serving_digest)
+    def _artifact_labels(self, loop: LoopSnapshot) -> Mapping[str, str]:
+        """The serving artifact's labels, made again only when the serving manifest or the updates' serving
+        artifact changes. The path is the one resolved when that artifact was loaded (the updates'
+        `artifact`), never the configured path resolved now: a deployer's symlink may point at an update
+        that was refused."""
+        u = loop.updates
+        key = (loop.manifest, None if u is None else u.artifact, None if u is None else u.digest)
         if len(self._labels_key) == 3 and all(a is b for a, b in zip(key, self._labels_key, strict=True)):
             return self._labels
-        m = c.policy.manifest
+        m = loop.manifest
         if u is not None:
-            path, digest = str(u.serving_artifact), str(u.serving_digest or "")
+            path, digest = str(u.artifact), str(u.digest or "")
         else:  # no updates: the policy loaded at start serves throughout; resolved once, at first sight
             path, digest = os.path.realpath(m.path), ""
         model = m.model["file"]
@@ -203,7 +168,7 @@ class SnapshotPublisher:
                 "env_id": str(source.get("env_id", "")),
                 "source_run": str(source.get("checkpoint", "")),
                 "algo": str(source.get("algo", "")),
-                "backend": c.policy.backend_name,
+                "backend": loop.backend_name,
             }
         )
         return self._labels
@@ -211,45 +176,31 @@ class SnapshotPublisher:
 
 class Health:
     """Liveness (the loop makes progress) and readiness (connected, the last cycle OK and recent): from a
-    snapshot (the HTTP thread) or, given none, from the loop itself (on its own thread: systemd's watchdog)."""
+    published snapshot (the HTTP thread) or, given none, from one taken now (on the loop's own thread:
+    systemd's watchdog)."""
 
-    def __init__(self, control: ControlLoop, cfg: HealthConfig):
-        self.control, self.cfg = control, cfg
+    def __init__(self, take: Callable[[], LoopSnapshot], cfg: HealthConfig):
+        """`take`: the loop's snapshot (ControlLoop.snapshot)."""
+        self._take, self.cfg = take, cfg
 
-    def alive(self, snap: Snapshot | None = None) -> tuple[bool, str]:
-        progress_at = self.control.progress_at if snap is None else snap.progress_at
-        stalled = time.monotonic() - progress_at
+    def alive(self, snap: LoopSnapshot | None = None) -> tuple[bool, str]:
+        snap = self._take() if snap is None else snap
+        stalled = time.monotonic() - snap.progress_at
         if stalled > self.cfg.stall_s:
             return False, f"the control loop has shown no progress for {stalled:.1f} s"
         return True, "the control loop is running"
 
-    def ready(self, snap: Snapshot | None = None) -> tuple[bool, str]:
-        if snap is None:
-            c = self.control
-            connected, endpoint, last_cycle_at, last_status = (
-                c.connected,
-                c.bridge.endpoint,
-                c.last_cycle_at,
-                c.last_status,
-            )
-            period_s = c.cfg.period_ms / 1e3
-        else:
-            connected, endpoint, last_cycle_at, last_status, period_s = (
-                snap.connected,
-                snap.endpoint,
-                snap.last_cycle_at,
-                snap.last_status,
-                snap.period_s,
-            )
-        if not connected:
-            return False, f"not connected to {endpoint}"
-        if last_cycle_at is None or last_status is None:
+    def ready(self, snap: LoopSnapshot | None = None) -> tuple[bool, str]:
+        snap = self._take() if snap is None else snap
+        if not snap.connected:
+            return False, f"not connected to {snap.endpoint}"
+        if snap.last_cycle_at is None or snap.last_status is None:
             return False, "connected, no cycle completed yet"
-        age = time.monotonic() - last_cycle_at
-        if age > self.cfg.periods * period_s:
+        age = time.monotonic() - snap.last_cycle_at
+        if age > self.cfg.periods * snap.period_s:
             return False, f"the last cycle completed {age:.2f} s ago"
-        if last_status != CycleStatus.OK:
-            return False, f"the last cycle's status was {last_status.name}"
+        if snap.last_status != CycleStatus.OK:
+            return False, f"the last cycle's status was {snap.last_status.name}"
         return True, "connected, the last cycle was OK"
 
 
@@ -277,12 +228,13 @@ class MetricsServer:
 
 
 class ServeMetrics:
-    def __init__(self, control: ControlLoop, health: Health, limits: HttpLimits | None = None):
+    def __init__(self, take: Callable[[], LoopSnapshot], health: Health, limits: HttpLimits | None = None):
+        """`take`: the loop's snapshot (ControlLoop.snapshot); `publisher.observe` is to be called after
+        each cycle (ServeService does, from the loop's hooks)."""
         from prometheus_client import CONTENT_TYPE_LATEST, ProcessCollector, generate_latest
 
-        self.control, self.health = control, health
-        self.publisher = SnapshotPublisher(control)
-        control.on_cycle = self.publisher.observe
+        self.health = health
+        self.publisher = SnapshotPublisher(take)
         self.http = HttpPort(self.respond, limits or HttpLimits())
         self._process = ProcessCollector(registry=None)  # process_resident_memory_bytes, cpu seconds, fds
         self._generate, self._content_type = generate_latest, CONTENT_TYPE_LATEST
@@ -317,7 +269,7 @@ class ServeMetrics:
         if path == "/metrics":
             return 200, self._content_type, self.page(snap)
         if path in ("/healthz", "/readyz"):
-            ok, why = self.health.alive(snap) if path == "/healthz" else self.health.ready(snap)
+            ok, why = self.health.alive(snap.loop) if path == "/healthz" else self.health.ready(snap.loop)
             return (
                 (200 if ok else 503),
                 "text/plain; charset=utf-8",
@@ -360,7 +312,7 @@ class ServeMetrics:
                 total += count
                 buckets.append((floatToGoString(bound), total))
             yield HistogramMetricFamily(name, doc, buckets=buckets, sum_value=h.sum)
-        n = s.counters
+        n = s.loop.counts
         by_status = CounterMetricFamily("rl2edge_cycles", "Completed cycles by status", labels=["status"])
         for status, field in STATUS_COUNTERS.items():
             by_status.add_metric([status.name.lower()], n[field])
@@ -377,40 +329,43 @@ class ServeMetrics:
             metric = "disconnected_seconds" if name == "disconnected_s" else name
             yield CounterMetricFamily(f"rl2edge_{metric}", doc, value=n[name])
         yield GaugeMetricFamily(
-            "rl2edge_connected", "1 while a session with the PLC is up", value=int(s.connected)
+            "rl2edge_connected", "1 while a session with the PLC is up", value=int(s.loop.connected)
         )
         yield GaugeMetricFamily(
-            "rl2edge_ready", "1 while connected and the last cycle was OK", value=int(self.health.ready(s)[0])
+            "rl2edge_ready",
+            "1 while connected and the last cycle was OK",
+            value=int(self.health.ready(s.loop)[0]),
         )
-        age = float("nan") if s.last_cycle_at is None else now - s.last_cycle_at
+        age = float("nan") if s.loop.last_cycle_at is None else now - s.loop.last_cycle_at
         yield GaugeMetricFamily(
             "rl2edge_last_cycle_age_seconds", "Seconds since the last completed cycle", value=age
         )
-        yield GaugeMetricFamily("rl2edge_period_seconds", "The control period", value=s.period_s)
+        yield GaugeMetricFamily("rl2edge_period_seconds", "The control period", value=s.loop.period_s)
         yield GaugeMetricFamily(
-            "rl2edge_deadline_seconds", "The latency budget per cycle", value=s.deadline_s
+            "rl2edge_deadline_seconds", "The latency budget per cycle", value=s.loop.deadline_s
         )
         info = InfoMetricFamily("rl2edge_artifact", "The serving artifact")
         info.add_metric([], s.artifact)
         yield info
-        if s.updates is not None:
+        u = s.loop.updates
+        if u is not None:
             updates = CounterMetricFamily(
                 "rl2edge_policy_updates", "Policy update requests by outcome", labels=["result"]
             )
-            for result, count in s.updates.items():
+            for result, count in u.counts.items():
                 updates.add_metric([result], count)
             yield updates
-            if "agreement" in s.shadow:
+            if "agreement" in u.last_shadow:
                 yield GaugeMetricFamily(
                     "rl2edge_shadow_agreement",
                     "Last shadow run: share of actions equal to the served ones",
-                    value=s.shadow["agreement"],
+                    value=u.last_shadow["agreement"],
                 )
-            if "mean_action_diff" in s.shadow:
+            if "mean_action_diff" in u.last_shadow:
                 yield GaugeMetricFamily(
                     "rl2edge_shadow_action_diff",
                     "Last shadow run: mean largest |new - served| action difference, share of the action range",
-                    value=s.shadow["mean_action_diff"],
+                    value=u.last_shadow["mean_action_diff"],
                 )
         refused = CounterMetricFamily(
             "rl2edge_metrics_refused",

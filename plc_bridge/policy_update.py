@@ -33,20 +33,21 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from types import MappingProxyType
+from typing import Any
 
 import numpy as np
 
 from rl2edge.errors import BackendError, ConfigError, ManifestError, ObservationError, Rl2EdgeError
 from rl2edge.fileio import read_regular_file
+from rl2edge.plc_bridge.hooks import CycleOutcome
 from rl2edge.plc_bridge.latency import LatencyHistogram
+from rl2edge.plc_bridge.observation_guard import Serving
+from rl2edge.plc_bridge.snapshot import UpdateState
 from rl2edge.plc_bridge.status import CycleStatus
 from rl2edge.runtime.manifest import MANIFEST_FILE
 from rl2edge.runtime.manifest_schema import MAX_MANIFEST_BYTES
 from rl2edge.runtime.policy import Policy
-
-if TYPE_CHECKING:
-    from rl2edge.plc_bridge.loop import ControlLoop, Serving
 
 _logger = logging.getLogger(__name__)
 
@@ -124,14 +125,21 @@ class _Shadow:
 
 
 class PolicyUpdates:
-    """Runs the updates of one control loop (installed as its `updater`)."""
+    """Runs the updates of one control loop: the update part of its hooks (plc_bridge.hooks.LoopHooks),
+    which the loop asks at the start of each cycle whether a verified policy takes over, and shows each
+    cycle's outcome for the shadow run."""
 
-    def __init__(self, control: ControlLoop, cfg: UpdateConfig):
+    def __init__(self, policy: Policy, cfg: UpdateConfig, prepare: Callable[[Policy, Policy], Serving]):
+        """`policy`: the one serving at start. `prepare(candidate, serving)`: what serving the candidate
+        takes in place of the serving policy, or a ConfigError why it does not fit the loop
+        (plc_bridge.observation_guard.prepare_serving with the loop's node map)."""
         cfg.check()
-        self.control, self.cfg = control, cfg
-        self.serving_artifact = _real(
-            control.policy.manifest.path
-        )  # what serves, not where the path points now
+        self.cfg, self._prepare = cfg, prepare
+        self.policy = policy
+        """The serving policy: the one at start, then each that took over."""
+        self.cycles = 0
+        """Cycles the loop completed, as last told."""
+        self.serving_artifact = _real(policy.manifest.path)  # what serves, not where the path points now
         self.serving_digest = _manifest_digest(self.serving_artifact)
         self.served: set[str] = {self.serving_digest}
         """Manifest digests that served in this run: a rollback to one of them is known-good."""
@@ -224,7 +232,7 @@ class PolicyUpdates:
                     return
                 policy = await _off_loop(LOAD_TIMEOUT_S - (time.perf_counter() - t0), self.cfg.load, target)
                 try:
-                    serving = self.control.prepare(policy)
+                    serving = self._prepare(policy, self.policy)
                 except Rl2EdgeError:
                     policy.close()
                     raise
@@ -256,34 +264,36 @@ class PolicyUpdates:
             self._loading = False
 
     # ------------------------------------------------------------------------------- in the loop
-    def before_cycle(self) -> None:
-        """At the start of a cycle: a candidate that passed takes over now."""
+    def before_cycle(self, cycles: int) -> Serving | None:
+        """At the start of a cycle (`cycles` completed so far): a candidate that passed takes over now; the
+        loop serves what this returns from this cycle on."""
+        self.cycles = cycles
         ready, self._ready = self._ready, None
         if ready is None:
-            return
-        old, old_policy = self.serving_artifact, self.control.policy
-        self.control.install(ready.serving)
-        old_policy.close()  # its model process: nothing runs it any more
+            return None
+        old, old_policy = self.serving_artifact, self.policy
+        self.policy = ready.serving.policy
+        old_policy.close()  # its model process: nothing runs it any more (the loop serves the new one now)
         rollback = ready.digest in self.served
         self.served.add(ready.digest)
         self.serving_artifact, self.serving_digest = ready.artifact, ready.digest
-        record = self._record(
-            "accepted", ready.artifact, ready.digest, "", first_cycle=self.control.counters.cycles + 1
-        )
+        record = self._record("accepted", ready.artifact, ready.digest, "", first_cycle=cycles + 1)
         record.update(
             replaced=str(old),
             load_s=round(ready.load_s, 3),
-            shadow=None if rollback else ready.result(self.control.policy.discrete),
+            shadow=None if rollback else ready.result(self.policy.discrete),
             rollback=rollback,
         )
         self._first_cycle_of = record
         _logger.info("policy update: %s serves from cycle %d on", ready.artifact, record["first_cycle"])
+        return ready.serving
 
-    def after_cycle(
-        self, status: CycleStatus, raw: Any, action: list[float], seq: Any, latency_ms: float
-    ) -> None:
-        """After a cycle's write: account for the swap's cycles, and run the shadow. `raw`: the observation
-        as read from the PLC (None when its quality was bad), which the candidate checks with its own guard."""
+    def after_cycle(self, outcome: CycleOutcome) -> None:
+        """After a cycle's write: account for the swap's cycles, and run the shadow. The observation as
+        read from the PLC (None when its quality was bad) is checked with the candidate's own guard."""
+        status, raw, action = outcome.status, outcome.observation, outcome.action
+        seq, latency_ms = outcome.sequence, outcome.latency_ms
+        self.cycles = outcome.cycles
         during = self.active or self._first_cycle_of is not None
         if self._first_cycle_of is not None:  # the takeover cycle
             self._first_cycle_of["first_sequence"] = seq if status == CycleStatus.OK else None
@@ -335,7 +345,7 @@ class PolicyUpdates:
 
     def _serving_action(self, obs: np.ndarray) -> list[float] | None:
         """The serving policy's action on an observation its own guard refused (None if it cannot run)."""
-        policy = self.control.policy
+        policy = self.policy
         try:
             a = policy.predict(obs, validated=True)
         except (BackendError, ObservationError):
@@ -403,7 +413,7 @@ class PolicyUpdates:
             "result": result,
             "artifact": str(artifact),
             "manifest_sha256": digest,
-            "at_cycle": self.control.counters.cycles,
+            "at_cycle": self.cycles,
             "time": time.time(),
             **({"reason": why} if why else {}),
             **extra,
@@ -412,7 +422,17 @@ class PolicyUpdates:
         del self.records[:-MAX_RECORDS]
         return record
 
+    def state(self) -> UpdateState:
+        """What the loop's snapshots show of the updates."""
+        return UpdateState(
+            artifact=self.serving_artifact,
+            digest=self.serving_digest,
+            counts=MappingProxyType(dict(self.counts)),
+            last_shadow=MappingProxyType(dict(self.last_shadow)),
+        )
+
     def summary(self) -> dict[str, Any]:
+        """The summary's `policy` section."""
         return {
             "artifact": str(self.serving_artifact),
             "manifest_sha256": self.serving_digest,

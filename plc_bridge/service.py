@@ -12,18 +12,26 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import signal
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from rl2edge.fileio import write_json_atomic
-from rl2edge.plc_bridge.loop import ControlLoop
+from rl2edge.plc_bridge.binding import PlantIo
+from rl2edge.plc_bridge.client import BridgeConfig, PlcClient
+from rl2edge.plc_bridge.hooks import CycleOutcome
+from rl2edge.plc_bridge.loop import ControlLoop, LoopConfig
 from rl2edge.plc_bridge.metrics import Health, HealthConfig, ServeMetrics
+from rl2edge.plc_bridge.observation_guard import Serving, prepare_serving
 from rl2edge.plc_bridge.policy_update import PolicyUpdates, UpdateConfig
+from rl2edge.plc_bridge.snapshot import UpdateState
 from rl2edge.plc_bridge.systemd_notify import SystemdNotifier
+from rl2edge.runtime.policy import Policy
 
 _logger = logging.getLogger(__name__)
 
@@ -38,25 +46,57 @@ class ServiceConfig:
 
 
 class ServeService:
-    def __init__(self, control: ControlLoop, cfg: ServiceConfig):
-        self.control, self.cfg = control, cfg
-        self.updates = PolicyUpdates(control, cfg.updates)
-        control.updater = self.updates
-        self.health = Health(control, cfg.health)
-        self.metrics = ServeMetrics(control, self.health) if cfg.metrics_port is not None else None
-        self._writer = ThreadPoolExecutor(1, thread_name_prefix="rl2edge-summary") if cfg.summary else None
-        if cfg.summary:
-            control.on_stats = self._write_summary
+    """The control loop and what runs beside it; the loop's hooks (plc_bridge.hooks.LoopHooks): the policy
+    updates, the metrics' latency histograms and snapshots, the summary file."""
 
-    def _write_summary(self, summary: dict[str, Any]) -> None:
-        assert self._writer is not None and self.cfg.summary is not None
+    def __init__(
+        self,
+        policy: Policy,
+        bridge: BridgeConfig,
+        loop_cfg: LoopConfig,
+        cfg: ServiceConfig,
+        client_factory: Callable[[BridgeConfig, PlantIo], PlcClient] = PlcClient,
+    ):
+        self.cfg = cfg
+        self.metrics: ServeMetrics | None = None
+        self.control = ControlLoop(policy, bridge, loop_cfg, hooks=self, client_factory=client_factory)
+        self.updates = PolicyUpdates(
+            policy, cfg.updates, functools.partial(prepare_serving, node_map=bridge.node_map)
+        )
+        self._writer = ThreadPoolExecutor(1, thread_name_prefix="rl2edge-summary") if cfg.summary else None
+        self.health = Health(self.control.snapshot, cfg.health)
+        if cfg.metrics_port is not None:
+            self.metrics = ServeMetrics(self.control.snapshot, self.health)
+
+    # ------------------------------------------------------------------------ the loop's hooks
+    def before_cycle(self, cycles: int) -> Serving | None:
+        return self.updates.before_cycle(cycles)
+
+    def after_cycle(self, outcome: CycleOutcome) -> None:
+        self.updates.after_cycle(outcome)
+        if self.metrics is not None:
+            self.metrics.publisher.observe(outcome.latency_ms, outcome.lateness_ms)
+
+    def on_stats(self, summary: dict[str, Any]) -> None:
+        """The summary file rewritten, by the writer thread."""
+        if self._writer is None or self.cfg.summary is None:
+            return
         future = self._writer.submit(write_json_atomic, self.cfg.summary, summary)
         future.add_done_callback(_log_failure)
 
+    def update_state(self) -> UpdateState:
+        return self.updates.state()
+
+    def update_summary(self) -> dict[str, Any]:
+        return self.updates.summary()
+
     async def run(self, stop: asyncio.Event) -> dict[str, Any]:
         loop = asyncio.get_running_loop()
+        port = self.cfg.metrics_port
         server = (
-            await self.metrics.start(self.cfg.metrics_host, self.cfg.metrics_port) if self.metrics else None
+            await self.metrics.start(self.cfg.metrics_host, port)
+            if self.metrics is not None and port is not None
+            else None
         )
         notifier = SystemdNotifier.from_environment()
         loop.add_signal_handler(signal.SIGHUP, self.updates.request, "SIGHUP")

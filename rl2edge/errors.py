@@ -45,10 +45,6 @@ class BackendError(Rl2EdgeError):
     """No interpreter is available, or the interpreter failed to load or run the model."""
 
 
-class BridgeError(Rl2EdgeError):
-    """The OPC UA bridge cannot reach, authenticate with, or map the PLC."""
-
-
 SHOWN_CHARS = 80
 """The most of a user's value an error message shows: a file may hold a megabyte in one value."""
 

@@ -65,6 +65,12 @@ class ObservationSpec:
     def size(self) -> int:
         return int(np.prod(self.shape))
 
+    @property
+    def bounds(self) -> tuple[tuple[float | None, ...], tuple[float | None, ...]]:
+        """(low, high) with one entry per value; None where a side is unbounded (a bound left out, or [])."""
+        unbounded = (None,) * self.size
+        return self.low or unbounded, self.high or unbounded
+
 
 @dataclass(frozen=True)
 class ActionSpec:
@@ -108,6 +114,11 @@ class ActionSpec:
     def size(self) -> int:
         """The action's length as the env and the PLC take it: 1 for a Discrete index."""
         return 1 if self.discrete else int(np.prod(self.shape))
+
+    @property
+    def index_range(self) -> tuple[int, int]:
+        """Discrete: the first and the last action index the env takes (start .. start + n - 1)."""
+        return self.start, self.start + self.n - 1
 
     @property
     def output_width(self) -> int:

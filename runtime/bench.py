@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from rl2edge.fileio import write_bytes_atomic, write_json_atomic
+from rl2edge.specs import ObservationSpec
 from rl2edge.tables import markdown_table, package_versions
 
 
@@ -79,15 +80,15 @@ def artifact_forms(
     }
 
 
-def artifact_observations(spec: dict[str, Any], n: int = 256) -> np.ndarray:
+def artifact_observations(spec: ObservationSpec, n: int = 256) -> np.ndarray:
     """Observations inside the declared bounds (unbounded sides: a unit normal's usual range)."""
     rng = np.random.default_rng(0)
-    shape = tuple(spec["shape"])
-    size = int(np.prod(shape))
-    low = np.array([-1.0 if v is None else v for v in np.ravel(spec.get("low", []) or [None] * size)])
-    high = np.array([1.0 if v is None else v for v in np.ravel(spec.get("high", []) or [None] * size)])
+    shape = spec.shape
+    bounds_low, bounds_high = spec.bounds
+    low = np.array([-1.0 if v is None else v for v in bounds_low])
+    high = np.array([1.0 if v is None else v for v in bounds_high])
     x = rng.uniform(low, high, size=(n, low.size)).astype(np.float32).reshape(n, *shape)
-    dtype = np.dtype(spec.get("dtype", "float32"))
+    dtype = np.dtype(spec.dtype)
     return np.rint(x).astype(dtype) if dtype.kind in "iu" else x  # as the env gives them: uint8 frames
 
 

@@ -8,12 +8,14 @@ and a sha256 of every other file. `load_manifest` refuses an artifact that does 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 from rl2edge.errors import ManifestError
 from rl2edge.fileio import read_json_document, sha256_file, write_json_atomic
 from rl2edge.runtime.manifest_schema import MAX_MANIFEST_BYTES, bare_name, check_manifest
+from rl2edge.specs import ActionSpec, ObservationSpec
 
 MANIFEST_FILE = "manifest.json"
 SCHEMA = "rl2edge-artifact"
@@ -26,13 +28,15 @@ class Manifest:
     path: Path  # the artifact directory
     data: dict[str, Any]
 
-    @property
-    def observation(self) -> dict[str, Any]:
-        return self.data["observation"]
+    @cached_property
+    def observation(self) -> ObservationSpec:
+        """The observation spec, parsed once from the JSON that load_manifest checked."""
+        return ObservationSpec.from_json(self.data["observation"])
 
-    @property
-    def action(self) -> dict[str, Any]:
-        return self.data["action"]
+    @cached_property
+    def action(self) -> ActionSpec:
+        """The action spec, parsed from the JSON once."""
+        return ActionSpec.from_json(self.data["action"])
 
     @property
     def model(self) -> dict[str, Any]:

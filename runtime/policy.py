@@ -4,7 +4,6 @@ is inside the graph."""
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
 
 import numpy as np
@@ -13,9 +12,6 @@ from rl2edge.errors import BackendError, ManifestError, ObservationError
 from rl2edge.runtime.interpreters import Backend, open_backend
 from rl2edge.runtime.manifest import Manifest, load_manifest
 from rl2edge.runtime.model_check import check_tflite_structure, probe_in_child
-from rl2edge.specs import is_discrete
-
-_logger = logging.getLogger(__name__)
 
 
 class Policy:
@@ -31,20 +27,20 @@ class Policy:
         is off (the graph then computes the deterministic action exactly), and feeds OU's state back."""
         self.manifest = manifest
         self._backend = backend
-        obs = manifest.observation
-        self.obs_shape = tuple(int(d) for d in obs["shape"])
+        self.observation_spec = obs = manifest.observation
+        self.action_spec = act = manifest.action
+        self.obs_shape = obs.shape
         self._model_shape = backend.input_shape
-        if int(np.prod(self._model_shape)) != int(np.prod(self.obs_shape)):
+        if int(np.prod(self._model_shape)) != obs.size:
             raise ManifestError(
                 f"model input {self._model_shape} does not hold the manifest's observation {self.obs_shape}"
             )
-        act = manifest.action
-        self.discrete = is_discrete(act)
+        self.discrete = act.discrete
         if self.discrete:
-            self._lo, self._hi = int(act.get("start", 0)), int(act.get("start", 0)) + int(act["n"]) - 1
+            self._lo, self._hi = act.index_range
         else:
-            self.action_low = np.asarray(act["low"], np.float32)
-            self.action_high = np.asarray(act["high"], np.float32)
+            self.action_low = np.asarray(act.low, np.float32)
+            self.action_high = np.asarray(act.high, np.float32)
         self._in_quant = backend.input_quant
         self._out_quant = backend.output_quant
         if self._in_quant is not None:
@@ -66,7 +62,7 @@ class Policy:
         # the shifted frame of each call, written in place (the interpreter copies it in on set_tensor)
         self._u8_buffer = np.empty(self._model_shape, np.uint8) if self._u8_shift else None
         # Image observations: the env gives e.g. HWC, torch/ONNX models take NCHW, TFLite models NHWC.
-        self._axes = _transpose_axes(obs.get("layout", "flat"), _model_layout(manifest, backend))
+        self._axes = _transpose_axes(obs.layout, _model_layout(manifest, backend))
         self.noise: dict | None = (manifest.data.get("folded") or {}).get("noise")
         if self.noise is not None:
             io = self.noise["graph"]

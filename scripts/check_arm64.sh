@@ -351,12 +351,12 @@ for name, run in [("cartpole-all/fp32", "cartpole"), ("cartpole-all/fp16", "cart
     ref.mkdir(parents=True, exist_ok=True)
     np.save(ref / "obs.npy", obs)
     np.save(ref / "x86.npy", x86)
-    entry = {"name": name, "mode": m.quantization["mode"], "discrete": m.action["type"] == "discrete",
+    entry = {"name": name, "mode": m.quantization["mode"], "discrete": m.action.discrete,
              "backend": policy.backend_name, "samples": n, "ref": str(ref.relative_to(art))}
     if entry["discrete"]:
         np.save(ref / "margins.npy", source_from_checkpoint(art / "runs" / run).margins(obs))
     else:
-        entry["range"] = (np.asarray(m.action["high"], float) - np.asarray(m.action["low"], float)).tolist()
+        entry["range"] = (np.asarray(m.action.high, float) - np.asarray(m.action.low, float)).tolist()
     index.append(entry)
     print(f"  {name:22s} {entry['mode']:8s} {n} observations, x86 via {policy.backend_name}")
 (art / "index.json").write_text(json.dumps(index, indent=1))

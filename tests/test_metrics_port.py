@@ -5,7 +5,6 @@ its state from another thread."""
 
 from __future__ import annotations
 
-import ast
 import asyncio
 import hashlib
 import json
@@ -20,19 +19,15 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
-from types import SimpleNamespace
+from types import MappingProxyType, SimpleNamespace
 from typing import Any
 
 import numpy as np
 import pytest
 
 from rl2edge.errors import ConfigError
-from rl2edge.plc_bridge import loop as loop_module
-from rl2edge.plc_bridge import policy_update as update_module
 from rl2edge.plc_bridge.loop import Counters, LoopConfig
 from rl2edge.plc_bridge.metrics import (
-    LOOP_ATTRIBUTES,
-    UPDATER_ATTRIBUTES,
     Health,
     HealthConfig,
     ServeMetrics,
@@ -41,6 +36,7 @@ from rl2edge.plc_bridge.metrics import (
 from rl2edge.plc_bridge.metrics_http import HttpLimits
 from rl2edge.plc_bridge.policy_update import PolicyUpdates, UpdateConfig
 from rl2edge.plc_bridge.slot_timer import until_slot
+from rl2edge.plc_bridge.snapshot import LoopSnapshot
 from rl2edge.plc_bridge.status import CycleStatus
 from rl2edge.runtime.manifest import Manifest
 
@@ -58,8 +54,9 @@ def _manifest(path: Path, env_id: str = "CartPole-v1") -> Manifest:
 
 
 class StandInLoop:
-    """The ControlLoop attributes the metrics read (LOOP_ATTRIBUTES), kept as the loop keeps them. Any read
-    of them from a thread other than the one that made it is recorded in `foreign_reads`."""
+    """What a ControlLoop's snapshot() shows the metrics, kept as the loop keeps it, and its hooks called as
+    ServeService calls them. Any read of its state from a thread other than the one that made it is
+    recorded in `foreign_reads`."""
 
     def __init__(self, artifact: Path, period_ms: float = 10.0):
         self._owner = threading.get_ident()
@@ -70,42 +67,59 @@ class StandInLoop:
         self.last_cycle_at: float | None = None
         self.last_status: CycleStatus | None = None
         self.cfg = LoopConfig(period_ms=period_ms)
-        self.bridge = SimpleNamespace(endpoint="opc.tcp://plc:4840")
         self.policy = SimpleNamespace(
             manifest=_manifest(artifact), backend_name="ai-edge-litert", discrete=True, close=lambda: None
         )
-        self.updater: PolicyUpdates | None = None
-        self.on_cycle: Callable[[float, float], None] | None = None
+        self.updates: PolicyUpdates | None = None
+        self.metrics: ServeMetrics | None = None
 
     def __getattribute__(self, name: str) -> Any:
         if not name.startswith("_") and name != "foreign_reads" and threading.get_ident() != self._owner:
             self.foreign_reads.append(f"{name} from {threading.current_thread().name}")
         return super().__getattribute__(name)
 
-    def disconnected_s(self) -> float:
-        return self.counters.disconnected_s
+    def snapshot(self) -> LoopSnapshot:
+        """As ControlLoop.snapshot() makes it (not a full one)."""
+        return LoopSnapshot(
+            taken_at=time.monotonic(),
+            endpoint="opc.tcp://plc:4840",
+            security="none",
+            mode=self.cfg.mode,
+            period_ms=self.cfg.period_ms,
+            deadline_ms=self.cfg.deadline_ms,
+            spin_ms=self.cfg.lead_ms,
+            publishing_interval_ms=None,
+            connected=self.connected,
+            progress_at=self.progress_at,
+            last_cycle_at=self.last_cycle_at,
+            last_status=self.last_status,
+            counts=MappingProxyType(dict(vars(self.counters))),
+            manifest=self.policy.manifest,
+            backend_name=self.policy.backend_name,
+            updates=None if self.updates is None else self.updates.state(),
+            wall_time_s=0.0,
+            cpu_s=0.0,
+        )
 
     def cycle(self, latency_ms: float = 1.0, lateness_ms: float = 0.1) -> None:
-        """What ControlLoop._cycle_io and _cycle do to these attributes for one OK cycle."""
+        """What ControlLoop._cycle and _cycle_io do to this state for one OK cycle, and the hooks."""
+        if self.updates is not None:
+            serving = self.updates.before_cycle(self.counters.cycles)
+            if serving is not None:
+                self.policy = serving.policy
         self.counters.cycles += 1
         self.counters.ok += 1
         self.last_cycle_at = self.progress_at = time.monotonic()
         self.last_status = CycleStatus.OK
-        if self.updater is not None:
-            self.updater.before_cycle()
-        if self.on_cycle is not None:
-            self.on_cycle(latency_ms, lateness_ms)
-
-    # what PolicyUpdates asks of the loop
-    def prepare(self, policy: Any) -> Any:
-        return SimpleNamespace(policy=policy)
-
-    def install(self, serving: Any) -> None:
-        self.policy = serving.policy
+        if self.metrics is not None:
+            self.metrics.publisher.observe(latency_ms, lateness_ms)
 
 
 def _metrics_for(control: StandInLoop, limits: HttpLimits | None = None) -> ServeMetrics:
-    return ServeMetrics(control, Health(control, HealthConfig()), limits)  # as ServeService makes it
+    """As ServeService makes it: the metrics read the loop's snapshots, and are shown each cycle."""
+    metrics = ServeMetrics(control.snapshot, Health(control.snapshot, HealthConfig()), limits)
+    control.metrics = metrics
+    return metrics
 
 
 def _serving(
@@ -487,8 +501,12 @@ def test_the_artifact_label_names_the_serving_artifact_after_a_refused_update(tm
             close=lambda: None,
         )
 
-    updates = PolicyUpdates(control, UpdateConfig(artifact=current, load=load, shadow_cycles=0))
-    control.updater = updates  # as ServeService installs it, before ServeMetrics is made
+    updates = PolicyUpdates(
+        control.policy,
+        UpdateConfig(artifact=current, load=load, shadow_cycles=0),
+        prepare=lambda candidate, serving: SimpleNamespace(policy=candidate),
+    )
+    control.updates = updates  # as ServeService makes it, before ServeMetrics
 
     def swap_to(target: Path) -> None:
         (tmp_path / "next").symlink_to(target)
@@ -582,25 +600,3 @@ def test_health_follows_the_published_heartbeat(tmp_path: Path) -> None:
     (alive, why), (ready, why_not) = out["stalled"]
     assert alive == 503 and why.startswith(b"fail: the control loop has shown no progress for")
     assert ready == 503 and b"the last cycle completed" in why_not
-
-
-def _assigned_attributes(module: Any, cls: str) -> set[str]:
-    """self.X assignments and methods of a class, read from its source (so a rename is caught)."""
-    tree = ast.parse(Path(module.__file__).read_text())
-    node = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == cls)
-    names = {n.name for n in node.body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)}
-    for n in ast.walk(node):
-        targets = (
-            n.targets if isinstance(n, ast.Assign) else [n.target] if isinstance(n, ast.AnnAssign) else []
-        )
-        for t in targets:
-            for e in t.elts if isinstance(t, ast.Tuple) else [t]:
-                if isinstance(e, ast.Attribute) and isinstance(e.value, ast.Name) and e.value.id == "self":
-                    names.add(e.attr)
-    return names
-
-
-def test_what_the_snapshot_reads_exists_on_the_loop_and_the_updater() -> None:
-    assert set(LOOP_ATTRIBUTES) <= _assigned_attributes(loop_module, "ControlLoop")
-    assert set(UPDATER_ATTRIBUTES) <= _assigned_attributes(update_module, "PolicyUpdates")
-    assert set(LOOP_ATTRIBUTES) <= set(dir(StandInLoop(Path("/"))))

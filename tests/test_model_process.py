@@ -184,7 +184,7 @@ def test_a_crashing_model_served_for_60_s_costs_cycles_not_the_service(cartpole_
     the child comes back, the loop never stops. At 20 s a hot update to a model that crashes every 5th run
     is requested: its shadow run sees it crash and refuses it; it never serves."""
     from rl2edge.plc_bridge.client import BridgeConfig
-    from rl2edge.plc_bridge.loop import ControlLoop, LoopConfig
+    from rl2edge.plc_bridge.loop import LoopConfig
     from rl2edge.plc_bridge.metrics import HealthConfig
     from rl2edge.plc_bridge.policy_update import UpdateConfig
     from rl2edge.plc_bridge.service import ServeService, ServiceConfig
@@ -203,9 +203,13 @@ def test_a_crashing_model_served_for_60_s_costs_cycles_not_the_service(cartpole_
         sim_task = asyncio.create_task(sim.run(stop_sim))
         while sim.server is None:
             await asyncio.sleep(0.02)
-        control = ControlLoop(faulty_policy(art, every=150), BridgeConfig(url), LoopConfig(period_ms=20))
         updates = UpdateConfig(current, load=lambda p: faulty_policy(p, every=5), shadow_cycles=50)
-        service = ServeService(control, ServiceConfig(updates=updates, health=HealthConfig()))
+        service = ServeService(
+            faulty_policy(art, every=150),
+            BridgeConfig(url),
+            LoopConfig(period_ms=20),
+            ServiceConfig(updates=updates, health=HealthConfig()),
+        )
         task = asyncio.create_task(service.run(stop))
         try:
             await asyncio.sleep(20)

@@ -120,3 +120,18 @@ def test_tflite_runtime_names_what_it_cannot_load(cartpole_all) -> None:
     pytest.importorskip("tflite_runtime", reason="the [edge-tflite] interpreter is not installed")
     with pytest.raises(BackendError, match=r"tflite-runtime cannot load .*dynamic"):
         Policy.load(cartpole_all[1] / "dynamic", backend="tflite-runtime")
+
+
+def test_the_manifest_gives_typed_specs_parsed_once() -> None:
+    """The manifest's observation and action JSON is parsed at the file boundary into the typed specs the
+    runtime and the bridge use; their JSON is what the manifest holds. Bounds left out or [] are unbounded."""
+    from rl2edge.runtime.manifest import Manifest
+    from rl2edge.specs import ActionSpec, ObservationSpec
+
+    obs = {"type": "box", "shape": [2], "dtype": "float32", "low": [], "high": [1.0, None], "layout": "flat"}
+    discrete = {"type": "discrete", "n": 3, "start": -1}
+    m = Manifest(Path("art"), {"observation": obs, "action": discrete})
+    assert isinstance(m.observation, ObservationSpec) and m.observation is m.observation  # parsed once
+    assert m.observation.to_json() == obs and m.action.to_json() == discrete
+    assert m.observation.bounds == ((None, None), (1.0, None))
+    assert isinstance(m.action, ActionSpec) and m.action.index_range == (-1, 1) and m.action.size == 1

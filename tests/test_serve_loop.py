@@ -273,6 +273,8 @@ def test_serve_survives_the_plc_restarting(cartpole_all, tmp_path: Path) -> None
 
 
 def test_guard_and_safe_action_without_network(cartpole_all) -> None:
+    from dataclasses import FrozenInstanceError
+
     from rl2edge.errors import ConfigError
     from rl2edge.plc_bridge.client import BridgeConfig
     from rl2edge.plc_bridge.loop import ControlLoop, LoopConfig
@@ -283,6 +285,17 @@ def test_guard_and_safe_action_without_network(cartpole_all) -> None:
     policy = Policy.load(root / "fp32")
     loop = ControlLoop(policy, BridgeConfig("opc.tcp://127.0.0.1:1"), LoopConfig())
     assert loop.safe_action == [0.0]  # default for Discrete: the first index
+    # the frozen snapshot that the metrics, the health checks and the summary read
+    snap = loop.snapshot(full=True)
+    assert (snap.connected, snap.last_status, snap.counts["cycles"], snap.updates) == (False, None, 0, None)
+    with pytest.raises(FrozenInstanceError):
+        snap.connected = True  # type: ignore[misc]
+    assert list(loop.summary()) == [
+        "endpoint", "artifact", "security", "period_ms", "deadline_ms", "wall_time_s", "cycles", "ok",
+        "invalid", "stale", "deadline_misses", "inference_errors", "write_rejected", "bad_quality",
+        "skipped_slots", "reconnects", "connection_losses", "disconnected_s", "latency_ms",
+        "start_lateness_ms", "cpu_ms_per_cycle", "spin_ms", "mode", "publishing_interval_ms", "model_process",
+    ]  # fmt: skip
     status, action, _ = loop.decide([0.0, 0.0, 0.0, 0.0], 1)
     assert status == CycleStatus.OK and action in ([0.0], [1.0])
     # CartPole's cart position is declared within +-4.8; 5% of the range is tolerated

@@ -121,7 +121,7 @@ def add_parser(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from rl2edge.plc_bridge.client import BridgeConfig
-    from rl2edge.plc_bridge.loop import ControlLoop, LoopConfig
+    from rl2edge.plc_bridge.loop import LoopConfig
     from rl2edge.plc_bridge.metrics import HealthConfig
     from rl2edge.plc_bridge.nodemap import load_node_map
     from rl2edge.plc_bridge.policy_update import UpdateConfig
@@ -178,9 +178,10 @@ def run(args: argparse.Namespace) -> int:
         mode=args.mode,
         spin_ms=args.spin_ms,
     )
-    control = ControlLoop(policy, bridge, cfg)
     service = ServeService(
-        control,
+        policy,
+        bridge,
+        cfg,
         ServiceConfig(
             updates=UpdateConfig(
                 artifact=Path(args.artifact),

@@ -1,0 +1,145 @@
+"""What makes the control loop write the safe action instead of the policy's: the observation guard
+(numeric, the policy's number of values, finite, inside the bounds with their tolerance, a sequence number
+that moves) and the safe action itself, and what serving a policy takes (`Serving`, `prepare_serving`).
+
+The bounds are the node map's `obs_low`/`obs_high` where given, else the artifact's observation spec;
+an unbounded side (None, or no bounds at all) is not checked.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from rl2edge.errors import ConfigError, short_repr
+from rl2edge.plc_bridge.binding import PlantIo, plant_io_of
+from rl2edge.plc_bridge.nodemap import NodeMap
+from rl2edge.runtime.policy import Policy
+
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
+
+
+class ObservationGuard:
+    """Validation and staleness of the observations read from the PLC, for one policy."""
+
+    def __init__(self, policy: Policy, node_map: NodeMap):
+        m = node_map
+        spec = policy.observation_spec
+        self.dim = spec.size
+        spec_low, spec_high = spec.bounds
+        low = m.obs_low if m.obs_low is not None else spec_low
+        high = m.obs_high if m.obs_high is not None else spec_high
+        if len(low) != self.dim or len(high) != self.dim:
+            raise ConfigError(
+                f"observation bounds have {len(low)}/{len(high)} entries; the artifact's observation has {self.dim}"
+            )
+        lo = np.array([-np.inf if v is None else v for v in low], np.float64)
+        hi = np.array([np.inf if v is None else v for v in high], np.float64)
+        both = np.isfinite(lo) & np.isfinite(hi)
+        width = np.where(both, hi - lo, np.maximum(1.0, np.abs(np.where(np.isfinite(lo), lo, hi))))
+        tol = m.obs_range_tolerance * np.where(np.isfinite(width), width, 0.0)
+        self.lo, self.hi = lo - tol, hi + tol
+        self.stale_cycles = m.stale_cycles
+        self._last_seq: Any = None
+        self._unchanged = 0
+
+    def check(self, values: Any) -> tuple[np.ndarray | None, str]:
+        """(the observation as float64, "") or (None, what is wrong with it)."""
+        try:
+            obs = np.asarray(values, np.float64).reshape(-1)
+        except (TypeError, ValueError):
+            return None, f"observation is not numeric: {values!r:.80}"
+        if obs.size != self.dim:
+            return None, f"observation has {obs.size} values, the policy takes {self.dim}"
+        if not np.all(np.isfinite(obs)):
+            return None, "observation contains NaN or Inf"
+        # finite here, Inf in the model's float32: bad data, not the model's fault
+        huge = np.abs(obs) > _FLOAT32_MAX
+        if huge.any():
+            i = int(np.flatnonzero(huge)[0])
+            return None, f"observation[{i}] = {obs[i]:g} is beyond float32's range (the model's input type)"
+        out = (obs < self.lo) | (obs > self.hi)
+        if out.any():
+            i = int(np.flatnonzero(out)[0])
+            return None, f"observation[{i}] = {obs[i]:g} is outside [{self.lo[i]:g}, {self.hi[i]:g}]"
+        return obs, ""
+
+    def is_stale(self, seq: Any) -> bool:
+        """Count `seq` in: True once it has not moved for `stale_cycles` cycles."""
+        if seq == self._last_seq:
+            self._unchanged += 1
+        else:
+            self._last_seq, self._unchanged = seq, 0
+        return self._unchanged >= self.stale_cycles
+
+    def reset(self) -> None:
+        self._last_seq, self._unchanged = None, 0
+
+    def adopt_staleness(self, other: ObservationGuard) -> None:
+        """Continue another guard's count of unchanged sequence numbers (a policy swap is no new session)."""
+        self._last_seq, self._unchanged = other._last_seq, other._unchanged
+
+
+def resolve_safe_action(policy: Policy, configured: tuple[float, ...] | None) -> list[float]:
+    """The node map's safe action checked against the policy's action spec, or the default: the first
+    index of a Discrete action, zero clipped into the bounds of a Box one."""
+    act = policy.action_spec
+    if act.discrete:
+        lo, hi = act.index_range
+        if configured is None:
+            return [float(lo)]
+        if len(configured) != 1 or not lo <= configured[0] <= hi or configured[0] != int(configured[0]):
+            raise ConfigError(
+                f"safe_action {short_repr(list(configured))} must be one action index in [{lo}, {hi}]"
+            )
+        return [float(configured[0])]
+    low, high = policy.action_low.astype(np.float64), policy.action_high.astype(np.float64)
+    if configured is None:
+        return np.clip(np.zeros_like(low), low, high).tolist()
+    safe = np.asarray(configured, np.float64)
+    if safe.shape != low.shape or np.any(safe < low) or np.any(safe > high):
+        raise ConfigError(
+            f"safe_action {short_repr(list(configured))} must have {low.size} values inside "
+            f"[{short_repr(low.tolist())}, {short_repr(high.tolist())}]"
+        )
+    return safe.tolist()
+
+
+@dataclass(frozen=True)
+class Serving:
+    """A policy with what the loop needs to serve it."""
+
+    policy: Policy
+    guard: ObservationGuard
+    safe_action: list[float]
+
+    @classmethod
+    def of(cls, policy: Policy, node_map: NodeMap) -> Serving:
+        """The guard and safe action of `policy` under `node_map` (ConfigError if they do not fit it)."""
+        return cls(
+            policy, ObservationGuard(policy, node_map), resolve_safe_action(policy, node_map.safe_action)
+        )
+
+
+def prepare_serving(candidate: Policy, serving: Policy, node_map: NodeMap) -> Serving:
+    """What serving `candidate` in place of `serving` takes, or a ConfigError saying why it does not fit:
+    the node map and the PLC's nodes were checked against the serving policy's specs."""
+    if candidate.obs_shape != serving.obs_shape:
+        raise ConfigError(
+            f"its observation has shape {list(candidate.obs_shape)}, the serving policy's "
+            f"{list(serving.obs_shape)}"
+        )
+    io, serving_io = plant_io_of(candidate), plant_io_of(serving)
+    if io != serving_io:
+        raise ConfigError(
+            f"its action spec {_io_text(io)} is not the serving policy's {_io_text(serving_io)}"
+        )
+    return Serving.of(candidate, node_map)
+
+
+def _io_text(io: PlantIo) -> str:
+    if io.discrete:
+        return f"Discrete({int(io.action_high[0] - io.action_low[0]) + 1})"
+    return f"Box(low={list(io.action_low)}, high={list(io.action_high)})"

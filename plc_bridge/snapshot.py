@@ -1,0 +1,90 @@
+"""The control loop's state at one instant (`ControlLoop.snapshot()`), frozen: what the metrics endpoint,
+the health checks and the end-of-run summary read of the loop, and nothing else of it.
+
+A leaf of plc_bridge (the manifest's type and the status codes only), so that what reads snapshots
+(plc_bridge.metrics) does not import the loop.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rl2edge.plc_bridge.status import CycleStatus
+from rl2edge.runtime.manifest import Manifest
+
+
+@dataclass(frozen=True)
+class UpdateState:
+    """What the policy updates show of themselves (plc_bridge.policy_update)."""
+
+    artifact: Path
+    """The artifact that serves, resolved when it was loaded (never one refused)."""
+    digest: str
+    """The sha256 of its manifest."""
+    counts: Mapping[str, int]
+    """Update requests by outcome: accepted, refused, unchanged, superseded."""
+    last_shadow: Mapping[str, Any]
+    """The last shadow run's figures (cycles, agreement or action differences)."""
+
+
+@dataclass(frozen=True)
+class LatencyFigures:
+    """Percentiles of a latency histogram, in ms (NaN before the first cycle)."""
+
+    p50: float
+    p99: float
+    p99_9: float
+    max: float
+    mean: float
+
+
+@dataclass(frozen=True)
+class LoopSnapshot:
+    taken_at: float
+    """time.monotonic() of the copy."""
+    endpoint: str
+    security: str
+    mode: str
+    period_ms: float
+    deadline_ms: float
+    spin_ms: float
+    """The lead in use (LoopConfig.lead_ms)."""
+    publishing_interval_ms: float | None
+    """Subscription mode: the publishing interval the server revised to."""
+    connected: bool
+    progress_at: float
+    """The heartbeat: time.monotonic() of the loop's last sign of progress (a cycle, a counted deadline
+    miss, a connect attempt, a backoff wake-up)."""
+    last_cycle_at: float | None
+    last_status: CycleStatus | None
+    """The status of the last completed cycle (None before the first)."""
+    counts: Mapping[str, float]
+    """The fields of plc_bridge.loop.Counters; `disconnected_s` with the outage under way."""
+    manifest: Manifest
+    """The serving policy's."""
+    backend_name: str
+    updates: UpdateState | None
+    """None: no policy updates."""
+    wall_time_s: float
+    """Since the run started."""
+    cpu_s: float
+    """The process's CPU time since the run started."""
+    latency: LatencyFigures | None = None
+    """Only in a full snapshot (`ControlLoop.snapshot(full=True)`): percentiles cost a pass over the
+    histogram, which the per-cycle snapshots of the metrics do not pay."""
+    start_lateness: LatencyFigures | None = None
+    model_process: Mapping[str, Any] | None = None
+    """Full snapshots: the model process's figures (runtime.model_process), None for an in-process model."""
+    update_summary: Mapping[str, Any] | None = None
+    """Full snapshots with policy updates: their record (PolicyUpdates.summary)."""
+
+    @property
+    def period_s(self) -> float:
+        return self.period_ms / 1e3
+
+    @property
+    def deadline_s(self) -> float:
+        return self.deadline_ms / 1e3

@@ -69,7 +69,9 @@ def named(path: Path) -> Iterator[tuple[int, str]]:
     docstrings |= {
         id(node.value)
         for node in ast.walk(tree)
-        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)
+        if isinstance(node, ast.Expr)
+        and isinstance(node.value, ast.Constant)
+        and isinstance(node.value.value, str)
     }
     docstrings |= {
         id(part)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from asyncua import Server, ua
+from asyncua import Node, Server, ua
 
 NAMESPACE_URI = "urn:rl2edge:plc-sim"
 
@@ -19,15 +19,15 @@ def node_id(name: str, ns: int = 2) -> str:
 
 @dataclass(frozen=True)
 class PlcNodes:
-    observation: object  # asyncua Node
-    observation_seq: object
-    action: object
-    action_seq: object
-    heartbeat: object
-    status: object
-    run: object
-    episode_returns: object
-    episodes: object
+    observation: Node
+    observation_seq: Node
+    action: Node
+    action_seq: Node
+    heartbeat: Node
+    status: Node
+    run: Node
+    episode_returns: Node
+    episodes: Node
 
 
 async def build_plc_nodes(server: Server, obs_dim: int, act_dim: int) -> PlcNodes:
@@ -35,7 +35,7 @@ async def build_plc_nodes(server: Server, obs_dim: int, act_dim: int) -> PlcNode
     ns = await server.register_namespace(NAMESPACE_URI)
     plc = await server.nodes.objects.add_object(ua.NodeId("rl2edge.PLC", ns), ua.QualifiedName("PLC", ns))
 
-    async def var(name: str, value: object, vtype: ua.VariantType, writable: bool = True):
+    async def var(name: str, value: object, vtype: ua.VariantType, writable: bool = True) -> Node:
         node = await plc.add_variable(
             ua.NodeId(f"rl2edge.{name}", ns), ua.QualifiedName(name, ns), ua.Variant(value, vtype)
         )

@@ -315,7 +315,7 @@ async def apply_server_security(server: Server, sec: SecurityConfig) -> None:
         await server.set_application_uri(application_uri(sec.certificate))
         await server.load_certificate(str(sec.certificate))
         await server.load_private_key(str(sec.private_key))
-        server.set_certificate_validator(PinnedCertificateValidator(sec.trusted))  # type: ignore[arg-type]
+        server.set_certificate_validator(PinnedCertificateValidator(sec.trusted))
     if sec.username is not None:
         server.set_identity_tokens([ua.UserNameIdentityToken])
 

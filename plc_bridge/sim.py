@@ -259,4 +259,4 @@ def _refuse_mistyped_writes(server: Server) -> None:
         )
         return [ua.StatusCode(ua.StatusCodes.BadTypeMismatch) if bad else next(results) for bad in refused]
 
-    service.write = strict_write  # type: ignore[method-assign]
+    service.write = strict_write

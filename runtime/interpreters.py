@@ -136,7 +136,8 @@ class OnnxBackend:
         self.input_dtype = np.dtype(np.float32)
         self.input_shape = tuple(int(d) for d in inp[0].shape)
         self.output_dtype = np.dtype(np.int64 if "int64" in out[0].type else np.float32)
-        self.input_quant = self.output_quant = None
+        self.input_quant: tuple[float, int] | None = None  # ONNX files are float end to end
+        self.output_quant: tuple[float, int] | None = None
 
     def run(self, x: np.ndarray) -> np.ndarray:
         return self._sess.run([self._out_name], {self._in_name: x})[0]
@@ -149,9 +150,7 @@ class OnnxBackend:
         return values[0], dict(zip(names[1:], values[1:], strict=True))
 
 
-def open_backend(
-    model_path: Path, backend: str = "auto", num_threads: int = 1
-) -> TFLiteBackend | OnnxBackend:
+def open_backend(model_path: Path, backend: str = "auto", num_threads: int = 1) -> Backend:
     """Open `model_path` with the named engine, or the first available one for its format."""
     if model_path.suffix == ".onnx" or backend == "onnxruntime":
         if model_path.suffix != ".onnx":

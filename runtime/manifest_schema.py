@@ -134,7 +134,8 @@ def _check_action(act: dict[str, Any]) -> None:
         return
     if kind != "box":
         raise _fail("action.type", "must be 'discrete' or 'box'", kind)
-    low, high = act.get("low"), act.get("high")
+    low: Any = act.get("low")
+    high: Any = act.get("high")
     for key, bounds in (("low", low), ("high", high)):
         if not isinstance(bounds, list) or not 1 <= len(bounds) <= MAX_ACTIONS:
             raise _fail(f"action.{key}", "must be a non-empty list of finite numbers", bounds)

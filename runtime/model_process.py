@@ -83,9 +83,9 @@ class _Spawner:
     a child started from a short-lived restart thread would be killed when that thread ends."""
 
     def __init__(self) -> None:
-        self._jobs: queue.Queue[tuple[list[str], tuple[int, ...], concurrent.futures.Future[Any]]] = (
-            queue.Queue()
-        )
+        self._jobs: queue.Queue[
+            tuple[list[str], tuple[int, ...], dict[str, str] | None, concurrent.futures.Future[Any]]
+        ] = queue.Queue()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
 

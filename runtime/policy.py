@@ -98,6 +98,7 @@ class Policy:
         return None if self.noise is None or self._state is None else self._state.copy()
 
     def _feeds(self) -> dict[str, np.ndarray]:
+        assert self.noise is not None  # called only for an artifact with folded noise
         io = self.noise["graph"]
         eps = (
             self._rng.standard_normal(self._noise_shape, dtype=np.float32)
@@ -214,7 +215,11 @@ class Policy:
         if self._axes is not None:
             x = x.transpose(self._axes)
         if self._u8_shift:
-            out = self._u8_buffer if reuse else np.empty(self._model_shape, np.uint8)
+            out = (
+                self._u8_buffer
+                if reuse and self._u8_buffer is not None
+                else np.empty(self._model_shape, np.uint8)
+            )
             np.bitwise_xor(x.reshape(self._model_shape), np.uint8(self._u8_shift), out=out)
             return out.view(np.int8)
         return np.ascontiguousarray(x).reshape(self._model_shape)

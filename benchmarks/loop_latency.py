@@ -42,7 +42,7 @@ from rl2edge.plc_bridge.security import SecurityConfig, make_certificate
 from rl2edge.plc_bridge.sim import free_port
 from rl2edge.plc_bridge.slot_timer import until_slot
 from rl2edge.runtime import Policy
-from tests.standin_plc import StandinPlc
+from testkit.standin_plc import StandinPlc
 
 # benchmarks/reference.md: asyncua 2.1, one batched Read + one batched Write, two processes on loopback.
 REFERENCE_MS = {

@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.common import RESULTS, markdown_table, pyplot, save_figure, write_results
 from benchmarks.plc_soak import rss_mb, start_serve, stop_serve
-from tests.standin_plc import StandinPlc
+from testkit.standin_plc import StandinPlc
 
 WINDOW_LINE = re.compile(
     r"cycles (\d+) \|.*since last (\d+) cycles p50 ([\d.na]+) ms p99 ([\d.na]+) ms max ([\d.na]+) ms \| "

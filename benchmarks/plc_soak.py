@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import itertools
 
 from benchmarks.common import RESULTS, markdown_table, pyplot, save_figure, write_results
-from tests.standin_plc import StandinPlc
+from testkit.standin_plc import StandinPlc
 
 STATS_LINE = re.compile(r"cycles (\d+) \|.*deadline misses (\d+)")
 HEARTBEAT_START = 65_000  # UInt16: wraps after 536 cycles, about 11 s at 20 ms

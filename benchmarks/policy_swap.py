@@ -11,7 +11,7 @@ the others, and counts the deadline misses in each.
     python benchmarks/policy_swap.py --a ART_A --b ART_B1,ART_B2 --other ART_OF_ANOTHER_ENV --flipped ART_FLIPPED
 
 A and B: artifacts of one CartPole-v1 run (e.g. its fp32 export, and int8,fp16,dynamic, which agree); flipped:
-`tests.helpers.flipped_run` of that run, exported.
+`testkit.runs.flipped_run` of that run, exported.
 """
 
 from __future__ import annotations

@@ -35,7 +35,7 @@ echo "== artifacts from the workstation venv"
   || { tail -20 "$WORK/artifacts.log"; exit 1; }
 
 # The tests, copied away from the source tree, so that `import runtime` finds the wheel's.
-cp -r tests "$WORK/tests" && mkdir -p "$WORK/docs" && cp -r docs/examples "$WORK/docs/"
+cp -r tests "$WORK/tests" && cp -r testkit "$WORK/testkit" && mkdir -p "$WORK/docs" && cp -r docs/examples "$WORK/docs/"
 cat >"$WORK/pytest.ini" <<'EOF'
 [pytest]
 addopts = --strict-markers -m "not slow and not integration" -ra -p no:cacheprovider

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import flipped_run
+from testkit.runs import flipped_run
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 PREBUILT = os.environ.get("RL2EDGE_TEST_ARTIFACTS")

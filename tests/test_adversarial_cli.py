@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import EXE, assert_clean_failure
+from testkit.cli import EXE, assert_clean_failure
 
 
 def run_cli(*args: str | Path, timeout: float = 60) -> tuple[subprocess.CompletedProcess[str], float]:

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import assert_clean_failure, rl2edge
+from testkit.cli import assert_clean_failure, rl2edge
 
 
 @pytest.mark.parametrize("cmd", ["train", "tune", "export", "evaluate"])

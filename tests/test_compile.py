@@ -18,7 +18,7 @@ from rl2edge.train.core.rollout import Minibatch
 from rl2edge.train.torch_backend.a2c import TorchA2C
 from rl2edge.train.torch_backend.graph_adam import GraphAdam
 from rl2edge.train.torch_backend.ppo import TorchPPO
-from tests.helpers import assert_clean_failure, rl2edge
+from testkit.cli import assert_clean_failure, rl2edge
 from tests.test_offpolicy_grad import _agent as _offpolicy_agent
 from tests.test_offpolicy_grad import _assert_close, _batch, _step_both, _stepped_params
 

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import assert_clean_failure, assert_same_weights, rl2edge
+from testkit.cli import assert_clean_failure, rl2edge
+from testkit.runs import assert_same_weights
 
 ray = pytest.importorskip("ray")
 
@@ -95,7 +96,7 @@ def test_ray_missing_is_a_clear_error(tmp_path: Path) -> None:
     import os
     import subprocess
 
-    from tests.helpers import EXE
+    from testkit.cli import EXE
 
     env = {**os.environ, "PYTHONPATH": str(tmp_path / "site")}
     args = ["train", "--env", "CartPole-v1", "--steps", "256", "--seeds", "0,1", "--out", str(tmp_path / "r")]
@@ -179,7 +180,7 @@ def test_resume_continues_an_interrupted_sweep(tmp_path: Path) -> None:
     import signal
     import subprocess
 
-    from tests.helpers import EXE
+    from testkit.cli import EXE
 
     out = tmp_path / "sweep"
     args = [
@@ -270,7 +271,7 @@ def test_seeds_interrupted_keep_the_finished_runs_and_name_the_others(tmp_path: 
 
     from ray._private.utils import get_num_cpus
 
-    from tests.helpers import EXE
+    from testkit.cli import EXE
 
     leftovers = lambda: set(glob.glob(os.path.join(tempfile.gettempdir(), "rl2edge-s1-*")))  # noqa: E731
     before = leftovers()
@@ -313,7 +314,7 @@ ROLLOUT_CASES = [
     ("ppo", "torch", "CartPole-v1", {"n_envs": 4, "n_steps": 64}),
     ("a2c", "tf", "Pendulum-v1", {"n_envs": 3, "n_steps": 16}),  # uneven shares: 2 + 1 envs
     # some envs truncated at a step, not all: the bootstrap values' rows (2 + 1 envs)
-    ("ppo", "torch", "tests.short_envs:ShortCartPole", {"n_envs": 3, "n_steps": 32}),
+    ("ppo", "torch", "testkit.short_envs:ShortCartPole", {"n_envs": 3, "n_steps": 32}),
 ]
 
 

@@ -2,7 +2,7 @@
 whether a test runs it, and the README stays a front page.
 
 Shell blocks (```sh, ```bash, ```shell, ```console) carry a marker on the line before the fence (blank
-lines allowed between), read by tests/doc_blocks.py:
+lines allowed between), read by testkit/doc_blocks.py:
 
 - `<!-- not run: REASON -->`: shown, not executed; the reason is required.
 - `<!-- run: tests/test_x.py -->`: tests/test_x.py extracts and runs the block; it must exist and name the
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.doc_blocks import ROOT, fenced_blocks, shell_blocks
+from testkit.doc_blocks import ROOT, fenced_blocks, shell_blocks
 
 README = ROOT / "README.md"
 README_MAX_LINES = 250

@@ -181,8 +181,8 @@ def test_benchmarks_import_nothing_from_tests() -> None:
 
 
 def test_no_test_module_imports_another() -> None:
-    """Shared test code lives in helper modules (tests/helpers.py, tests/plc_helpers.py, ...), not in
-    another test file: importing a test module runs its fixtures' module code and couples two files."""
+    """Shared test code lives in testkit/ (which the benchmarks use too), not in another test file:
+    importing a test module runs its module code and couples two files."""
     wrong = [
         f"{f}:{line} imports {t}"
         for f, t, line in _external_imports("tests")

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import EXE
+from testkit.cli import EXE
 
 pytest.importorskip("tensorflow")  # the workstation's commands; the edge install has neither
 

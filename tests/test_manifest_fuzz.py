@@ -16,7 +16,7 @@ import pytest
 from rl2edge.errors import ManifestError, Rl2EdgeError
 from rl2edge.runtime import Policy
 from rl2edge.runtime.manifest_schema import MAX_MANIFEST_BYTES
-from tests.helpers import ODD_SCALARS, mutate
+from testkit.fuzz import ODD_SCALARS, mutate
 
 
 @pytest.fixture

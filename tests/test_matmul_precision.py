@@ -12,7 +12,7 @@ import torch
 from rl2edge.train.algos import build_config, train
 from rl2edge.train.torch_backend.matmul_precision import has_bf16_matmul, matmul_precision
 from rl2edge.train.torch_backend.sac import TorchSAC
-from tests.helpers import assert_clean_failure, rl2edge
+from testkit.cli import assert_clean_failure, rl2edge
 
 FLOAT32_ERROR, BF16_ERROR = 1e-5, 1e-4
 

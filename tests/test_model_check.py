@@ -18,7 +18,7 @@ import pytest
 from rl2edge.errors import ManifestError
 from rl2edge.runtime import Policy, model_check
 from rl2edge.runtime.model_check import check_tflite_structure, probe_in_child
-from tests.helpers import assert_clean_failure, rl2edge
+from testkit.cli import assert_clean_failure, rl2edge
 
 
 def _with_model(src: Path, dst: Path, model: bytes) -> Path:

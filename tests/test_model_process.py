@@ -23,9 +23,9 @@ from rl2edge.train.core.evaluation import random_observations
 
 
 class FaultyBackend(ProcessBackend):
-    """The real child with a fault injected into its interpreter (tests/faulty_model_process.py)."""
+    """The real child with a fault injected into its interpreter (testkit/faulty_model_process.py)."""
 
-    child_module = "tests.faulty_model_process"
+    child_module = "testkit.faulty_model_process"
 
     def __init__(self, model: Path, every: int, kind: str, call_timeout_s: float):
         self.child_env = {"FAULT_EVERY": str(every), "FAULT_SIGNAL": kind}

@@ -18,7 +18,7 @@ from rl2edge.plc_bridge.client import BridgeConfig
 from rl2edge.plc_bridge.loop import ControlLoop, LoopConfig
 from rl2edge.plc_bridge.nodemap import load_node_map
 from rl2edge.runtime import Policy
-from tests.helpers import ODD_SCALARS, mutate
+from testkit.fuzz import ODD_SCALARS, mutate
 
 EXAMPLE = Path(__file__).parents[1] / "docs" / "examples" / "plant.yaml"
 

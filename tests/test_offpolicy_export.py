@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.helpers import assert_clean_failure, rl2edge
+from testkit.cli import assert_clean_failure, rl2edge
 
 pytest.importorskip("tensorflow")
 
@@ -208,7 +208,7 @@ def test_serve_feeds_folded_noise_over_opcua_and_no_explore_is_deterministic(
 ) -> None:
     from rl2edge.runtime.policy import Policy
     from rl2edge.train.core.evaluation import evaluate
-    from tests.plc_helpers import NO_MISS, free_port, running, stop, wait_for_server
+    from testkit.plc import NO_MISS, free_port, running, stop, wait_for_server
 
     art = tmp_path / "art"
     _export(td3_torch, art, "fp32", noise="ou:theta=0.15,sigma=0.3")

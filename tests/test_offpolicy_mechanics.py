@@ -345,7 +345,7 @@ def test_threads_reach_the_framework_and_a_fixed_count_reproduces_the_run(tmp_pa
     import torch
 
     from rl2edge.train.algos import train
-    from tests.helpers import assert_same_weights
+    from testkit.runs import assert_same_weights
 
     cfg = build_config(
         "Pendulum-v1",

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from rl2edge.plc_bridge.sim import free_port
-from tests.doc_blocks import ROOT, shell_blocks
+from testkit.doc_blocks import ROOT, shell_blocks
 
 DOC = ROOT / "docs/own-env.md"
 THIS = "tests/test_own_env.py"

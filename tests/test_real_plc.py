@@ -1,4 +1,4 @@
-"""`rl2edge serve` against a PLC it did not write: the node-opcua stand-in (tests/standin_plc.py), laid
+"""`rl2edge serve` against a PLC it did not write: the node-opcua stand-in (testkit/standin_plc.py), laid
 out as an S7-1500 or CODESYS data block exposes it (typed scalar variables, or arrays, in the server's
 own namespace URI, the observation read-only for clients).
 
@@ -27,8 +27,8 @@ from rl2edge.plc_bridge.nodemap import load_node_map
 from rl2edge.plc_bridge.security import make_certificate
 from rl2edge.runtime import Policy
 from rl2edge.train.core.evaluation import evaluate
-from tests.plc_helpers import NO_MISS, free_port, running, start, stop
-from tests.standin_plc import StandinPlc
+from testkit.plc import NO_MISS, free_port, running, start, stop
+from testkit.standin_plc import StandinPlc
 
 CARTPOLE = PlantIo(4, 1, True, (0.0,), (1.0,))
 

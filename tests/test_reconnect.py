@@ -12,7 +12,7 @@ from rl2edge.plc_bridge.client import BridgeConfig
 from rl2edge.plc_bridge.loop import ControlLoop, LoopConfig
 from rl2edge.plc_bridge.sim import PlcSim, SimConfig
 from rl2edge.runtime import Policy
-from tests.plc_helpers import free_port
+from testkit.plc import free_port
 
 
 class CablePuller:

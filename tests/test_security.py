@@ -15,7 +15,7 @@ from rl2edge.errors import ConfigError
 from rl2edge.plc_bridge.client import BridgeConfig, PlantIo, PlcClient
 from rl2edge.plc_bridge.security import SecurityConfig, make_certificate
 from rl2edge.plc_bridge.sim import PlcSim, SimConfig
-from tests.plc_helpers import free_port, running, stop
+from testkit.plc import free_port, running, stop
 
 PASSWORD = "s3cret-Pa55word!"
 
@@ -183,7 +183,7 @@ def test_serve_with_encryption_and_a_password_never_logs_it(cartpole_all, pki, t
         "operator",
     ]
     with running(sim_args, tmp_path / "sim.log"):
-        from tests.plc_helpers import start
+        from testkit.plc import start
 
         proc = start(serve_args, tmp_path / "serve.log", env={"RL2EDGE_OPCUA_PASSWORD": PASSWORD})
         try:

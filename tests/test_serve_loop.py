@@ -16,7 +16,7 @@ from asyncua import Client, ua
 from rl2edge.plc_bridge.sim import PlcSim, SimConfig
 from rl2edge.runtime import Policy
 from rl2edge.train.core.evaluation import evaluate
-from tests.plc_helpers import NO_MISS, free_port, read, running, stop, wait_for_server, wait_until, write
+from testkit.plc import NO_MISS, free_port, read, running, stop, wait_for_server, wait_until, write
 
 
 @pytest.mark.parametrize(
@@ -405,7 +405,7 @@ def test_stop_is_prompt_whatever_the_period(cartpole_all, tmp_path: Path) -> Non
         f"serve took {took:.1f} s to stop at a 30 s period"
     )  # SHUTDOWN write and close included
     for bad in ("0", "inf", "nan", "120000"):
-        from tests.plc_helpers import start
+        from testkit.plc import start
 
         proc = start(
             ["serve", str(root / "fp32"), "--endpoint", url, "--period-ms", bad], tmp_path / "bad.log"

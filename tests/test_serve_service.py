@@ -24,8 +24,8 @@ import pytest
 
 from rl2edge.plc_bridge.metrics import parse_metrics
 from rl2edge.runtime import Policy
-from tests.helpers import EXE, assert_clean_failure, rl2edge
-from tests.plc_helpers import NO_MISS, free_port, running, stop, wait_for_server
+from testkit.cli import EXE, assert_clean_failure, rl2edge
+from testkit.plc import NO_MISS, free_port, running, stop, wait_for_server
 
 
 def http(url: str) -> tuple[int, str]:

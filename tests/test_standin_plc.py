@@ -1,4 +1,4 @@
-"""The node-opcua PLC stand-in itself (tests/standin_plc.py + tests/opcua_standin/server.mjs), checked
+"""The node-opcua PLC stand-in itself (testkit/standin_plc.py + tests/opcua_standin/server.mjs), checked
 with a plain asyncua Client: node layout and types as a PLC declares them, refused writes, qualities,
 namespace index, the lockstep handshake, security."""
 
@@ -16,7 +16,7 @@ from asyncua.crypto import security_policies
 
 from rl2edge.plc_bridge.security import make_certificate
 from rl2edge.plc_bridge.sim import free_port
-from tests.standin_plc import StandinError, StandinPlc
+from testkit.standin_plc import StandinError, StandinPlc
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -258,7 +258,7 @@ def test_every_builtin_type(tmp_path: Path) -> None:
 
 
 def test_missing_node_opcua_is_explained(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import tests.standin_plc as standin
+    import testkit.standin_plc as standin
 
     monkeypatch.setattr(standin, "_node_opcua_installed", lambda: False)
     with pytest.raises(StandinError, match=r"npm ci"), StandinPlc(None, workdir=tmp_path):

@@ -3,7 +3,7 @@ kills its own process with a real signal on every FAULT_EVERY-th run (0: on the 
 names another; ABRT for os.abort()), or hangs (FAULT_SIGNAL=HANG). For the tests of a model that crashes
 inside serve's model process; its faults are the kernel's, not simulated exceptions.
 
-    python -m tests.faulty_model_process MODEL --backend B --threads N --fds R W
+    python -m testkit.faulty_model_process MODEL --backend B --threads N --fds R W
 """
 
 from __future__ import annotations

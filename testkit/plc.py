@@ -15,7 +15,7 @@ from typing import Any
 from asyncua import Client, ua
 
 from rl2edge.plc_bridge.sim import free_port
-from tests.helpers import EXE
+from testkit.cli import EXE
 
 __all__ = ["free_port"]
 

@@ -20,7 +20,7 @@ Protocol with server.mjs (JSON lines): config as its one argument; stdout events
 `reply`; stdin commands `observe`, `set`, `reject`, `get`, `stats`, `stop` (see server.mjs). The node
 process exits when its stdin closes, so it never outlives this process.
 
-Manual runs / benchmarks:  python tests/standin_plc.py --env CartPole-v1 --port 4841 [--layout array]
+Manual runs / benchmarks:  python testkit/standin_plc.py --env CartPole-v1 --port 4841 [--layout array]
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-STANDIN_DIR = Path(__file__).resolve().parent / "opcua_standin"
+STANDIN_DIR = Path(__file__).resolve().parents[1] / "tests" / "opcua_standin"
 SERVER_JS = STANDIN_DIR / "server.mjs"
 DEFAULT_NAMESPACE_URI = "urn:rl2edge:test-plc"
 DEFAULT_TYPES = {

@@ -1,4 +1,4 @@
-"""A Gymnasium env for the rollout tests, importable by Ray workers (`tests.short_envs:ShortCartPole`)."""
+"""A Gymnasium env for the rollout tests, importable by Ray workers (`testkit.short_envs:ShortCartPole`)."""
 
 from __future__ import annotations
 

@@ -14,7 +14,6 @@ counts env steps, training starts once more than learning_starts steps were take
 
 from __future__ import annotations
 
-import logging
 import math
 from collections.abc import Callable
 from pathlib import Path
@@ -29,8 +28,6 @@ from rl2edge.train.core.replay import ReplayBatch, ReplayBuffer
 from rl2edge.train.core.run import TrainingRun, TrainResult
 from rl2edge.train.core.spaces import obs_dim, output_width
 from rl2edge.train.core.threads import one_blas_thread
-
-_logger = logging.getLogger(__name__)
 
 LOG_EVERY = 1_000  # env steps between metric rows
 

@@ -6,7 +6,6 @@ network, the loss and the optimizer step, as a `OnPolicyAgent`.
 
 from __future__ import annotations
 
-import logging
 import math
 from collections.abc import Callable
 from pathlib import Path
@@ -22,8 +21,6 @@ from rl2edge.train.core.rollout import Minibatch, RolloutBuffer, check_minibatch
 from rl2edge.train.core.rollout_collector import RolloutCollector, Segment
 from rl2edge.train.core.run import TrainingRun, TrainResult
 from rl2edge.train.core.spaces import obs_dim, output_width
-
-_logger = logging.getLogger(__name__)
 
 STAT_NAMES = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction")
 

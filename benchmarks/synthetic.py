@@ -13,7 +13,6 @@ from torch import nn
 
 from rl2edge.export.deployable import DeployablePolicy
 from rl2edge.export.source import TorchSource
-from rl2edge.specs import ActionSpec, ObservationSpec
 from rl2edge.train.core.normalization import RunningNormalizer
 from rl2edge.train.core.spaces import action_spec, observation_spec
 
@@ -99,8 +98,8 @@ def synthetic_source(kind: str) -> TorchSource:
     else:
         env, actor, head = VectorEnv8(), mlp_actor(int(kind[3:])), "clip_unscale"
         env_id = "benchmarks.synthetic:VectorEnv8"
-    obs = ObservationSpec.from_json(observation_spec(env.observation_space))
-    act = ActionSpec.from_json(action_spec(env.action_space))
+    obs = observation_spec(env.observation_space)
+    act = action_spec(env.action_space)
     norm = RunningNormalizer(obs.shape, enabled=kind != "cnn")
     if kind != "cnn":  # a non-trivial folded normalization, as a trained policy would carry
         norm.update(np.random.default_rng(0).normal(0.5, 2.0, (1000, 8)))

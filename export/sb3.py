@@ -21,7 +21,6 @@ from rl2edge.errors import ConfigError, ExportError
 from rl2edge.export.deployable import DeployablePolicy
 from rl2edge.export.source import ExportSource, TorchSource
 from rl2edge.fileio import sha256_file
-from rl2edge.specs import ActionSpec, ObservationSpec
 from rl2edge.train.core.envs import check_env_id, make_env
 from rl2edge.train.core.normalization import RunningNormalizer
 from rl2edge.train.core.spaces import action_spec, observation_spec
@@ -131,8 +130,8 @@ def source_from_sb3(path: Path, env_id: str | None, vecnormalize: Path | None) -
         warnings.simplefilter("ignore")
         model = cls.load(str(path), device="cpu", custom_objects=_CUSTOM_OBJECTS)
     model.policy.set_training_mode(False)
-    observation = ObservationSpec.from_json(observation_spec(model.observation_space))
-    action = ActionSpec.from_json(action_spec(model.action_space))
+    observation = observation_spec(model.observation_space)
+    action = action_spec(model.action_space)
     env = make_env(env_id)
     try:
         if env.observation_space.shape != model.observation_space.shape or type(env.action_space) is not type(

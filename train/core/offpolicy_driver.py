@@ -22,11 +22,11 @@ from typing import Any, Protocol
 import numpy as np
 
 from rl2edge.errors import ConfigError
+from rl2edge.specs import ActionSpec, ObservationSpec
 from rl2edge.train.core.evaluation import EvalResult
 from rl2edge.train.core.offpolicy_config import OffPolicyConfig
 from rl2edge.train.core.replay import ReplayBatch, ReplayBuffer
 from rl2edge.train.core.run import TrainingRun, TrainResult
-from rl2edge.train.core.spaces import obs_dim, output_width
 from rl2edge.train.core.threads import one_blas_thread
 
 LOG_EVERY = 1_000  # env steps between metric rows
@@ -80,14 +80,14 @@ AgentFactory = Callable[[dict[str, Any], Any, int, str], OffPolicyAgent]
 
 
 def network_spec(
-    network_type: str, cfg: OffPolicyConfig, obs_spec: dict[str, Any], act_spec: dict[str, Any]
+    network_type: str, cfg: OffPolicyConfig, obs_spec: ObservationSpec, act_spec: ActionSpec
 ) -> dict[str, Any]:
     """The checkpoint's description of the networks, from which export rebuilds the actor: the type is the
     algorithm's row's (train.algos), the fields beyond the sizes its config's."""
     return {
         "type": network_type,
-        "obs_dim": obs_dim(obs_spec),
-        "act_dim": output_width(act_spec),
+        "obs_dim": obs_spec.size,
+        "act_dim": act_spec.output_width,
         "net_arch": [int(w) for w in cfg.net_arch],
         "activation": cfg.activation,
         **cfg.network_fields(),
@@ -132,12 +132,12 @@ def _train_offpolicy(
     run = TrainingRun(env_id, cfg, seed, run_dir, on_evaluation)
     envs, obs_spec, act_spec, norm, to_env = run.envs, run.obs_spec, run.act_spec, run.norm, run.to_env
     discrete, obs_shape = run.discrete, run.obs_shape
-    if len(obs_spec["shape"]) != 1:
+    if len(obs_spec.shape) != 1:
         run.close()
         raise ConfigError(
-            f"{cfg.algo.upper()} takes flat observations; {env_id} has shape {obs_spec['shape']}"
+            f"{cfg.algo.upper()} takes flat observations; {env_id} has shape {list(obs_spec.shape)}"
         )
-    n_envs, a_dim = cfg.n_envs, output_width(act_spec)
+    n_envs, a_dim = cfg.n_envs, act_spec.output_width
     network = network_spec(network_type, cfg, obs_spec, act_spec)
     agent = make_agent(network, cfg, seed, device)
     capacity = min(cfg.buffer_size, cfg.n_timesteps + n_envs)
@@ -159,7 +159,7 @@ def _train_offpolicy(
             # ACT: uniform random during warm-up, then the algorithm's exploration.
             if global_step < cfg.learning_starts:
                 action = (
-                    rng.integers(0, act_spec["n"], size=n_envs)
+                    rng.integers(0, act_spec.n, size=n_envs)
                     if discrete
                     else rng.uniform(-1.0, 1.0, size=(n_envs, a_dim)).astype(np.float32)
                 )

@@ -13,6 +13,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from rl2edge.specs import ActionSpec
 from rl2edge.train.core.config import OnPolicyConfig
 from rl2edge.train.core.evaluation import EvalResult
 from rl2edge.train.core.normalization import RewardScaler, RunningNormalizer
@@ -20,7 +21,6 @@ from rl2edge.train.core.numpy_policy import RolloutWeights
 from rl2edge.train.core.rollout import Minibatch, RolloutBuffer, check_minibatch
 from rl2edge.train.core.rollout_collector import RolloutCollector, Segment
 from rl2edge.train.core.run import TrainingRun, TrainResult
-from rl2edge.train.core.spaces import obs_dim, output_width
 
 STAT_NAMES = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction")
 
@@ -56,7 +56,7 @@ class OnPolicyAgent(Protocol):
 
 
 AgentFactory = Callable[[dict[str, Any], OnPolicyConfig, int, str], OnPolicyAgent]
-PoolFactory = Callable[[str, OnPolicyConfig, int, dict[str, Any], dict[str, Any]], "RolloutPool"]
+PoolFactory = Callable[[str, OnPolicyConfig, int, dict[str, Any], ActionSpec], "RolloutPool"]
 """(env_id, cfg, seed, network, act_spec) -> the pool the rollouts come from."""
 
 
@@ -86,15 +86,15 @@ def train_onpolicy(
     discrete, obs_shape = run.discrete, run.obs_shape
     network = {
         "type": network_type,
-        "obs_dim": obs_dim(obs_spec),
-        "act_dim": output_width(act_spec),
+        "obs_dim": obs_spec.size,
+        "act_dim": act_spec.output_width,
         "discrete": discrete,
         "net_arch": list(cfg.net_arch),
         "activation": cfg.activation,
         "log_std_init": cfg.log_std_init,
     }
     agent = make_agent(network, cfg, seed, device)
-    buffer = RolloutBuffer(cfg.n_steps, cfg.n_envs, obs_shape, discrete, output_width(act_spec))
+    buffer = RolloutBuffer(cfg.n_steps, cfg.n_envs, obs_shape, discrete, act_spec.output_width)
 
     batch_steps = cfg.n_envs * cfg.n_steps
     minibatch = cfg.batch_size or batch_steps  # A2C: the whole rollout, one gradient step
@@ -145,7 +145,7 @@ def train_onpolicy(
                 list(buffer.minibatches(minibatch, rng, cfg.normalize_advantage)) for _ in range(cfg.n_epochs)
             ]
             if update == 0:
-                check_minibatch(epochs[0][0], obs_shape, discrete, output_width(act_spec))
+                check_minibatch(epochs[0][0], obs_shape, discrete, act_spec.output_width)
             if cfg.target_kl is None:
                 stats_arr = agent.train_minibatches([mb for epoch in epochs for mb in epoch], clip)
             else:

@@ -16,7 +16,7 @@ from typing import Any
 from tqdm.auto import tqdm
 
 from rl2edge.fileio import write_json_atomic
-from rl2edge.specs import ActionTransform, is_discrete
+from rl2edge.specs import ActionSpec, ActionTransform, ObservationSpec
 from rl2edge.train.core.checkpoint import library_versions, write_checkpoint
 from rl2edge.train.core.config import RunConfig
 from rl2edge.train.core.envs import make_vec_env
@@ -66,7 +66,7 @@ def finish_run(
     run_dir: Path,
     global_step: int,
     wall: float,
-    spaces: tuple[dict[str, Any], dict[str, Any]],
+    spaces: tuple[ObservationSpec, ActionSpec],
     network: dict[str, Any],
 ) -> TrainResult:
     """Evaluate, keep the best policy, write checkpoint.json (+ weights) and summary.json. `act_fn(agent,
@@ -74,8 +74,8 @@ def finish_run(
     action specs; `network` what export rebuilds the policy from."""
     algo, eval_episodes = cfg.algo, cfg.eval_episodes
     meta = {
-        "observation_space": spaces[0],
-        "action_space": spaces[1],
+        "observation_space": spaces[0].to_json(),
+        "action_space": spaces[1].to_json(),
         "network": network,
         "hyperparameters": cfg.to_json(),
     }
@@ -162,8 +162,8 @@ class TrainingRun:
         self.envs = make_vec_env(env_id, cfg.n_envs)
         self.obs_spec = observation_spec(self.envs.single_observation_space)
         self.act_spec = action_spec(self.envs.single_action_space)
-        self.discrete = is_discrete(self.act_spec)
-        self.obs_shape = tuple(self.obs_spec["shape"])
+        self.discrete = self.act_spec.discrete
+        self.obs_shape = self.obs_spec.shape
         self.to_env = ActionTransform(self.act_spec).to_env
         self.norm = RunningNormalizer(self.obs_shape, clip=cfg.norm_obs_clip, enabled=cfg.normalize_obs)
         self.act_fn = deterministic_fn(self.to_env)

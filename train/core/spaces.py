@@ -1,5 +1,5 @@
-"""Gymnasium spaces -> rl2edge.specs' ObservationSpec and ActionSpec, as the JSON that the checkpoint and
-the artifact write (the one place that imports gymnasium for it)."""
+"""Gymnasium spaces -> rl2edge.specs' ObservationSpec and ActionSpec (the one place that imports gymnasium
+for it); the checkpoint and the artifact write them with `to_json`."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ def _bounds(arr: np.ndarray) -> list[Any]:
     return [None if not np.isfinite(v) else float(v) for v in np.asarray(arr, dtype=np.float64).ravel()]
 
 
-def observation_spec(space: gym.Space) -> dict[str, Any]:
+def observation_spec(space: gym.Space) -> ObservationSpec:
     if not isinstance(space, gym.spaces.Box):
         raise ConfigError(
             f"observation space {space} is not supported: rl2edge policies take Box observations "
@@ -29,7 +29,7 @@ def observation_spec(space: gym.Space) -> dict[str, Any]:
         tuple(_bounds(space.low)),
         tuple(_bounds(space.high)),
         image_layout(tuple(space.shape)),
-    ).to_json()
+    )
 
 
 def image_layout(shape: tuple[int, ...]) -> str:
@@ -43,9 +43,9 @@ def image_layout(shape: tuple[int, ...]) -> str:
     raise ConfigError(f"observation shape {shape} is 3-D but neither HWC nor CHW with 1-4 channels")
 
 
-def action_spec(space: gym.Space) -> dict[str, Any]:
+def action_spec(space: gym.Space) -> ActionSpec:
     if isinstance(space, gym.spaces.Discrete):
-        return ActionSpec("discrete", n=int(space.n), start=int(space.start)).to_json()
+        return ActionSpec("discrete", n=int(space.n), start=int(space.start))
     if isinstance(space, gym.spaces.Box):
         if not (np.all(np.isfinite(space.low)) and np.all(np.isfinite(space.high))):
             raise ConfigError(f"action space {space} has infinite bounds; rl2edge needs bounded Box actions")
@@ -57,14 +57,5 @@ def action_spec(space: gym.Space) -> dict[str, Any]:
             dtype=str(space.dtype),
             low=tuple(_bounds(space.low)),
             high=tuple(_bounds(space.high)),
-        ).to_json()
+        )
     raise ConfigError(f"action space {space} is not supported: use Discrete or a bounded 1-D Box")
-
-
-def obs_dim(spec: dict[str, Any]) -> int:
-    return ObservationSpec.from_json(spec).size
-
-
-def output_width(spec: dict[str, Any]) -> int:
-    """The network's output width for this action (n for Discrete): the checkpoint's `network.act_dim`."""
-    return ActionSpec.from_json(spec).output_width

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from rl2edge.errors import ConfigError
+from rl2edge.specs import ActionSpec
 from rl2edge.train.core.normalization import RunningNormalizer
 from rl2edge.train.core.numpy_policy import RolloutWeights
 from rl2edge.train.core.rollout_collector import RolloutCollector, Segment
@@ -44,7 +45,7 @@ class RolloutWorker:
         first: int,
         count: int,
         network: dict[str, Any],
-        act_spec: dict[str, Any],
+        act_spec: ActionSpec,
     ):
         from rl2edge.specs import ActionTransform
 
@@ -81,7 +82,7 @@ class RayRolloutPool:
         cfg: Any,
         seed: int,
         network: dict[str, Any],
-        act_spec: dict[str, Any],
+        act_spec: ActionSpec,
     ):
         from rl2edge.train.distributed.cluster import require_ray
 

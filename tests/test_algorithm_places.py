@@ -116,3 +116,18 @@ def test_an_algorithm_is_named_only_in_its_own_places(name: str) -> None:
                 if name in words(text) and not text.startswith(FORMAT_STRINGS)
             ]
     assert found == [], f"{name} is named outside its row, config, agents and preset:\n" + "\n".join(found)
+
+
+@pytest.mark.parametrize("driver", ["train/core/offpolicy_driver.py", "train/core/onpolicy_driver.py"])
+def test_a_driver_asks_no_config_what_class_it_is(driver: str) -> None:
+    """What differs per algorithm comes from the config's and the agent's methods, not from branches on
+    their classes (SB3's off-policy loop checks only space and buffer types)."""
+    tree = ast.parse((ROOT / driver).read_text())
+    branches = [
+        f"line {node.lineno}"
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id in ("isinstance", "issubclass", "type")
+    ]
+    assert branches == []

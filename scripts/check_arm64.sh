@@ -321,12 +321,12 @@ EOF
 }
 
 # ------------------------------------------------------------------------------------------------ 5
-# The artifacts of the tests (tests/conftest.py build_artifacts: a tiny PPO per env, every mode), made by
+# The artifacts of the tests (testkit.runs.build_artifacts: a tiny PPO per env, every mode), made by
 # the workstation; held-out observations, x86 actions and, for discrete, the source's top-two margins.
 make_reference() {
   step "5a. artifacts and x86 reference (host, workstation venv)"
   local art=$HOST_IN/artifacts
-  "$MAIN_PY" -c "import sys; sys.path.insert(0, '.'); from pathlib import Path; from tests.conftest import build_artifacts; build_artifacts(Path('$art'))" \
+  "$MAIN_PY" -c "import sys; sys.path.insert(0, '.'); from pathlib import Path; from testkit.runs import build_artifacts; build_artifacts(Path('$art'))" \
     >"$WORK/artifacts.log" 2>&1 || { tail -20 "$WORK/artifacts.log"; echo "building the artifacts failed" >&2; exit 1; }
   "$MAIN_PY" - "$art" "$SAMPLES" <<'EOF'
 import json, sys

@@ -31,7 +31,7 @@ EOF
 "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check pytest pytest-timeout "gymnasium>=1.0,<1.3"
 
 echo "== artifacts from the workstation venv"
-"$MAIN_PY" -c "import sys; from pathlib import Path; sys.path.insert(0, '.'); from tests.conftest import build_artifacts; build_artifacts(Path('$WORK/artifacts'))" >"$WORK/artifacts.log" 2>&1 \
+"$MAIN_PY" -c "import sys; from pathlib import Path; sys.path.insert(0, '.'); from testkit.runs import build_artifacts; build_artifacts(Path('$WORK/artifacts'))" >"$WORK/artifacts.log" 2>&1 \
   || { tail -20 "$WORK/artifacts.log"; exit 1; }
 
 # The tests, copied away from the source tree, so that `import runtime` finds the wheel's.

@@ -1,4 +1,6 @@
-"""Run directories as tests handle them: a deliberately wrong copy, and their weights compared."""
+"""Run directories as tests handle them: tiny real training runs (`tiny_train`) and their exports (`export_run`,
+`build_artifacts`: the fixtures' artifacts of tests/conftest.py), a deliberately wrong copy, and their weights
+compared."""
 
 from __future__ import annotations
 
@@ -53,3 +55,56 @@ def assert_same_weights(a: Path, b: Path) -> None:
     assert wa.keys() == wb.keys() and wa
     for k in wa:
         assert np.array_equal(wa[k], wb[k]), f"{k}: max |diff| {np.abs(wa[k] - wb[k]).max()}"
+
+
+def tiny_train(
+    env_id: str,
+    out: Path,
+    steps: int,
+    seed: int = 0,
+    algo: str = "ppo",
+    framework: str = "torch",
+    **overrides: object,
+) -> Path:
+    """A short real training run of `algo` on `env_id` into `out`: `steps` env steps, no periodic
+    evaluation, the preset and `overrides` otherwise."""
+    from rl2edge.train.algos import build_config, train
+
+    cfg = build_config(
+        env_id, overrides={"n_timesteps": steps, "eval_freq": 0, "eval_episodes": 2, **overrides}, algo=algo
+    )
+    out.mkdir(parents=True, exist_ok=True)
+    train(framework, env_id, cfg, seed, out, device="cpu", progress=False)
+    return out
+
+
+# A2C (torch, the ONNX route) and Rainbow with every component on (TF, the SavedModel route), briefly
+# trained on CartPole: what the closed-loop serve test runs as int8 files.
+A2C_RUN = dict(algo="a2c", framework="torch", steps=8000)
+RAINBOW_RUN = dict(algo="rainbow", framework="tf", steps=3000, learning_starts=500)
+
+
+def export_run(run: Path, out: Path, quantize: str):
+    """`run` exported in `quantize` (a mode or "all") to `out`, briefly calibrated and evaluated: the report."""
+    from rl2edge.export.pipeline import ExportOptions, export_checkpoint
+
+    return export_checkpoint(
+        run, out, ExportOptions(quantize=quantize, calib_episodes=3, eval_episodes=2, progress=False)
+    )
+
+
+def build_artifacts(out: Path) -> None:
+    """The artifacts of tests/conftest.py's fixtures, for the edge test run ($RL2EDGE_TEST_ARTIFACTS):
+    out/cartpole-all/<mode>, out/cartpole-flipped, out/pendulum-{fp32,int8}, out/a2c-int8, out/rainbow-int8."""
+    cp = tiny_train("CartPole-v1", out / "runs" / "cartpole", steps=4096)
+    pd = tiny_train(
+        "Pendulum-v1", out / "runs" / "pendulum", steps=2048, n_envs=2, n_steps=512, batch_size=256
+    )
+    export_run(cp, out / "cartpole-all", "all")
+    export_run(flipped_run(cp, out / "runs" / "cartpole-flipped"), out / "cartpole-flipped", "fp32")
+    export_run(pd, out / "pendulum-fp32", "fp32")
+    export_run(pd, out / "pendulum-int8", "int8")
+    export_run(tiny_train("CartPole-v1", out / "runs" / "a2c", **A2C_RUN), out / "a2c-int8", "int8")
+    export_run(
+        tiny_train("CartPole-v1", out / "runs" / "rainbow", **RAINBOW_RUN), out / "rainbow-int8", "int8"
+    )

@@ -14,32 +14,30 @@ torch = pytest.importorskip("torch")
 
 from rl2edge.train.algos import build_config, train  # noqa: E402
 from rl2edge.train.core.rollout import Minibatch, RolloutBuffer  # noqa: E402
+from testkit.agents import make_agent, network  # noqa: E402
 
 N_STEPS = 5
 
 
 def _net(discrete: bool) -> dict:
-    return {
-        "type": "actor_critic_mlp",
-        "obs_dim": 4,
-        "act_dim": 2 if discrete else 1,
-        "discrete": discrete,
-        "net_arch": [64, 64],
-        "activation": "tanh",
-        "log_std_init": -0.3,
-    }
+    return network(
+        "a2c",
+        4,
+        2 if discrete else 1,
+        discrete=discrete,
+        net_arch=[64, 64],
+        activation="tanh",
+        log_std_init=-0.3,
+    )
 
 
 def _agents(discrete: bool, **overrides: object):
     """A torch and a TF A2C agent with the same weights (torch's, copied across)."""
-    from rl2edge.train.tf_backend.a2c import TFA2C
-    from rl2edge.train.torch_backend.a2c import TorchA2C
-
-    cfg = build_config("CartPole-v1", overrides={"ent_coef": 0.01, **overrides}, algo="a2c")
-    t_agent = TorchA2C(_net(discrete), cfg, 0, "cpu")
-    f_agent = TFA2C(_net(discrete), cfg, 0, "cpu")
+    cfg_overrides = {"ent_coef": 0.01, **overrides}
+    t_agent = make_agent("a2c", "torch", _net(discrete), "CartPole-v1", 0, **cfg_overrides)
+    f_agent = make_agent("a2c", "tf", _net(discrete), "CartPole-v1", 0, **cfg_overrides)
     f_agent.policy.copy_from_torch(t_agent.policy.state_dict())
-    return t_agent, f_agent, cfg
+    return t_agent, f_agent, t_agent.cfg
 
 
 def _rollout(n_envs: int, discrete: bool, rng: np.random.Generator, per_env: dict | None = None) -> Minibatch:
@@ -166,16 +164,13 @@ def test_tf_rmsprop_is_pytorchs_rmsprop() -> None:
 
 @pytest.mark.parametrize("fused", [False, True])
 def test_tf_eager_and_graph_updates_agree(fused: bool) -> None:
-    from rl2edge.train.tf_backend.a2c import TFA2C
-
     rng = np.random.default_rng(1)
     rollouts = [_rollout(4, True, rng) for _ in range(3)]
     states = []
     for eager in (False, True):
         tf.config.run_functions_eagerly(eager)
         try:
-            cfg = build_config("CartPole-v1", overrides={"ent_coef": 0.01}, algo="a2c")
-            agent = TFA2C(_net(True), cfg, 3, "cpu")
+            agent = make_agent("a2c", "tf", _net(True), "CartPole-v1", 3, ent_coef=0.01)
             for mb in rollouts:  # one gradient step per rollout, as the driver does
                 if fused:
                     agent.train_minibatches([mb], 0.0)

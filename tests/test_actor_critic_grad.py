@@ -16,30 +16,27 @@ import pytest
 import torch
 from torch import nn
 
-from rl2edge.train.core.config import A2CConfig, PPOConfig
+from rl2edge.train.core.config import PPOConfig
 from rl2edge.train.core.rollout import Minibatch
-from rl2edge.train.torch_backend.a2c import TorchA2C
 from rl2edge.train.torch_backend.actor_critic_grad import ActorCriticGrad, ForwardPass
 from rl2edge.train.torch_backend.nets import ActionTerms
 from rl2edge.train.torch_backend.optim_step import clear_grads
 from rl2edge.train.torch_backend.ppo import TorchPPO, clipped_surrogate, ppo_grads
+from testkit.agents import make_agent, network
 
 B, CLIP = 256, 0.2
 
 
 def _network(discrete: bool, activation: str, net_arch: list[int]) -> dict:
-    return {
-        "obs_dim": 5,
-        "act_dim": 3,
-        "discrete": discrete,
-        "net_arch": net_arch,
-        "activation": activation,
-        "log_std_init": -0.3,
-    }
+    """PPO's and A2C's network (one type), 5 observations, 3 actions (or 3 logits)."""
+    return network(
+        "ppo", 5, 3, discrete=discrete, net_arch=net_arch, activation=activation, log_std_init=-0.3
+    )
 
 
-def _agent(cls: type[TorchPPO], cfg: PPOConfig | A2CConfig, net: dict, seed: int = 0) -> TorchPPO:
-    agent = cls(net, cfg, seed, "cpu")
+def _agent(algo: str, net: dict, seed: int = 0, **overrides: object) -> TorchPPO:
+    """A torch PPO or A2C agent on its defaults (no preset) and `overrides`."""
+    agent = make_agent(algo, "torch", net, None, seed, **overrides)
     with torch.no_grad():  # away from PPO's init (an almost uniform policy, the value head near zero)
         for p in agent.params:
             p.add_(torch.randn_like(p) * 0.3)
@@ -104,8 +101,13 @@ def test_ppo_gradient_matches_autograd(
     ent_coef: float,
     vf_coef: float,
 ) -> None:
-    cfg = PPOConfig(clip_range_vf=clip_range_vf, ent_coef=ent_coef, vf_coef=vf_coef)
-    agent = _agent(TorchPPO, cfg, _network(discrete, activation, net_arch))
+    agent = _agent(
+        "ppo",
+        _network(discrete, activation, net_arch),
+        clip_range_vf=clip_range_vf,
+        ent_coef=ent_coef,
+        vf_coef=vf_coef,
+    )
     mb = _minibatch(agent, np.random.default_rng(1))
     stats = agent.written_out_grads(mb, CLIP)
     assert 0.3 < float(stats[4]) < 0.7  # the fraction clipped: both branches of the surrogate in play
@@ -114,7 +116,7 @@ def test_ppo_gradient_matches_autograd(
 
 @pytest.mark.parametrize("discrete", [True, False], ids=["categorical", "gaussian"])
 def test_a2c_gradient_matches_autograd(discrete: bool) -> None:
-    agent = _agent(TorchA2C, A2CConfig(ent_coef=0.01, vf_coef=0.3), _network(discrete, "tanh", [64, 64]))
+    agent = _agent("a2c", _network(discrete, "tanh", [64, 64]), ent_coef=0.01, vf_coef=0.3)
     _assert_same_grads(agent, _minibatch(agent, np.random.default_rng(2)))
 
 
@@ -122,9 +124,9 @@ def test_training_through_either_gradient_ends_at_the_same_weights() -> None:
     """40 Adam steps with gradient clipping (max_grad_norm 0.5, active here) on three minibatches: the
     two paths' weights stay within 1e-5 (their gradients differ by float32 rounding each step and Adam
     divides by the gradient's running magnitude; measured 0.6-1.2e-7 over three seeds)."""
-    cfg = PPOConfig(clip_range_vf=0.2, ent_coef=0.01)
+    overrides = {"clip_range_vf": 0.2, "ent_coef": 0.01}
     net = _network(True, "tanh", [64, 64])
-    written, reference = _agent(TorchPPO, cfg, net), _agent(TorchPPO, cfg, net)
+    written, reference = _agent("ppo", net, **overrides), _agent("ppo", net, **overrides)
     reference.autograd = True
     rng = np.random.default_rng(3)
     mbs = [_minibatch(written, rng) for _ in range(3)]
@@ -133,7 +135,7 @@ def test_training_through_either_gradient_ends_at_the_same_weights() -> None:
         reference.train_step(mbs[i % 3], CLIP)
     for (name, a), b in zip(written.policy.named_parameters(), reference.params, strict=True):
         torch.testing.assert_close(a, b, rtol=0, atol=1e-5, msg=name)
-    start = _agent(TorchPPO, cfg, net).params
+    start = _agent("ppo", net, **overrides).params
     moved = max(float((a - b).abs().max()) for a, b in zip(written.params, start, strict=True))
     assert moved > 1e-3  # the steps did move the weights (Adam: at most ~1e-2 in 40 steps of 3e-4)
 
@@ -156,7 +158,7 @@ def test_ppo_gradient_at_ties_and_zero_advantages(clip: float) -> None:
 
 
 def test_an_activation_without_a_written_out_backward_falls_back_to_autograd() -> None:
-    agent = TorchPPO(_network(True, "tanh", [64, 64]), PPOConfig(), 0, "cpu")
+    agent = make_agent("ppo", "torch", _network(True, "tanh", [64, 64]))
     agent.policy.actor[1] = nn.GELU()
     with pytest.raises(ValueError, match="GELU"):
         ActorCriticGrad(agent.policy)
@@ -165,7 +167,7 @@ def test_an_activation_without_a_written_out_backward_falls_back_to_autograd() -
 
     with pytest.MonkeyPatch.context() as mp:  # a network the builder makes with another activation
         mp.setitem(nets._ACTIVATIONS, "tanh", nn.GELU)
-        agent = TorchPPO(net, PPOConfig(), 0, "cpu")
+        agent = make_agent("ppo", "torch", net)
     assert agent.autograd and agent.backprop is None
     mb = _minibatch(agent, np.random.default_rng(4))
     before = [p.detach().clone() for p in agent.params]

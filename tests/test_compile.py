@@ -19,8 +19,7 @@ from rl2edge.train.torch_backend.a2c import TorchA2C
 from rl2edge.train.torch_backend.graph_adam import GraphAdam
 from rl2edge.train.torch_backend.ppo import TorchPPO
 from testkit.cli import assert_clean_failure, rl2edge
-from tests.test_offpolicy_grad import _agent as _offpolicy_agent
-from tests.test_offpolicy_grad import _assert_close, _batch, _step_both, _stepped_params
+from testkit.written_out import assert_grad_close, grad_batch, offpolicy_agent, step_both, stepped_params
 
 NETWORK = {
     "type": "actor_critic_mlp",
@@ -172,16 +171,16 @@ def test_compiled_offpolicy_step_matches_eager(algo: str, overrides: dict, graph
     moving between steps (Adam's eps raised in both: ADAM_EPS). SAC's log std stays inside its clamp here: pushed past 2, tanh saturates, and
     inductor's tanh, an ulp from ATen's at 1 - 6e-8, moves SB3's log(1 - a^2 + 1e-6) by up to 0.1 per
     sample (seen: critic gradients 1e-3 apart), a near tie of the inputs, not of the two steps. Compared: the stats and every gradient within the tolerance of
-    tests/test_offpolicy_grad.py; the parameters where torch's fused Adam takes them from those
+    tests/test_offpolicy_grad.py (testkit.written_out); the parameters where torch's fused Adam takes them from those
     gradients (1e-6: the Adam test above), which shows the graph's updates reach the agent's own
     parameters; and `graphs` traces in all."""
     _reset_dynamo()
-    compiled, eager = (_offpolicy_agent(algo, "relu", 0, past_clamp=False, **overrides) for _ in range(2))
+    compiled, eager = (offpolicy_agent(algo, "relu", 0, past_clamp=False, **overrides) for _ in range(2))
     for opt in compiled.optimizers + eager.optimizers:
         opt.param_groups[0]["eps"] = ADAM_EPS
     compiled.compile_update()
     assert compiled.compiled and not eager.compiled
-    batch = _batch(0)
+    batch = grad_batch(0)
     # a shadow of the compiled agent's optimizers: torch's fused Adam fed the compiled step's gradients
     params = list(compiled.nets.parameters())
     shadow = [torch.nn.Parameter(p.detach().clone()) for p in params]
@@ -197,9 +196,9 @@ def test_compiled_offpolicy_step_matches_eager(algo: str, overrides: dict, graph
                 agent.set_learning_rate(lr)
             for opt in shadow_opts:
                 opt.param_groups[0]["lr"] = lr
-            stepped = _stepped_params(compiled)
+            stepped = stepped_params(compiled)
             before = [p.detach().clone() for p in params]
-            _step_both(eager, compiled, batch, step)
+            step_both(eager, compiled, batch, step)
             eager_params = dict(eager.nets.named_parameters())
             for name, p in stepped.items():
                 if algo == "sac" and name.startswith("actor."):
@@ -207,7 +206,7 @@ def test_compiled_offpolicy_step_matches_eager(algo: str, overrides: dict, graph
                     torch.testing.assert_close(p.grad, eager_params[name].grad, rtol=0,
                                                atol=SAC_ACTOR_ATOL_OF_MAX * scale, msg=f"{name}.grad, step {step}")  # fmt: skip
                 else:
-                    _assert_close(f"{name}.grad, step {step}", p.grad, eager_params[name].grad)
+                    assert_grad_close(f"{name}.grad, step {step}", p.grad, eager_params[name].grad)
             stepped_ids = {id(p) for p in stepped.values()}
             for p, s, b in zip(params, shadow, before, strict=True):
                 with torch.no_grad():

@@ -10,13 +10,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.test_offpolicy_mechanics import OBS, _agent, _batch
+from testkit.agents import SMALL_OBS, replay_batch, small_offpolicy_agent, small_offpolicy_spec
 
+pytest.importorskip("tensorflow")  # half the cases are TF's
 FRAMEWORKS = ["torch", "tf"]
 
 
 def _obs(rows: int = 6, seed: int = 3) -> np.ndarray:
-    return np.random.default_rng(seed).standard_normal((rows, OBS)).astype(np.float32)
+    return np.random.default_rng(seed).standard_normal((rows, SMALL_OBS)).astype(np.float32)
 
 
 def _sac_mean_log_std(agent, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -35,13 +36,13 @@ def _sac_mean_log_std(agent, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 @pytest.mark.parametrize("framework", FRAMEWORKS)
 def test_td3_explores_with_the_frameworks_actor_before_and_after_training(framework: str) -> None:
-    agent = _agent(framework, "td3")
+    agent = small_offpolicy_agent(framework, "td3")
     assert agent.explorer is not None
     obs = _obs()
     before = agent.explore(obs)
     np.testing.assert_allclose(before, agent.framework_explore(obs), atol=1e-5)
     for _ in range(2):  # policy_delay 2: the second phase steps the actor
-        agent.train(_batch(1, seed=1))
+        agent.train(replay_batch(1, seed=1))
     after = agent.explore(obs)
     np.testing.assert_allclose(after, agent.framework_explore(obs), atol=1e-5)
     assert np.abs(after - before).max() > 1e-4  # the numpy actor read the new weights
@@ -50,8 +51,8 @@ def test_td3_explores_with_the_frameworks_actor_before_and_after_training(framew
 
 @pytest.mark.parametrize("framework", FRAMEWORKS)
 def test_sac_samples_the_frameworks_squashed_gaussian(framework: str) -> None:
-    agent = _agent(framework, "sac")
-    agent.train(_batch(2, seed=1))  # weights that are not the initial ones
+    agent = small_offpolicy_agent(framework, "sac")
+    agent.train(replay_batch(2, seed=1))  # weights that are not the initial ones
     obs = _obs(rows=2)
     mean, log_std = _sac_mean_log_std(agent, obs)
     head_mean, head_log_std = agent.explorer.forward(obs)
@@ -72,19 +73,14 @@ def test_sac_samples_the_frameworks_squashed_gaussian(framework: str) -> None:
 def test_sac_exploration_noise_follows_the_seed_and_a_restored_state(framework: str) -> None:
     """The same seed explores alike; another seed draws other noise; set_state's weights reach the
     numpy actor (a resumed or rolled-back run explores with what it restored)."""
-    from rl2edge.train.algos import build_config, get
-    from tests.test_offpolicy_mechanics import SPEC_SAC
-
-    cfg = build_config("Pendulum-v1", overrides={}, algo="sac")
-    make = lambda seed: get("sac").agent_class(framework)(SPEC_SAC, cfg, seed, "cpu")  # noqa: E731
     obs = _obs()
-    a, b, c = make(0), make(0), make(1)
+    a, b, c = (small_offpolicy_agent(framework, "sac", seed) for seed in (0, 0, 1))
     np.testing.assert_array_equal(a.explore(obs), b.explore(obs))
     assert not np.allclose(a.explore(obs), c.explore(obs))
 
     saved = a.get_state()
     start = a.explorer.forward(obs)[0]
-    a.train(_batch(3, seed=2))
+    a.train(replay_batch(3, seed=2))
     assert np.abs(a.explorer.forward(obs)[0] - start).max() > 1e-4
     a.set_state(saved)
     np.testing.assert_allclose(a.explorer.forward(obs)[0], start, atol=1e-6)
@@ -100,8 +96,7 @@ def test_the_numpy_actor_refuses_what_it_cannot_run() -> None:
 def test_tf_refuses_an_explorer_made_after_its_graphs() -> None:
     """The TF training graph returns the explorer's weights only if it knew them when it was traced."""
     from rl2edge.train.core.numpy_actor import Tanh
-    from tests.test_offpolicy_mechanics import SPEC_SAC
 
-    agent = _agent("tf", "sac")
+    agent = small_offpolicy_agent("tf", "sac")
     with pytest.raises(RuntimeError, match="after compile"):
-        agent.numpy_explorer(SPEC_SAC["activation"], agent.actor_vars, Tanh())
+        agent.numpy_explorer(small_offpolicy_spec("sac")["activation"], agent.actor_vars, Tanh())

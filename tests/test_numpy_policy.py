@@ -6,23 +6,25 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from rl2edge.train.algos import build_config
 from rl2edge.train.core.numpy_policy import NumpyActorCritic
+from testkit.agents import make_agent, network
 
-NET = {"type": "actor_critic_mlp", "obs_dim": 4, "net_arch": [64, 64], "log_std_init": -0.3}
+
+def _net(activation: str, act_dim: int, discrete: bool) -> dict:
+    return network(
+        "ppo", 4, act_dim, discrete=discrete, net_arch=[64, 64], activation=activation, log_std_init=-0.3
+    )
+
+
 # Two stacks of different kernels (BLAS vs the framework's, Sleef vs libm tanh) over three layers: measured
 # 2.4e-7 on log-probs and values of order 1; 1e-5 leaves room for other CPUs' kernels.
 ATOL = 1e-5
 
 
 def _agent(framework: str, net: dict):
-    cfg = build_config("CartPole-v1")
-    if framework == "torch":
-        from rl2edge.train.torch_backend.ppo import TorchPPO as cls
-    else:
+    if framework == "tf":
         pytest.importorskip("tensorflow")
-        from rl2edge.train.tf_backend.ppo import TFPPO as cls
-    return cls(net, cfg, 0, "cpu")
+    return make_agent("ppo", framework, net, "CartPole-v1")
 
 
 def _spread_actor_head(agent, framework: str) -> None:
@@ -43,7 +45,7 @@ def _spread_actor_head(agent, framework: str) -> None:
 def test_numpy_rollout_policy_matches_the_backends_own_act(
     framework: str, discrete: bool, activation: str
 ) -> None:
-    net = {**NET, "activation": activation, "act_dim": 3, "discrete": discrete}
+    net = _net(activation, 3, discrete)
     agent = _agent(framework, net)
     _spread_actor_head(agent, framework)
     policy = NumpyActorCritic(net)
@@ -71,7 +73,7 @@ def test_loaded_weights_are_a_frozen_copy() -> None:
     """torch's arrays are views of the parameters: the rollout must not see the optimizer's later steps."""
     import torch
 
-    net = {**NET, "activation": "tanh", "act_dim": 2, "discrete": True}
+    net = _net("tanh", 2, True)
     agent = _agent("torch", net)
     policy = NumpyActorCritic(net)
     policy.load(agent.rollout_weights())
@@ -87,4 +89,4 @@ def test_loaded_weights_are_a_frozen_copy() -> None:
 
 def test_unknown_activation_is_refused() -> None:
     with pytest.raises(ValueError, match="activation 'gelu'"):
-        NumpyActorCritic({**NET, "activation": "gelu", "act_dim": 2, "discrete": True})
+        NumpyActorCritic(_net("gelu", 2, True))

@@ -13,40 +13,9 @@ import pytest
 
 from rl2edge.train.algos import build_config, get
 from rl2edge.train.core.replay import ReplayBatch, ReplayBuffer
+from testkit.agents import SMALL_OBS, replay_batch, small_offpolicy_agent
 
 tf = pytest.importorskip("tensorflow")
-
-OBS, ACT = 3, 1
-SPEC_SAC = {"type": "sac_mlp", "obs_dim": OBS, "act_dim": ACT, "net_arch": [16, 16], "activation": "relu",
-            "log_std_min": -20.0, "log_std_max": 2.0}  # fmt: skip
-SPEC_TD3 = {"type": "td3_mlp", "obs_dim": OBS, "act_dim": ACT, "net_arch": [16, 16], "activation": "relu",
-            "n_critics": 2}  # fmt: skip
-SPEC_DQN = {"type": "dqn_mlp", "obs_dim": 4, "act_dim": 2, "net_arch": [16, 16], "activation": "relu"}
-
-
-def _agent(framework: str, algo: str, **overrides: object):
-    cfg = build_config(
-        "Pendulum-v1" if algo != "dqn" else "CartPole-v1", overrides=dict(overrides), algo=algo
-    )
-    spec = {"sac": SPEC_SAC, "td3": SPEC_TD3, "dqn": SPEC_DQN}[algo]
-    return get(algo).agent_class(framework)(spec, cfg, 0, "cpu")
-
-
-def _batch(n: int, b: int = 8, discrete: bool = False, seed: int = 0) -> ReplayBatch:
-    rng = np.random.default_rng(seed)
-    obs_dim = 4 if discrete else OBS
-    actions = (
-        rng.integers(0, 2, (n, b)).astype(np.int64)
-        if discrete
-        else rng.uniform(-1, 1, (n, b, ACT)).astype(np.float32)
-    )
-    return ReplayBatch(
-        rng.standard_normal((n, b, obs_dim)).astype(np.float32),
-        actions,
-        rng.standard_normal((n, b)).astype(np.float32),
-        rng.standard_normal((n, b, obs_dim)).astype(np.float32),
-        (rng.random((n, b)) < 0.1).astype(np.float32),
-    )
 
 
 # ------------------------------------------------------------------------------------------ polyak
@@ -83,9 +52,9 @@ def test_polyak_moves_every_target_weight_by_exactly_tau(framework: str, tau: fl
 
 @pytest.mark.parametrize("framework", ["torch", "tf"])
 def test_sac_targets_move_by_tau_in_a_training_step(framework: str) -> None:
-    agent = _agent(framework, "sac", tau=0.25)
+    agent = small_offpolicy_agent(framework, "sac", tau=0.25)
     before_t = agent.variables("critic_target")
-    agent.train(_batch(1))
+    agent.train(replay_batch(1))
     after_s, after_t = agent.variables("critic"), agent.variables("critic_target")
     for s, t0, t1 in zip(after_s, before_t, after_t, strict=True):
         np.testing.assert_allclose(t1, t0 + 0.25 * (s - t0), atol=1e-6)
@@ -96,7 +65,7 @@ def _actor_changes(agent, steps: int, call) -> list[int]:
     changed = []
     for i in range(1, steps + 1):
         before = agent.variables("actor")
-        call(_batch(1, seed=i))
+        call(replay_batch(1, seed=i))
         if any(not np.array_equal(a, b) for a, b in zip(before, agent.variables("actor"), strict=True)):
             changed.append(i)
     return changed
@@ -104,7 +73,7 @@ def _actor_changes(agent, steps: int, call) -> list[int]:
 
 @pytest.mark.parametrize("mode", ["torch", "tf-graph", "tf-eager"])
 def test_td3_actor_steps_every_policy_delay_critic_steps(mode: str) -> None:
-    agent = _agent(mode.split("-")[0], "td3", policy_delay=3)
+    agent = small_offpolicy_agent(mode.split("-")[0], "td3", policy_delay=3)
     if mode == "tf-eager":  # the same Python method the graph was traced from, run op by op
 
         def call(b: ReplayBatch):
@@ -119,7 +88,7 @@ def test_td3_actor_steps_every_policy_delay_critic_steps(mode: str) -> None:
         assert int(agent.actor_opt.iterations.numpy()) == 2
         assert int(agent.critic_opt.iterations.numpy()) == 7
         # many steps in one compiled call count the same way
-        agent.train(_batch(5))
+        agent.train(replay_batch(5))
         assert int(agent.n_updates.numpy()) == 12 and int(agent.actor_opt.iterations.numpy()) == 4
 
 
@@ -127,14 +96,14 @@ def test_td3_actor_steps_every_policy_delay_critic_steps(mode: str) -> None:
 def test_ddpg_is_td3_with_its_additions_switched_off(framework: str) -> None:
     cfg = build_config("Pendulum-v1", algo="ddpg")
     assert (cfg.policy_delay, cfg.target_policy_noise, cfg.n_critics) == (1, 0.0, 1)
-    agent = _agent(framework, "td3", policy_delay=1)
+    agent = small_offpolicy_agent(framework, "td3", policy_delay=1)
     assert _actor_changes(agent, 3, agent.train) == [1, 2, 3]
 
 
 # -------------------------------------------------------------------------------- SAC temperature
 @pytest.mark.parametrize("framework", ["torch", "tf"])
 def test_sac_temperature_optimizer_moves_log_alpha_and_nothing_else(framework: str) -> None:
-    agent = _agent(framework, "sac")
+    agent = small_offpolicy_agent(framework, "sac")
     logp = np.full(8, -3.0, np.float32)  # entropy above target -> alpha must fall
     if framework == "torch":
         import torch
@@ -200,11 +169,11 @@ def test_dqn_target_synced_on_its_period(framework: str, tmp_path: Path) -> None
 # ------------------------------------------------------------------------------ TF graph discipline
 @pytest.mark.parametrize("algo", ["sac", "td3", "dqn"])
 def test_tf_functions_trace_once_over_varying_batch_counts_and_sizes(algo: str) -> None:
-    agent = _agent("tf", algo)
+    agent = small_offpolicy_agent("tf", algo)
     discrete = algo == "dqn"
-    obs_dim = 4 if discrete else OBS
+    obs_dim = 4 if discrete else SMALL_OBS
     for n, b in [(1, 8), (3, 8), (2, 5), (7, 16)]:
-        agent.train(_batch(n, b, discrete=discrete))
+        agent.train(replay_batch(n, b, discrete=discrete))
         obs = np.zeros((b, obs_dim), np.float32)
         agent.deterministic(obs)
         agent.explore(obs)  # SAC and TD3: the numpy actor (train.core.numpy_actor); DQN: the graph
@@ -259,8 +228,8 @@ def test_configs_presets_and_errors() -> None:
 
 @pytest.mark.parametrize("algo", ["sac", "td3", "dqn"])
 def test_tf_eager_and_graph_leave_the_same_weights_and_adam_slots(algo: str) -> None:
-    eager, graph = _agent("tf", algo), _agent("tf", algo)
-    batch = _batch(4, discrete=algo == "dqn")
+    eager, graph = small_offpolicy_agent("tf", algo), small_offpolicy_agent("tf", algo)
+    batch = replay_batch(4, discrete=algo == "dqn")
     tensors = [tf.constant(x) for x in (batch.obs, batch.actions, batch.rewards, batch.next_obs, batch.dones)]
     for _ in range(2):
         eager.train_many_graph(*tensors)  # op by op, the same generator draws
@@ -281,8 +250,8 @@ def test_actor_loss_through_frozen_critics_gives_the_actor_its_gradient_and_the_
 
     from rl2edge.train.torch_backend.nets import frozen
 
-    agent = _agent("torch", "sac")
-    obs = torch.as_tensor(_batch(1, b=32).obs[0])
+    agent = small_offpolicy_agent("torch", "sac")
+    obs = torch.as_tensor(replay_batch(1, b=32).obs[0])
 
     def grads(freeze: bool) -> tuple[list, list]:
         for p in [*agent.actor.parameters(), *agent.critic.parameters()]:
@@ -307,8 +276,8 @@ def test_actor_loss_through_frozen_critics_gives_the_actor_its_gradient_and_the_
         raise RuntimeError("inside")
     assert all(p.requires_grad for p in agent.critic.parameters())
     # TD3's actor loss takes Q_1 alone: the same values as the first of all critics
-    td3 = _agent("torch", "td3")
-    act = torch.as_tensor(_batch(1, b=32).actions[0])
+    td3 = small_offpolicy_agent("torch", "td3")
+    act = torch.as_tensor(replay_batch(1, b=32).actions[0])
     assert torch.equal(td3.critic.first(obs, act), td3.critic(obs, act)[0])
 
 
@@ -319,7 +288,7 @@ def test_torch_actor_steps_run_the_critics_frozen(algo: str, monkeypatch: pytest
     step; tests/test_offpolicy_grad.py holds its gradients to these.)"""
     from rl2edge.train.torch_backend.nets import Critics
 
-    agent = _agent("torch", algo, **({"policy_delay": 1} if algo == "td3" else {}))
+    agent = small_offpolicy_agent("torch", algo, **({"policy_delay": 1} if algo == "td3" else {}))
     agent.autograd = True
     seen: list[tuple[str, bool]] = []
     for name in ("forward", "first"):
@@ -331,7 +300,7 @@ def test_torch_actor_steps_run_the_critics_frozen(algo: str, monkeypatch: pytest
             return _real(self, *args)
 
         monkeypatch.setattr(Critics, name, spy)
-    agent.train(_batch(2, b=16))
+    agent.train(replay_batch(2, b=16))
     actor_call = "first" if algo == "td3" else "forward"
     assert seen == [("forward", True), (actor_call, False)] * 2
     assert all(p.requires_grad for p in agent.critic.parameters())
@@ -436,12 +405,15 @@ def test_numpy_blas_runs_on_one_thread_during_an_offpolicy_run(tmp_path: Path) -
 # ------------------------------------------------------------------------------ TF XLA (--compile)
 def _train_both(algo: str, xla_twin: bool, **overrides: object):
     """An agent as a graph (or as XLA with `xla_twin`) and one as XLA, trained on the same batches."""
-    first, xla = _agent("tf", algo, **overrides), _agent("tf", algo, **overrides)
+    first, xla = (
+        small_offpolicy_agent("tf", algo, **overrides),
+        small_offpolicy_agent("tf", algo, **overrides),
+    )
     if xla_twin:
         first.compile_update()
     xla.compile_update()
     for n, b in [(2, 8), (3, 8), (2, 8)]:
-        batch = _batch(n, b, discrete=algo == "dqn")
+        batch = replay_batch(n, b, discrete=algo == "dqn")
         first.train(batch)
         xla.train(batch)
     assert xla.trace_counts()["train_many"] == 1  # once over the batch counts a run gives it
@@ -461,7 +433,7 @@ def test_tf_xla_training_phase_traces_once_and_learns_what_the_graph_learns(algo
         for a, b in zip(opt_g.variables, opt_x.variables, strict=True):
             np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=0, atol=1e-5, err_msg=a.path)
     if algo == "td3":  # the numpy explorer reads the weights the XLA call returns
-        obs = np.random.default_rng(0).standard_normal((4, OBS)).astype(np.float32)
+        obs = np.random.default_rng(0).standard_normal((4, SMALL_OBS)).astype(np.float32)
         np.testing.assert_allclose(xla.explore(obs), graph.explore(obs), rtol=0, atol=1e-5)
 
 
@@ -471,7 +443,7 @@ def test_tf_xla_sac_is_seeded_and_steps_every_optimizer() -> None:
     one, two = _train_both("sac", xla_twin=True)
     for a, b in zip(one.nets.variables, two.nets.variables, strict=True):
         np.testing.assert_array_equal(a.numpy(), b.numpy(), err_msg=a.path)
-    fresh = _agent("tf", "sac")
+    fresh = small_offpolicy_agent("tf", "sac")
     for part in ("actor", "critic", "critic_target"):
         for a, b in zip(fresh.variables(part), two.variables(part), strict=True):
             assert not np.array_equal(a, b), part

@@ -16,15 +16,20 @@ tf = pytest.importorskip("tensorflow")
 
 from rl2edge.train.algos import build_config, train  # noqa: E402
 from rl2edge.train.core.rollout import Minibatch  # noqa: E402
-from tests.conftest import tiny_train  # noqa: E402
+from testkit.agents import make_agent, network  # noqa: E402
+from testkit.runs import tiny_train  # noqa: E402
 
-NET = {
-    "type": "actor_critic_mlp",
-    "obs_dim": 4,
-    "net_arch": [64, 64],
-    "activation": "tanh",
-    "log_std_init": 0.0,
-}
+
+def _net(discrete: bool, log_std_init: float = 0.0) -> dict:
+    return network(
+        "ppo",
+        4,
+        2 if discrete else 1,
+        discrete=discrete,
+        net_arch=[64, 64],
+        activation="tanh",
+        log_std_init=log_std_init,
+    )
 
 
 def tf_train(env_id: str, out: Path, steps: int, seed: int = 0, **overrides: object):
@@ -38,10 +43,8 @@ def tf_train(env_id: str, out: Path, steps: int, seed: int = 0, **overrides: obj
 
 
 def _agent(discrete: bool, seed: int = 0, **cfg_overrides: object):
-    from rl2edge.train.tf_backend.ppo import TFPPO
-
-    cfg = build_config("CartPole-v1", overrides=cfg_overrides)
-    return TFPPO({**NET, "act_dim": 2 if discrete else 1, "discrete": discrete}, cfg, seed, "cpu"), cfg
+    agent = make_agent("ppo", "tf", _net(discrete), "CartPole-v1", seed, **cfg_overrides)
+    return agent, agent.cfg
 
 
 def _batch(n: int, discrete: bool, rng: np.random.Generator) -> Minibatch:
@@ -127,7 +130,7 @@ def test_torch_and_tf_give_the_same_loss_and_gradients(discrete: bool) -> None:
 
     agent, cfg = _agent(discrete, ent_coef=0.01, clip_range_vf=0.2)
     torch.manual_seed(0)
-    spec = {**NET, "act_dim": 2 if discrete else 1, "discrete": discrete, "log_std_init": -0.3}
+    spec = _net(discrete, log_std_init=-0.3)
     net = ActorCritic.from_network_spec(spec)
     agent.policy.copy_from_torch(net.state_dict())
     mb = _batch(128, discrete, np.random.default_rng(2))

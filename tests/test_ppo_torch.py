@@ -15,7 +15,7 @@ from rl2edge.train.torch_backend import ppo as ppo_module
 from rl2edge.train.torch_backend.actor_critic_grad import ActorCriticGrad
 from rl2edge.train.torch_backend.nets import ActorCritic
 from rl2edge.train.torch_backend.ppo import clipped_surrogate
-from tests.conftest import tiny_train
+from testkit.runs import tiny_train
 
 
 def test_same_seed_gives_identical_checkpoint(tmp_path: Path) -> None:

@@ -283,7 +283,7 @@ def test_export_freezes_the_mean_weights_and_says_so(tmp_path: Path) -> None:
     from rl2edge.export.pipeline import ExportOptions, export_checkpoint
     from rl2edge.fileio import sha256_file
     from rl2edge.runtime import Policy
-    from tests.conftest import tiny_train
+    from testkit.runs import tiny_train
 
     run = tiny_train(
         "CartPole-v1", tmp_path / "run", 1500, algo="rainbow", learning_starts=500, net_arch=[64, 64]

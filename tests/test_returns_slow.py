@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import tiny_train
+from testkit.runs import tiny_train
 
 
 @pytest.mark.slow

@@ -274,9 +274,11 @@ def _common_manifest(
     source: ExportSource, opts: ExportOptions, onnx_path: Path | None, noise_off: dict[str, Any] | None
 ) -> dict[str, Any]:
     """What every file's manifest says alike: the source, the spaces, what is folded, the ONNX file, tools."""
+    observation = source.observation.to_json()
     common: dict[str, Any] = {
         "source": source.description,
-        "observation": source.observation.to_json(),
+        # "layout" first, as manifests have always had it: the same export gives the same bytes
+        "observation": {"layout": observation.pop("layout"), **observation},
         "action": source.action.to_json(),
         "folded": folded_description(source.norm, source.action, source.head),
         "onnx": {

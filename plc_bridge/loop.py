@@ -24,10 +24,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
@@ -38,9 +37,10 @@ from rl2edge.plc_bridge.binding import PlantIo, plant_io_of
 from rl2edge.plc_bridge.client import BridgeConfig, PlcClient, Reading, connect_error_hint
 from rl2edge.plc_bridge.hooks import CycleOutcome, LoopHooks, NoHooks
 from rl2edge.plc_bridge.latency import LatencyHistogram
+from rl2edge.plc_bridge.loop_state import Counters, CycleState, Latencies, Link, RunClock
 from rl2edge.plc_bridge.observation_guard import ObservationGuard, Serving
 from rl2edge.plc_bridge.slot_timer import until_slot
-from rl2edge.plc_bridge.snapshot import LatencyFigures, LoopSnapshot
+from rl2edge.plc_bridge.snapshot import LatencyFigures, LoopSnapshot, summary_of
 from rl2edge.plc_bridge.status import CycleStatus
 from rl2edge.runtime.policy import Policy
 
@@ -94,80 +94,6 @@ class LoopConfig:
             )
 
 
-@dataclass
-class Counters:
-    cycles: int = 0
-    ok: int = 0
-    invalid: int = 0
-    stale: int = 0
-    deadline_misses: int = 0
-    inference_errors: int = 0
-    write_rejected: int = 0
-    bad_quality: int = 0
-    """Part of `invalid`: cycles whose observation or sequence number the PLC marked Bad or Uncertain."""
-    skipped_slots: int = 0
-    reconnects: int = 0
-    connection_losses: int = 0
-    disconnected_s: float = 0.0
-
-
-@dataclass
-class Latencies:
-    """The loop's latency histograms (fixed memory, any run length)."""
-
-    total: LatencyHistogram = field(default_factory=LatencyHistogram)
-    """Every cycle's: from its scheduled start to the end of its last write."""
-    window: LatencyHistogram = field(default_factory=LatencyHistogram)
-    """Since the last stats line: a soak sees drift, not a run-long blur."""
-    lateness: LatencyHistogram = field(default_factory=LatencyHistogram)
-    """Scheduled start -> actual start: the timer's share of the latency."""
-
-
-@dataclass
-class Link:
-    """The session with the PLC as the loop sees it: what the health checks and the backoff go by."""
-
-    backoff_s: float
-    """Grows with every failed connect or lost session; back to the start only once a cycle completes."""
-    connected: bool = False
-    ran: bool = False
-    """A cycle has completed: configuration errors are from now on retried, not fatal."""
-    progress_at: float = field(default_factory=time.monotonic)
-    """When the loop last showed it is alive: a cycle, a counted deadline miss, a connect attempt, a
-    backoff wake-up (time.monotonic). /healthz and the systemd watchdog read it."""
-    last_cycle_at: float | None = None
-    last_status: CycleStatus | None = None
-    """The status of the last completed cycle (None before the first)."""
-    outage_started: float | None = None
-    """When the current outage began (time.monotonic), while reconnecting after a loss."""
-    publishing_interval_ms: float | None = None
-
-
-@dataclass
-class _CycleState:
-    """The current cycle's and the decision's own bookkeeping."""
-
-    phase: str = "read"
-    """Where the current cycle waits."""
-    missed: bool = False
-    """Whether its deadline already passed (counted then)."""
-    logged_status: CycleStatus = CycleStatus.OK
-    """The status last logged: transitions are logged, not every cycle of a lasting fault."""
-    warm_obs: np.ndarray | None = None
-    """The last valid observation, for the warm-up in the spin."""
-    decision_s: float = 0.0
-    """A decaying maximum of how long a decision takes (the cycles' own and the warm-ups): a warm-up runs
-    only where twice that is left of the lead, so a model slower than the lead (a CNN on a Jetson) is never
-    warmed up into the slot."""
-
-
-@dataclass
-class _RunClock:
-    started: float = field(default_factory=time.time)
-    cpu_started: float = field(default_factory=time.process_time)
-    last_stats: float | None = None
-
-
 class ControlLoop:
     def __init__(
         self,
@@ -188,8 +114,8 @@ class ControlLoop:
         self.latencies = Latencies()
         self.link = Link(backoff_s=cfg.backoff_initial_s)
         self._client_factory = client_factory
-        self._cycle_state = _CycleState()
-        self._clock = _RunClock()
+        self._cycle_state = CycleState()
+        self._clock = RunClock()
         _logger.info(
             "safe action %s%s",
             self.safe_action,
@@ -399,7 +325,7 @@ class ControlLoop:
     # ------------------------------------------------------------------------------------------- run
     async def run(self, stop: asyncio.Event) -> dict[str, Any]:
         period = self.cfg.period_ms / 1e3
-        self._clock = _RunClock()
+        self._clock = RunClock()
         while not stop.is_set() and not self._done():
             plc = await self._connect(stop)
             if plc is None:
@@ -600,47 +526,9 @@ class ControlLoop:
         return summary_of(self.snapshot(full=True))
 
 
-def summary_of(snap: LoopSnapshot) -> dict[str, Any]:
-    """The summary JSON of a full snapshot: NaN and Inf (no cycle completed: no percentiles) as null."""
-    assert snap.latency is not None and snap.start_lateness is not None, "a full snapshot"
-    lat, late = snap.latency, snap.start_lateness
-    cycles = snap.counts["cycles"]
-    summary: dict[str, Any] = {
-        "endpoint": snap.endpoint,
-        "artifact": str(snap.manifest.path),
-        "security": snap.security,
-        "period_ms": snap.period_ms,
-        "deadline_ms": snap.deadline_ms,
-        "wall_time_s": snap.wall_time_s,
-        **snap.counts,
-        "latency_ms": {"p50": lat.p50, "p99": lat.p99, "p99.9": lat.p99_9, "max": lat.max, "mean": lat.mean},
-        "start_lateness_ms": {"p50": late.p50, "p99": late.p99, "max": late.max},
-        # the process's CPU time (this loop, the OPC UA client, the spin) per completed cycle
-        "cpu_ms_per_cycle": snap.cpu_s * 1e3 / cycles if cycles else None,
-        "spin_ms": snap.spin_ms,
-        "mode": snap.mode,
-        "publishing_interval_ms": snap.publishing_interval_ms,
-        "model_process": None if snap.model_process is None else dict(snap.model_process),
-    }
-    if snap.update_summary is not None:
-        summary["policy"] = dict(snap.update_summary)
-    return _strict_json(summary)
-
-
 def _figures(h: LatencyHistogram) -> LatencyFigures:
     s = h.summary()
     return LatencyFigures(p50=s["p50"], p99=s["p99"], p99_9=s["p99.9"], max=s["max"], mean=s["mean"])
-
-
-def _strict_json(value: Any) -> Any:
-    """NaN and Inf (no cycle completed: no percentiles) become null, so the summary is strict JSON."""
-    if isinstance(value, dict):
-        return {k: _strict_json(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_strict_json(v) for v in value]
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return value
 
 
 async def _wait(stop: asyncio.Event, seconds: float) -> bool:

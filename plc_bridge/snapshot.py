@@ -1,5 +1,6 @@
 """The control loop's state at one instant (`ControlLoop.snapshot()`), frozen: what the metrics endpoint,
-the health checks and the end-of-run summary read of the loop, and nothing else of it.
+the health checks and the end-of-run summary read of the loop, and nothing else of it; and the summary
+file's content made from a full one (`summary_of`).
 
 A leaf of plc_bridge (the manifest's type and the status codes only), so that what reads snapshots
 (plc_bridge.metrics) does not import the loop.
@@ -7,6 +8,7 @@ A leaf of plc_bridge (the manifest's type and the status codes only), so that wh
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -88,3 +90,41 @@ class LoopSnapshot:
     @property
     def deadline_s(self) -> float:
         return self.deadline_ms / 1e3
+
+
+def summary_of(snap: LoopSnapshot) -> dict[str, Any]:
+    """The summary JSON of a full snapshot: NaN and Inf (no cycle completed: no percentiles) as null."""
+    assert snap.latency is not None and snap.start_lateness is not None, "a full snapshot"
+    lat, late = snap.latency, snap.start_lateness
+    cycles = snap.counts["cycles"]
+    summary: dict[str, Any] = {
+        "endpoint": snap.endpoint,
+        "artifact": str(snap.manifest.path),
+        "security": snap.security,
+        "period_ms": snap.period_ms,
+        "deadline_ms": snap.deadline_ms,
+        "wall_time_s": snap.wall_time_s,
+        **snap.counts,
+        "latency_ms": {"p50": lat.p50, "p99": lat.p99, "p99.9": lat.p99_9, "max": lat.max, "mean": lat.mean},
+        "start_lateness_ms": {"p50": late.p50, "p99": late.p99, "max": late.max},
+        # the process's CPU time (this loop, the OPC UA client, the spin) per completed cycle
+        "cpu_ms_per_cycle": snap.cpu_s * 1e3 / cycles if cycles else None,
+        "spin_ms": snap.spin_ms,
+        "mode": snap.mode,
+        "publishing_interval_ms": snap.publishing_interval_ms,
+        "model_process": None if snap.model_process is None else dict(snap.model_process),
+    }
+    if snap.update_summary is not None:
+        summary["policy"] = dict(snap.update_summary)
+    return _strict_json(summary)
+
+
+def _strict_json(value: Any) -> Any:
+    """NaN and Inf (no cycle completed: no percentiles) become null, so the summary is strict JSON."""
+    if isinstance(value, dict):
+        return {k: _strict_json(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_strict_json(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value

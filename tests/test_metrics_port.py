@@ -26,7 +26,8 @@ import numpy as np
 import pytest
 
 from rl2edge.errors import ConfigError
-from rl2edge.plc_bridge.loop import Counters, LoopConfig
+from rl2edge.plc_bridge.loop import LoopConfig
+from rl2edge.plc_bridge.loop_state import Counters
 from rl2edge.plc_bridge.metrics import (
     Health,
     HealthConfig,

@@ -1,0 +1,1 @@
+"""Example plants written for rl2edge, each a Gymnasium env package."""

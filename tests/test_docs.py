@@ -1,4 +1,4 @@
-"""The README and docs/ stay true to the repository: every relative link resolves, every shell block says
+"""The README, docs/ and the examples' pages stay true to the repository: every relative link resolves, every shell block says
 whether a test runs it, and the README stays a front page.
 
 Shell blocks (```sh, ```bash, ```shell, ```console) carry a marker on the line before the fence (blank
@@ -20,7 +20,7 @@ from testkit.doc_blocks import ROOT, fenced_blocks, shell_blocks
 
 README = ROOT / "README.md"
 README_MAX_LINES = 250
-DOCS = [README, *sorted((ROOT / "docs").rglob("*.md"))]
+DOCS = [README, *sorted((ROOT / "docs").rglob("*.md")), *sorted((ROOT / "examples").rglob("*.md"))]
 # The front pages (README.md, docs/*.md) are user documentation, not a development log.
 BANNED = ("this session", "an earlier session", "timed by hand", "by hand (", "issue #")
 FRONT_PAGES = [README, *sorted((ROOT / "docs").glob("*.md"))]

@@ -16,14 +16,15 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from importlib import resources
-from importlib.resources.abc import Traversable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rl2edge.errors import CheckpointError, ConfigError
 from rl2edge.train.core.threads import set_cpu_threads
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # importlib.resources.abc is 3.11's; the device's CPython 3.10 reads annotations as text
+    from importlib.resources.abc import Traversable
+
     from rl2edge.train.core.config import RunConfig
     from rl2edge.train.core.evaluation import EvalResult
     from rl2edge.train.core.run import TrainResult

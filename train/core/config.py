@@ -7,15 +7,17 @@ from __future__ import annotations
 import dataclasses
 import logging
 from dataclasses import dataclass, field
-from importlib.resources.abc import Traversable
 from pathlib import Path
-from typing import Any, ClassVar, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 import yaml
 
 from rl2edge.errors import ConfigError, short_repr
 from rl2edge.fileio import load_yaml
 from rl2edge.train.core.schedules import Schedule
+
+if TYPE_CHECKING:  # importlib.resources.abc is 3.11's; the device's CPython 3.10 reads annotations as text
+    from importlib.resources.abc import Traversable
 
 _logger = logging.getLogger(__name__)
 

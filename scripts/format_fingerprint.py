@@ -25,19 +25,9 @@ from typing import Any
 
 import yaml
 
-# Keys whose values are wall-clock or machine facts, not format.
-VOLATILE = {
-    "created",
-    "created_at",
-    "wall_s",
-    "time",
-    "timestamp",
-    "hostname",
-    "host",
-    "duration_s",
-    "seconds",
-    "predict_latency_us",  # export's latency probe
-}
+# What differs between two exports of the same checkpoint: export's latency probe (checkpoint.json holds no
+# clock: summary.json, which does, is not fingerprinted).
+VOLATILE = {"predict_latency_us"}
 # Small runs that still take gradient steps, update targets and normalize.
 TINY = {
     "learning_starts": 100,
@@ -55,7 +45,7 @@ STEPS = 500
 def _strip(obj: Any) -> Any:
     """Wall-clock fields dropped; absolute paths (the runs' temporary directory) reduced to their name."""
     if isinstance(obj, dict):
-        return {k: _strip(v) for k, v in obj.items() if k not in VOLATILE and not k.endswith("_time")}
+        return {k: _strip(v) for k, v in obj.items() if k not in VOLATILE}
     if isinstance(obj, list):
         return [_strip(v) for v in obj]
     if isinstance(obj, str) and obj.startswith("/"):

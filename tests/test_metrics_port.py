@@ -391,9 +391,10 @@ def test_a_flood_of_connections_stays_within_the_cap_and_health_answers_after(
 HAMMER = """
 import json, socket, sys, threading, time
 port, seconds = int(sys.argv[1]), float(sys.argv[2])
-counts, lock = {}, threading.Lock()
+counts, seconds_served, lock = {}, set(), threading.Lock()
+start = time.monotonic()
 def hammer():
-    end = time.monotonic() + seconds
+    end = start + seconds
     while time.monotonic() < end:
         try:
             with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
@@ -406,10 +407,13 @@ def hammer():
             key = type(exc).__name__
         with lock:
             counts[key] = counts.get(key, 0) + 1
+            if key == "200":
+                seconds_served.add(int(time.monotonic() - start))
 threads = [threading.Thread(target=hammer) for _ in range(4)]
 print("go", flush=True)
 for t in threads: t.start()
 for t in threads: t.join()
+counts["seconds_served"] = sorted(s for s in seconds_served if s < seconds)
 print(json.dumps(counts), flush=True)
 """
 
@@ -475,7 +479,11 @@ def test_scrapers_hammering_the_port_do_not_make_the_loop_late(tmp_path: Path) -
     ]
     print("start lateness ms p50/p99/max:", report)
     last = runs[-1]
-    assert last["answers"].get("200", 0) >= 1000, report  # the scrapers were served all along
+    # The scrapers were served all along: answers in each of the 5 seconds, and enough of them that the
+    # port was busy. How many a second depends on the machine (1,266 here, 638 on a CI run, in 5 s on 2 cores), so
+    # the floor is a tenth of the slowest seen, not a throughput target.
+    assert last["answers"]["seconds_served"] == [0, 1, 2, 3, 4], report
+    assert last["answers"].get("200", 0) >= 60, report
     assert len(last["loaded"]) >= 400, report
     assert np.percentile(last["loaded"], 99) < 5.0, report
 

@@ -24,10 +24,15 @@ class RolloutData:
 
 
 def _collect(
-    act: Callable[[np.ndarray], Any], env_id: str, episodes: int, seed: int, max_samples: int
+    act: Callable[[Any], Any],
+    env_id: str,
+    episodes: int,
+    seed: int,
+    max_samples: int,
+    flatten: Callable[[Any], np.ndarray],
 ) -> np.ndarray:
     seen: list[np.ndarray] = []
-    evaluate(act, env_id, episodes, seed, on_step=lambda o: seen.append(np.asarray(o, np.float32).copy()))
+    evaluate(act, env_id, episodes, seed, on_step=lambda o: seen.append(np.array(flatten(o), np.float32)))
     obs = np.stack(seen)
     if len(obs) > max_samples:  # evenly spaced, so every part of the episodes is represented
         obs = obs[np.linspace(0, len(obs) - 1, max_samples).round().astype(int)]
@@ -35,11 +40,19 @@ def _collect(
 
 
 def collect_rollout_data(
-    act: Callable[[np.ndarray], Any], env_id: str, episodes: int, seed: int, max_calib: int, max_heldout: int
+    act: Callable[[Any], Any],
+    env_id: str,
+    episodes: int,
+    seed: int,
+    max_calib: int,
+    max_heldout: int,
+    flatten: Callable[[Any], np.ndarray] = np.asarray,
 ) -> RolloutData:
+    """`flatten`: a Dict env's observation -> the keys' concatenation (ObservationSpec.flatten), the form
+    the pipeline keeps observations in."""
     calib_seed, heldout_seed = seed + CALIBRATION_SEED_OFFSET, seed + HELDOUT_SEED_OFFSET
-    calibration = _collect(act, env_id, episodes, calib_seed, max_calib)
-    heldout = _collect(act, env_id, max(2, episodes // 2), heldout_seed, max_heldout)
+    calibration = _collect(act, env_id, episodes, calib_seed, max_calib, flatten)
+    heldout = _collect(act, env_id, max(2, episodes // 2), heldout_seed, max_heldout, flatten)
     return RolloutData(
         calibration,
         heldout,

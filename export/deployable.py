@@ -114,6 +114,18 @@ class DeployablePolicy(nn.Module):
         return np.ascontiguousarray(obs.transpose(0, 3, 1, 2)) if self.obs_layout == "HWC" else obs
 
 
+class KeyedInputs(nn.Module):
+    """A Dict observation's graph: one input per key (the ONNX file names each after its key),
+    concatenated in the manifest's order, then `graph` as it is, with its further inputs (folded noise)."""
+
+    def __init__(self, graph: nn.Module, n_keys: int):
+        super().__init__()
+        self.graph, self.n_keys = graph, n_keys
+
+    def forward(self, *args: torch.Tensor) -> Any:
+        return self.graph(torch.cat(args[: self.n_keys], dim=-1), *args[self.n_keys :])
+
+
 def load_actor(ckpt: Checkpoint, agent: Any) -> nn.Module:
     """The torch module that maps a normalized observation to the head's input, weights loaded: the
     algorithm's agent class builds it from the checkpoint's network spec (`deployable_actor`)."""

@@ -244,6 +244,7 @@ def _collect(source: ExportSource, opts: ExportOptions) -> _Collected:
         opts.seed,
         tol.calibration_max_samples,
         tol.heldout_max_samples,
+        source.observation.flatten,
     )
     return _Collected(
         data,
@@ -262,7 +263,7 @@ def _check_onnx(
     onnx_path = work / "policy.onnx"
     if not source.write_onnx(onnx_path):
         return None, None
-    backend = OnnxBackend(onnx_path, num_threads=1)
+    backend = OnnxBackend(onnx_path, num_threads=1, observation_keys=_keys(source.observation))
     onnx_obs = source.onnx_input(got.data.heldout)
     actions = np.stack([_run_deterministic(backend, o[None], source)[0] for o in onnx_obs])
     parity = compare_actions(got.source_actions, actions, source.discrete, got.margins, tol)
@@ -284,7 +285,7 @@ def _common_manifest(
         "onnx": {
             "file": "policy.onnx",
             "opset": OPSET,
-            "input": INPUT_NAME,
+            "input": list(_keys(source.observation)) or INPUT_NAME,  # a Dict: one input per key
             "output": OUTPUT_NAME,
             "input_layout": _graph_layout(source.observation, onnx=True),
         }
@@ -326,6 +327,7 @@ def _make_file(
         calibration,
         float_io_ops=flat,
         extra=_noise_calibration(source, got.data),
+        observation_keys=source.observation.key_slices,
     )
     write_bytes_atomic(art / "policy.tflite", model)
     if onnx_path is not None:
@@ -366,7 +368,7 @@ def _verify_file(
     model section with the interpreter's view of the tensors; returns the report row and the manifest's
     verification section."""
     tol, env_id = opts.tolerances, source.env_id
-    backend = open_backend(art / "policy.tflite")
+    backend = open_backend(art / "policy.tflite", observation_keys=_keys(source.observation))
     served = Policy(Manifest(art, manifest), backend, explore=False)
     manifest["model"]["input"].update(
         name=backend.input_name,
@@ -520,6 +522,11 @@ def _graph_layout(observation: ObservationSpec, onnx: bool) -> str | None:
     if layout == "flat":
         return None
     return "NCHW" if onnx and layout == "HWC" else "N" + ("HWC" if layout == "HWC" else layout)
+
+
+def _keys(observation: ObservationSpec) -> tuple[str, ...]:
+    """A Dict observation's keys: the graph's observation inputs, in order."""
+    return tuple(k.name for k in observation.keys)
 
 
 def _q(q: tuple[float, int] | None) -> dict[str, float] | None:

@@ -75,9 +75,9 @@ class ExportSource:
         """What exported files must reproduce; the deployable graph itself unless a source says otherwise."""
         return self.deployable_actions(obs)
 
-    def act(self, obs: np.ndarray) -> Any:
-        """One raw observation -> one env action, for rollouts."""
-        a = self.deployable_actions(np.asarray(obs, np.float32)[None])[0]
+    def act(self, obs: Any) -> Any:
+        """One raw observation (a Dict env's: a mapping) -> one env action, for rollouts."""
+        a = self.deployable_actions(self.observation.flatten(obs).astype(np.float32)[None])[0]
         return int(a) if self.discrete else a
 
     def margins(self, obs: np.ndarray) -> np.ndarray | None:
@@ -123,10 +123,10 @@ class TorchSource(ExportSource):
     def reference_actions(self, obs: np.ndarray) -> np.ndarray:
         return self.deployable_actions(obs) if self.reference is None else np.asarray(self.reference(obs))
 
-    def act(self, obs: np.ndarray) -> Any:
+    def act(self, obs: Any) -> Any:
         if self.reference is None:
             return super().act(obs)
-        a = self.reference_actions(np.asarray(obs, np.float32)[None])[0]
+        a = self.reference_actions(self.observation.flatten(obs).astype(np.float32)[None])[0]
         return int(a) if self.discrete else a
 
     def _noisy(self) -> Any:
@@ -154,17 +154,24 @@ class TorchSource(ExportSource):
         return mean.numpy(), log_std.exp().numpy()
 
     def write_onnx(self, path: Path) -> bool:
+        import torch
+
         from rl2edge.export.folded_noise import example_inputs
         from rl2edge.export.graph_spec import io_names
         from rl2edge.export.onnx_export import export_onnx
 
         shape = self.policy.input_shape(self.obs_shape)
-        if self.noise is None:
-            export_onnx(self.policy, shape, path)
-        else:
-            inputs, outputs = io_names(self.noise)
-            examples = example_inputs(self.noise, shape, self.act_dim)
-            export_onnx(self._noisy(), shape, path, examples, inputs, outputs)
+        graph = self.policy if self.noise is None else self._noisy()
+        inputs, outputs = io_names(self.noise)
+        examples = example_inputs(self.noise, shape, self.act_dim)
+        if self.observation.is_dict:  # one input per key in place of `obs`
+            from rl2edge.export.deployable import KeyedInputs
+
+            keys = self.observation.keys
+            graph = KeyedInputs(graph, len(keys))
+            examples = (*(torch.zeros((1, k.size)) for k in keys), *examples[1:])
+            inputs = [k.name for k in keys] + inputs[1:]
+        export_onnx(graph, shape, path, examples, inputs, outputs)
         return True
 
     def onnx_input(self, obs: np.ndarray) -> np.ndarray:

@@ -45,6 +45,8 @@ class GraphParts:
     action: ActionSpec
     obs_dim: int
     head: str
+    obs_keys: tuple[tuple[str, int], ...] = ()
+    """A Dict observation's keys and sizes, in order: the served graph takes one input per key."""
 
     @property
     def has_distribution(self) -> bool:
@@ -76,17 +78,30 @@ def _deployable_module(parts: GraphParts, noise: NoiseSpec | None = None) -> Any
             self.batch = tf.function(self._forward, input_signature=[obs_spec(None)])
             self.pre_head = tf.function(self._pre_head, input_signature=[obs_spec(None)])
             if noise is None:
-                self.serve = tf.function(self._forward, input_signature=[obs_spec(1, "obs")])
+                self.serve = self._served(self._forward, [])
                 return
-            signature = [obs_spec(1, "obs"), act_spec(1, NOISE_INPUT)]
+            extra = [act_spec(1, NOISE_INPUT)]
             batch_signature = [obs_spec(None), act_spec(None)]
             if noise.kind == "ou":
-                signature.append(act_spec(1, STATE_INPUT))
+                extra.append(act_spec(1, STATE_INPUT))
                 batch_signature.append(act_spec(None))
-            self.serve = tf.function(self._noisy, input_signature=signature)
+            self.serve = self._served(self._noisy, extra)
             self.noisy = tf.function(self._noisy, input_signature=batch_signature)
             if noise.kind == "policy":  # only a policy with a distribution has one to trace
                 self.distribution = tf.function(self._distribution, input_signature=[obs_spec(None)])
+
+        def _served(self, fn, extra):
+            """The SavedModel's signature: `obs`, or one input per Dict key concatenated in order, then
+            the `extra` inputs (folded noise)."""
+            if not parts.obs_keys:
+                return tf.function(fn, input_signature=[obs_spec(1, "obs"), *extra])
+            n_keys = len(parts.obs_keys)
+
+            def keyed(*args):
+                return fn(tf.concat(list(args[:n_keys]), axis=-1), *args[n_keys:])
+
+            keys = [tf.TensorSpec([1, n], tf.float32, name=k) for k, n in parts.obs_keys]
+            return tf.function(keyed, input_signature=[*keys, *extra])
 
         def _normalized(self, obs):
             x = (obs - tf.constant(mean)) * tf.constant(inv_std)
@@ -207,7 +222,8 @@ def tf_source(ckpt: Checkpoint, agent: Any, description: dict[str, Any]) -> TFSo
     action = ActionSpec.from_json(meta["action_space"])
     norm = RunningNormalizer.from_dict(observation.shape, meta["normalization"])
     head = head_for(ckpt.algo, action.discrete)
-    parts = GraphParts(net, norm, action, observation.size, head)
+    keys = tuple((k.name, k.size) for k in observation.keys)
+    parts = GraphParts(net, norm, action, observation.size, head, keys)
     return TFSource(
         ckpt.env_id,
         observation,

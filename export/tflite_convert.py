@@ -138,12 +138,14 @@ def convert(
     calibration: np.ndarray,
     float_io_ops: bool = True,
     extra: dict[str, np.ndarray] | None = None,
+    observation_keys: list[tuple[str, slice]] | None = None,
 ) -> bytes:
     """One TFLite flatbuffer, calibrated (int8) on `calibration`: observations from rollouts of the
     trained policy. int8: int8 weights and activations in the network; with `float_io_ops` the
     normalization, the input and output layers and the head stay float32 (float input and output), without it the whole graph is
     int8 with int8 input and output (image policies, whose raw pixels quantize well). `extra`: calibration
-    rows of further inputs (folded noise), by signature name, fed with the observations as a dict."""
+    rows of further inputs (folded noise), by signature name, fed with the observations as a dict.
+    `observation_keys`: a Dict observation's inputs, each fed its slice of the calibration rows."""
     if mode not in MODES:
         raise ExportError(f"unknown quantization mode {mode!r}; choose one of {', '.join(MODES)}")
     import tensorflow as tf
@@ -160,10 +162,14 @@ def convert(
 
         def representative() -> Iterator[Any]:
             for i, row in enumerate(samples):
-                if extra:
-                    yield {"obs": row[None], **{k: v[i % len(v)][None] for k, v in extra.items()}}
+                if observation_keys:
+                    obs = {name: row[None, part] for name, part in observation_keys}
+                elif extra:
+                    obs = {"obs": row[None]}
                 else:
                     yield [row[None]]
+                    continue
+                yield {**obs, **{k: v[i % len(v)][None] for k, v in (extra or {}).items()}}
 
         converter.representative_dataset = representative
         if not float_io_ops:

@@ -23,22 +23,86 @@ written as on the command line: `gaussian:sigma=0.1`, `ou:theta=0.15,sigma=0.2,d
 from __future__ import annotations
 
 import math
+import re
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
 
-from rl2edge.errors import ConfigError
+from rl2edge.errors import ConfigError, ObservationError
+
+KEY_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
+RESERVED_KEYS = frozenset({"obs", "action", "noise", "ou_state", "ou_state_out"})
+"""Names the graph gives its other tensors: a Dict key may not take them."""
+
+
+@dataclass(frozen=True)
+class ObservationKey:
+    """One key of a Dict observation: a Box sensor group (lidar, imu, ...), as the env declares it."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str = "float32"
+    low: tuple[float | None, ...] = ()
+    high: tuple[float | None, ...] = ()
+    unit: str | None = None
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> ObservationKey:
+        return cls(
+            str(d["name"]),
+            tuple(int(x) for x in d["shape"]),
+            str(d.get("dtype", "float32")),
+            tuple(d.get("low") or ()),
+            tuple(d.get("high") or ()),
+            d.get("unit"),
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "shape": list(self.shape),
+            "dtype": self.dtype,
+            "low": list(self.low),
+            "high": list(self.high),
+            "unit": self.unit,
+        }
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape))
+
+
+def check_key_name(name: str) -> None:
+    """A key becomes a tensor name in the ONNX and TFLite files and a node map entry: an identifier."""
+    if not isinstance(name, str) or not KEY_NAME.fullmatch(name):
+        raise ConfigError(
+            f"Dict observation key {name!r} is not a name the graph can carry: use letters, digits and "
+            "underscores, starting with a letter (at most 64 characters)"
+        )
+    if name in RESERVED_KEYS:
+        raise ConfigError(
+            f"Dict observation key {name!r} is the name of one of the graph's own tensors "
+            f"({', '.join(sorted(RESERVED_KEYS))}); rename it"
+        )
 
 
 @dataclass(frozen=True)
 class ObservationSpec:
+    """A Box observation, or a Dict of Box keys (`keys`), which the policy sees as their values
+    concatenated in the declared order: `shape`, `low` and `high` then describe that concatenation, so
+    that the normalization, the network and the serve loop's guard work on one flat vector, while the
+    artifact keeps one named input per key and the node map one node (or scalar list) per key."""
+
     shape: tuple[int, ...]
     dtype: str = "float32"
     low: tuple[float | None, ...] = ()
     high: tuple[float | None, ...] = ()
     layout: str = "flat"
     """flat, HWC or CHW (image observations)."""
+    keys: tuple[ObservationKey, ...] = ()
+    """Dict observations: the keys in the space's order (the concatenation's)."""
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> ObservationSpec:
@@ -48,22 +112,93 @@ class ObservationSpec:
             tuple(d.get("low") or ()),
             tuple(d.get("high") or ()),
             str(d.get("layout", "flat")),
+            tuple(ObservationKey.from_json(k) for k in d.get("keys") or ()),
         )
 
+    @classmethod
+    def of_keys(cls, keys: list[ObservationKey]) -> ObservationSpec:
+        """The Dict observation of `keys`, in that order."""
+        for k in keys:
+            check_key_name(k.name)
+        names = [k.name for k in keys]
+        if len(set(names)) != len(names) or not keys:
+            raise ConfigError(f"Dict observation keys {names} must be distinct, and at least one")
+        low: list[float | None] = []
+        high: list[float | None] = []
+        for k in keys:
+            unbounded = [None] * k.size
+            low += list(k.low) or unbounded
+            high += list(k.high) or unbounded
+        return cls((sum(k.size for k in keys),), "float32", tuple(low), tuple(high), "flat", tuple(keys))
+
     def to_json(self) -> dict[str, Any]:
-        """As checkpoint.json and the manifest have always written it."""
-        return {
-            "type": "box",
+        """As checkpoint.json and the manifest have always written it; a Dict adds its keys, and its
+        shape/low/high are those of the concatenation."""
+        out: dict[str, Any] = {
+            "type": "dict" if self.keys else "box",
             "shape": list(self.shape),
             "dtype": self.dtype,
             "low": list(self.low),
             "high": list(self.high),
             "layout": self.layout,
         }
+        if self.keys:
+            out["keys"] = [k.to_json() for k in self.keys]
+        return out
 
     @property
     def size(self) -> int:
         return int(np.prod(self.shape))
+
+    @property
+    def is_dict(self) -> bool:
+        return bool(self.keys)
+
+    @property
+    def key_slices(self) -> list[tuple[str, slice]]:
+        """Each key's place in the concatenation."""
+        out, start = [], 0
+        for k in self.keys:
+            out.append((k.name, slice(start, start + k.size)))
+            start += k.size
+        return out
+
+    def flatten(self, obs: Any) -> np.ndarray:
+        """A Dict observation (a mapping of key -> values) as the policy's one float32 vector, keys in the
+        declared order; anything else as it is. A missing or extra key, or a key of the wrong number of
+        values, is an ObservationError that names it."""
+        if not self.keys or not isinstance(obs, Mapping):
+            return np.asarray(obs)
+        names = [k.name for k in self.keys]
+        missing = [n for n in names if n not in obs]
+        extra = sorted(str(n) for n in obs if n not in names)
+        if missing or extra:
+            what = "; ".join(
+                part
+                for part in (
+                    f"missing key(s) {missing}" if missing else "",
+                    f"unexpected key(s) {extra}" if extra else "",
+                )
+                if part
+            )
+            raise ObservationError(f"Dict observation: {what}; the artifact takes {names}")
+        parts = []
+        for k in self.keys:
+            v = np.asarray(obs[k.name])
+            if v.size != k.size:
+                raise ObservationError(
+                    f"Dict observation key {k.name!r} has {v.size} values (shape {v.shape}); "
+                    f"the artifact takes {k.size} (shape {k.shape})"
+                )
+            parts.append(v.reshape(-1))
+        return np.concatenate(parts)
+
+    def split(self, flat: np.ndarray) -> dict[str, np.ndarray]:
+        """The inverse of `flatten`: each key's values (views of `flat`), in the key's shape."""
+        flat = np.asarray(flat).reshape(-1)
+        return {
+            k.name: flat[s].reshape(k.shape) for k, (_, s) in zip(self.keys, self.key_slices, strict=True)
+        }
 
     @property
     def bounds(self) -> tuple[tuple[float | None, ...], tuple[float | None, ...]]:

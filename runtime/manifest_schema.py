@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from rl2edge.errors import ManifestError, short_repr
+from rl2edge.specs import KEY_NAME, RESERVED_KEYS
 
 MAX_MANIFEST_BYTES = 4 << 20
 """A real manifest is a few KB (tens with an image policy's statistics): a larger one is refused unread."""
@@ -124,6 +125,35 @@ def _check_observation(obs: dict[str, Any]) -> None:
             raise ManifestError(
                 f"manifest field observation.low[{i}]/high[{i}]: low must not exceed high, got {lo!r} > {hi!r}"
             )
+    if obs.get("keys") is not None:
+        _check_keys(obs["keys"], size)
+
+
+def _check_keys(keys: Any, size: int) -> None:
+    """A Dict observation: named keys whose sizes add up to the observation's (their concatenation)."""
+    if not isinstance(keys, list) or not keys:
+        raise _fail("observation.keys", "must be a non-empty list of keys", keys)
+    names, total = [], 0
+    for i, k in enumerate(keys):
+        k = _dict(k, f"observation.keys[{i}]")
+        name = k.get("name")
+        if (
+            not isinstance(name, str)
+            or not KEY_NAME.fullmatch(name)
+            or name in RESERVED_KEYS
+            or name in names
+        ):
+            raise _fail(f"observation.keys[{i}].name", "must be a distinct identifier", name)
+        names.append(name)
+        shape = k.get("shape")
+        if not isinstance(shape, list) or not 1 <= len(shape) <= 2:
+            raise _fail(f"observation.keys[{i}].shape", "must be a list of 1 or 2 sizes", shape)
+        n = 1
+        for j, d in enumerate(shape):
+            n *= _int(d, f"observation.keys[{i}].shape[{j}]", 1, MAX_OBS_VALUES)
+        total += n
+    if total != size:
+        raise _fail("observation.keys", f"sizes add up to {total}, not the observation's {size}", names)
 
 
 def _check_action(act: dict[str, Any]) -> None:

@@ -135,7 +135,9 @@ def check_tflite_structure(path: Path) -> None:
             fb._need(offset, size, f"buffer {i} data")
 
 
-def probe_in_child(path: Path, backend: str, num_threads: int, digest: str) -> float:
+def probe_in_child(
+    path: Path, backend: str, num_threads: int, digest: str, observation_keys: tuple[str, ...] = ()
+) -> float:
     """Load and run `path` once in a child process; seconds it took. ManifestError if the child died from
     a signal, failed or hung. Each (digest, backend, threads) is probed once per process."""
     key = (digest, backend, num_threads)
@@ -144,6 +146,8 @@ def probe_in_child(path: Path, backend: str, num_threads: int, digest: str) -> f
     t0 = time.perf_counter()
     cmd = [sys.executable, "-m", "rl2edge.runtime.model_check", str(path), "--backend", backend]
     cmd += ["--threads", str(num_threads)]
+    if observation_keys:
+        cmd += ["--keys", ",".join(observation_keys)]
     try:
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=PROBE_TIMEOUT_S, check=False)
     except subprocess.TimeoutExpired:
@@ -169,13 +173,13 @@ def probe_in_child(path: Path, backend: str, num_threads: int, digest: str) -> f
     return took
 
 
-def _run_once(path: Path, backend: str, num_threads: int) -> None:
+def _run_once(path: Path, backend: str, num_threads: int, keys: tuple[str, ...] = ()) -> None:
     """The child: open the model as the service would and invoke it on zeros of its input types."""
     import numpy as np
 
     from rl2edge.runtime.interpreters import open_backend
 
-    b = open_backend(path, backend, num_threads)
+    b = open_backend(path, backend, num_threads, keys)
     x = np.zeros(b.input_shape, b.input_dtype)
     if b.extra_inputs:
         feeds = {name: np.zeros(_extra_shape(b, name), np.float32) for name in b.extra_inputs}
@@ -202,9 +206,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("model", type=Path)
     ap.add_argument("--backend", default="auto")
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--keys", default="", help="a Dict observation's keys, comma-separated, in order")
     args = ap.parse_args(argv)
     try:
-        _run_once(args.model, args.backend, args.threads)
+        _run_once(args.model, args.backend, args.threads, tuple(k for k in args.keys.split(",") if k))
     except (BackendError, ManifestError, ValueError, RuntimeError) as exc:
         sys.stderr.write(f"{type(exc).__name__}: {exc}".splitlines()[0] + "\n")  # the parent reads this line
         return 3

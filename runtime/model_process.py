@@ -119,12 +119,22 @@ _spawn = _Spawner()
 class _Child:
     """One running child and its pipes."""
 
-    def __init__(self, module: str, model: Path, backend: str, num_threads: int, env: dict[str, str] | None):
+    def __init__(
+        self,
+        module: str,
+        model: Path,
+        backend: str,
+        num_threads: int,
+        env: dict[str, str] | None,
+        observation_keys: tuple[str, ...] = (),
+    ):
         to_child_r, self.to_child = os.pipe()
         self.from_child, from_child_w = os.pipe()
         os.set_blocking(self.from_child, False)  # polled, then select (_read_fd)
         cmd = [sys.executable, "-m", module, str(model), "--backend", backend]
         cmd += ["--threads", str(num_threads), "--fds", str(to_child_r), str(from_child_w)]
+        if observation_keys:
+            cmd += ["--keys", ",".join(observation_keys)]
         try:
             self.proc = _spawn(
                 cmd, (to_child_r, from_child_w), None if env is None else {**os.environ, **env}
@@ -204,9 +214,15 @@ class ProcessBackend:
     """Variables set for the child on top of this process's environment."""
 
     def __init__(
-        self, model_path: Path, backend: str = "auto", num_threads: int = 1, call_timeout_s: float = 1.0
+        self,
+        model_path: Path,
+        backend: str = "auto",
+        num_threads: int = 1,
+        call_timeout_s: float = 1.0,
+        observation_keys: tuple[str, ...] = (),
     ):
         self.model_path, self._engine, self._threads = Path(model_path), backend, num_threads
+        self._keys = tuple(observation_keys)
         self.call_timeout_s = call_timeout_s
         self.stats = ProcessStats()
         self._lock = threading.Lock()
@@ -232,7 +248,9 @@ class ProcessBackend:
 
     # ------------------------------------------------------------------------------------ lifecycle
     def _start(self) -> _Child:
-        child = _Child(self.child_module, self.model_path, self._engine, self._threads, self.child_env)
+        child = _Child(
+            self.child_module, self.model_path, self._engine, self._threads, self.child_env, self._keys
+        )
         self._meta = child.meta(START_TIMEOUT_S, self.model_path.name)
         self.stats.starts += 1
         _logger.info("%s runs in model process %d", self.model_path.name, child.proc.pid)
@@ -354,7 +372,9 @@ def _quant(q: list[float] | None) -> tuple[float, int] | None:
 
 
 # ------------------------------------------------------------------------------------------ the child
-def _serve_child(model: Path, backend: str, num_threads: int, rfd: int, wfd: int) -> int:
+def _serve_child(
+    model: Path, backend: str, num_threads: int, rfd: int, wfd: int, keys: tuple[str, ...] = ()
+) -> int:
     """Open the model, run it once on zeros, describe it, then answer run requests until the pipe closes."""
     _die_with_parent()
     from rl2edge.runtime.interpreters import open_backend
@@ -366,7 +386,7 @@ def _serve_child(model: Path, backend: str, num_threads: int, rfd: int, wfd: int
             data = data[os.write(wfd, data) :]
 
     try:
-        b = open_backend(model, backend, num_threads)
+        b = open_backend(model, backend, num_threads, keys)
         extra_in = [(n, _extra_shape(b, n), "float32") for n in b.extra_inputs]
         x = np.zeros(b.input_shape, b.input_dtype)
         zeros = {n: np.zeros(s, np.float32) for n, s, _ in extra_in}
@@ -466,9 +486,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--backend", default="auto")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--fds", type=int, nargs=2, required=True)
+    ap.add_argument("--keys", default="", help="a Dict observation's keys, comma-separated, in order")
     args = ap.parse_args(argv)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is for the service, which stops the child
-    return _serve_child(args.model, args.backend, args.threads, *args.fds)
+    keys = tuple(k for k in args.keys.split(",") if k)
+    return _serve_child(args.model, args.backend, args.threads, *args.fds, keys)
 
 
 if __name__ == "__main__":

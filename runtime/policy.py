@@ -4,7 +4,9 @@ is inside the graph."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -134,6 +136,7 @@ class Policy:
         crashing this process; once per model file and process (evaluate and the benchmarks load the same
         file many times)."""
         manifest = load_manifest(artifact_dir)
+        keys = tuple(k.name for k in manifest.observation.keys)
         name = model or ("policy.onnx" if backend == "onnxruntime" else manifest.model["file"])
         if name not in manifest.data["files"]:
             raise ManifestError(f"{name} is not part of artifact {artifact_dir}")
@@ -144,11 +147,14 @@ class Policy:
             from rl2edge.runtime.model_process import ProcessBackend
 
             return cls(
-                manifest, ProcessBackend(path, backend, num_threads, call_timeout_s), explore, noise_seed
+                manifest,
+                ProcessBackend(path, backend, num_threads, call_timeout_s, observation_keys=keys),
+                explore,
+                noise_seed,
             )
         if probe:
-            probe_in_child(path, backend, num_threads, manifest.data["files"][name])
-        return cls(manifest, open_backend(path, backend, num_threads), explore, noise_seed)
+            probe_in_child(path, backend, num_threads, manifest.data["files"][name], keys)
+        return cls(manifest, open_backend(path, backend, num_threads, keys), explore, noise_seed)
 
     def close(self) -> None:
         """Release the interpreter's process, where it has one (isolate=True); the policy is not used again."""
@@ -170,15 +176,17 @@ class Policy:
         """Discrete actions: the first and last valid index."""
         return self._lo, self._hi
 
-    def model_input(self, obs: np.ndarray, validated: bool = False) -> np.ndarray:
+    def model_input(self, obs: Any, validated: bool = False) -> np.ndarray:
         """The validated observation as the model takes it: float32 or quantized, in the model's layout.
         `validated`: the caller has checked it (numeric, the artifact's number of values, finite; the serve
         loop's guard), so the checks are not made twice on the control path."""
         return self._input(obs, validated, reuse=False)
 
-    def _input(self, obs: np.ndarray, validated: bool, reuse: bool) -> np.ndarray:
-        """model_input; `reuse`: a shifted uint8 frame may be written into the buffer of the last call."""
-        arr = np.asarray(obs)
+    def _input(self, obs: Any, validated: bool, reuse: bool) -> np.ndarray:
+        """model_input; `reuse`: a shifted uint8 frame may be written into the buffer of the last call.
+        A Dict observation comes as a mapping of its keys (ObservationError naming a missing, extra or
+        misshapen key), or already as the keys' concatenation (the serve loop's vector)."""
+        arr = self.observation_spec.flatten(obs) if isinstance(obs, Mapping) else np.asarray(obs)
         if arr.dtype == np.uint8 and (self._u8_shift is not None or self._uint8_model):
             return self._uint8_input(arr, reuse)
         if not validated:
@@ -239,7 +247,7 @@ class Policy:
                 feeds[io["state_input"]] = np.zeros_like(self._state)
             getattr(b, "warm_run_with", b.run_with)(x, feeds)
 
-    def raw(self, obs: np.ndarray, validated: bool = False) -> np.ndarray:
+    def raw(self, obs: Any, validated: bool = False) -> np.ndarray:
         """Invoke without the final clamp (the head's own output, dequantized): for verification."""
         x = self._input(obs, validated, reuse=True)
         if self.noise is None:
@@ -255,9 +263,9 @@ class Policy:
             y = (y.astype(np.float32) - zp) * scale
         return y
 
-    def predict(self, obs: np.ndarray, validated: bool = False) -> int | np.ndarray:
-        """Observation as the environment gives it -> action in the environment's units. `validated`: the
-        caller has checked it already (numeric, obs_size values, finite: the serve loop's guard), so it is
+    def predict(self, obs: Any, validated: bool = False) -> int | np.ndarray:
+        """Observation as the environment gives it (a Dict env's: a mapping of its keys) -> action in the
+        environment's units. `validated`: the caller has checked it already (numeric, obs_size values, finite: the serve loop's guard), so it is
         not checked twice on the control path."""
         try:
             y = self.raw(obs, validated)

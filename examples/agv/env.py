@@ -238,7 +238,13 @@ class AgvPlant(gym.Env):
 
 
 class AgvDictEnv(AgvPlant):
-    """The AGV with a Dict observation: lidar (24), imu (2), goal (3), speed (1), all float32."""
+    """The AGV with a Dict observation: lidar (24), imu (2), goal (3), speed (1), all float32. Its
+    metadata's `observation_units` go into the artifact's manifest, one unit per key."""
+
+    metadata = {  # noqa: RUF012 (gymnasium's convention)
+        **AgvPlant.metadata,
+        "observation_units": {"lidar": "m", "imu": "m/s2, rad/s", "goal": "m, -, -", "speed": "m/s"},
+    }
 
     def __init__(self) -> None:
         super().__init__()

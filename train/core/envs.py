@@ -10,6 +10,8 @@ from typing import Any
 import gymnasium as gym
 
 from rl2edge.errors import ConfigError
+from rl2edge.specs import ObservationSpec
+from rl2edge.train.core.spaces import FlatDictObservation, observation_spec
 
 _logger = logging.getLogger(__name__)
 
@@ -49,7 +51,21 @@ def make_env(env_id: str, **kwargs: Any) -> gym.Env:
 
 
 def make_vec_env(env_id: str, n_envs: int) -> gym.vector.SyncVectorEnv:
-    """n copies in one process. SAME_STEP autoreset keeps the final observation of each episode in
+    """n copies in one process, as training sees them: a Dict observation as one vector
+    (FlatDictObservation). SAME_STEP autoreset keeps the final observation of each episode in
     infos['final_obs'], which PPO needs to bootstrap truncated episodes."""
     factory = _env_factory(env_id)
-    return gym.vector.SyncVectorEnv([factory] * n_envs, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
+
+    def make() -> gym.Env:
+        env = factory()
+        return FlatDictObservation(env) if isinstance(env.observation_space, gym.spaces.Dict) else env
+
+    return gym.vector.SyncVectorEnv([make] * n_envs, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
+
+
+def vec_observation_spec(envs: gym.vector.SyncVectorEnv) -> ObservationSpec:
+    """The observation as the env declares it (a Dict keeps its keys), not the vector training sees."""
+    first = envs.envs[0]
+    if isinstance(first, FlatDictObservation):
+        return first.spec_of_keys
+    return observation_spec(envs.single_observation_space)

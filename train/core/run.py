@@ -13,17 +13,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from tqdm.auto import tqdm
 
 from rl2edge.fileio import write_json_atomic
 from rl2edge.specs import ActionSpec, ActionTransform, ObservationSpec
 from rl2edge.train.core.checkpoint import library_versions, write_checkpoint
 from rl2edge.train.core.config import RunConfig
-from rl2edge.train.core.envs import make_vec_env
+from rl2edge.train.core.envs import make_vec_env, vec_observation_spec
 from rl2edge.train.core.evaluation import EvalResult, evaluate
 from rl2edge.train.core.metrics import MetricsLogger
 from rl2edge.train.core.normalization import RunningNormalizer
-from rl2edge.train.core.spaces import action_spec, observation_spec
+from rl2edge.train.core.spaces import action_spec
 
 _logger = logging.getLogger(__name__)
 
@@ -134,12 +135,13 @@ def finish_run(
 
 
 def deterministic_fn(
-    to_env: Callable[[Any], Any],
+    to_env: Callable[[Any], Any], flatten: Callable[[Any], np.ndarray] = np.asarray
 ) -> Callable[[Any, RunningNormalizer], Callable[[Any], Any]]:
-    """(agent, norm) -> the deterministic raw-observation -> env-action callable that evaluation runs."""
+    """(agent, norm) -> the deterministic raw-observation -> env-action callable that evaluation runs.
+    `flatten`: a Dict observation (as the env gives it) -> the one vector the network sees."""
 
     def make(agent: Any, norm: RunningNormalizer) -> Callable[[Any], Any]:
-        return lambda raw_obs: to_env(agent.deterministic(norm.normalize(raw_obs[None]))[0])
+        return lambda raw_obs: to_env(agent.deterministic(norm.normalize(flatten(raw_obs)[None]))[0])
 
     return make
 
@@ -160,13 +162,13 @@ class TrainingRun:
         self.on_evaluation = on_evaluation
         self.stop_requested = False
         self.envs = make_vec_env(env_id, cfg.n_envs)
-        self.obs_spec = observation_spec(self.envs.single_observation_space)
+        self.obs_spec = vec_observation_spec(self.envs)
         self.act_spec = action_spec(self.envs.single_action_space)
         self.discrete = self.act_spec.discrete
         self.obs_shape = self.obs_spec.shape
         self.to_env = ActionTransform(self.act_spec).to_env
         self.norm = RunningNormalizer(self.obs_shape, clip=cfg.norm_obs_clip, enabled=cfg.normalize_obs)
-        self.act_fn = deterministic_fn(self.to_env)
+        self.act_fn = deterministic_fn(self.to_env, self.obs_spec.flatten)
         self.keeper = BestKeeper(cfg.keep_best)
         self.recent_returns: list[float] = []
         self.next_eval = cfg.eval_freq

@@ -3,13 +3,14 @@ for it); the checkpoint and the artifact write them with `to_json`."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
 
 from rl2edge.errors import ConfigError
-from rl2edge.specs import ActionSpec, ObservationSpec
+from rl2edge.specs import ActionSpec, ObservationKey, ObservationSpec
 
 
 def _bounds(arr: np.ndarray) -> list[Any]:
@@ -17,11 +18,14 @@ def _bounds(arr: np.ndarray) -> list[Any]:
     return [None if not np.isfinite(v) else float(v) for v in np.asarray(arr, dtype=np.float64).ravel()]
 
 
-def observation_spec(space: gym.Space) -> ObservationSpec:
+def observation_spec(space: gym.Space, units: Mapping[str, str] | None = None) -> ObservationSpec:
+    """`units`: a Dict env's units per key (its metadata's `observation_units`), written to the manifest."""
+    if isinstance(space, gym.spaces.Dict):
+        return _dict_spec(space, units or {})
     if not isinstance(space, gym.spaces.Box):
         raise ConfigError(
-            f"observation space {space} is not supported: rl2edge policies take Box observations "
-            "(flatten Dict/Tuple observations with gymnasium.wrappers.FlattenObservation)"
+            f"observation space {space} is not supported: rl2edge policies take Box observations or a "
+            "Dict of Box keys (flatten Tuple observations with gymnasium.wrappers.FlattenObservation)"
         )
     return ObservationSpec(
         tuple(space.shape),
@@ -30,6 +34,57 @@ def observation_spec(space: gym.Space) -> ObservationSpec:
         tuple(_bounds(space.high)),
         image_layout(tuple(space.shape)),
     )
+
+
+def _dict_spec(space: gym.spaces.Dict, units: Mapping[str, str]) -> ObservationSpec:
+    """Keys in the space's own order (Gymnasium sorts a plain dict's keys; an OrderedDict or a list of
+    pairs keeps the order given): the order of the concatenation the network sees and of the artifact's
+    inputs."""
+    keys = []
+    for name, sub in space.spaces.items():
+        if not isinstance(sub, gym.spaces.Box):
+            raise ConfigError(
+                f"Dict observation key {name!r} is {sub}; rl2edge takes Dict observations of Box keys"
+            )
+        if image_layout(tuple(sub.shape)) != "flat":
+            raise ConfigError(
+                f"Dict observation key {name!r} is an image {tuple(sub.shape)}: image keys in a Dict are not "
+                "supported yet; serve the image alone (a Box observation), or give the Dict vector keys"
+            )
+        keys.append(
+            ObservationKey(
+                str(name),
+                tuple(sub.shape),
+                str(sub.dtype),
+                tuple(_bounds(sub.low)),
+                tuple(_bounds(sub.high)),
+                units.get(name),
+            )
+        )
+    unknown = sorted(set(units) - {k.name for k in keys})
+    if unknown:
+        raise ConfigError(f"observation_units name keys {unknown} that the Dict observation does not have")
+    return ObservationSpec.of_keys(keys)
+
+
+def flat_space(spec: ObservationSpec) -> gym.spaces.Box:
+    """The Box the network sees for a Dict observation: its keys' values, concatenated."""
+    low = np.array([-np.inf if v is None else v for v in spec.low], np.float32)
+    high = np.array([np.inf if v is None else v for v in spec.high], np.float32)
+    return gym.spaces.Box(low, high, dtype=np.float32)
+
+
+class FlatDictObservation(gym.ObservationWrapper):
+    """A Dict-observation env as training sees it: one float32 vector, keys in the space's order (the
+    spec's `flatten`, the same function the export and the runtime use)."""
+
+    def __init__(self, env: gym.Env):
+        super().__init__(env)
+        self.spec_of_keys = observation_spec(env.observation_space, env.metadata.get("observation_units"))
+        self.observation_space = flat_space(self.spec_of_keys)
+
+    def observation(self, observation: Any) -> np.ndarray:
+        return self.spec_of_keys.flatten(observation).astype(np.float32)
 
 
 def image_layout(shape: tuple[int, ...]) -> str:

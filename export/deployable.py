@@ -60,6 +60,10 @@ class DeployablePolicy(nn.Module):
             "obs_inv_std", torch.from_numpy(np.ascontiguousarray(inv_std.reshape(-1) if flat else inv_std))
         )
         self.norm_clip = float(norm.clip) if norm.enabled else None
+        bounds = norm.clip_bounds()  # per element where some are left raw (SB3's norm_obs_keys)
+        self.per_element_clip = bounds is not None
+        if bounds is not None:
+            self.register_buffer("obs_clip", torch.from_numpy(bounds.reshape(-1)))
         self.discrete = transform.discrete
         if self.discrete:
             self.start = transform.start
@@ -72,7 +76,9 @@ class DeployablePolicy(nn.Module):
     def normalized(self, obs: torch.Tensor) -> torch.Tensor:
         x = obs.reshape(obs.shape[0], -1) if self.obs_layout == "flat" else obs
         x = (x - self.obs_mean) * self.obs_inv_std
-        if self.norm_clip is not None:
+        if self.per_element_clip:
+            x = torch.maximum(torch.minimum(x, self.obs_clip), -self.obs_clip)
+        elif self.norm_clip is not None:
             x = x.clamp(-self.norm_clip, self.norm_clip)
         return x
 

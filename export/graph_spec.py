@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from rl2edge.errors import ExportError
 from rl2edge.specs import ActionSpec, ActionTransform, NoiseSpec
 from rl2edge.train import algos
@@ -42,16 +44,22 @@ def folded_description(norm: RunningNormalizer, action: ActionSpec, head: str) -
             low=list(action.low),
             high=list(action.high),
         )
+    normalization: dict[str, Any] = {
+        "enabled": norm.enabled,
+        "formula": "clip((obs - mean) * inv_std, -clip, clip)",
+        "mean": mean.reshape(-1).tolist(),
+        "inv_std": inv_std.reshape(-1).tolist(),
+        "clip": norm.clip if norm.enabled else None,
+        "eps": norm.eps,
+        "count": norm.count,
+    }
+    if norm.enabled and norm.raw is not None:
+        normalization["raw"] = {
+            "indices": np.flatnonzero(norm.raw.reshape(-1)).tolist(),
+            "why": "left as they are (mean 0, inv_std 1, no clip): keys outside VecNormalize's norm_obs_keys",
+        }
     return {
-        "normalization": {
-            "enabled": norm.enabled,
-            "formula": "clip((obs - mean) * inv_std, -clip, clip)",
-            "mean": mean.reshape(-1).tolist(),
-            "inv_std": inv_std.reshape(-1).tolist(),
-            "clip": norm.clip if norm.enabled else None,
-            "eps": norm.eps,
-            "count": norm.count,
-        },
+        "normalization": normalization,
         "action_transform": transform,
         "noise": None,
     }

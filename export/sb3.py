@@ -1,6 +1,9 @@
-"""Stable-Baselines3 models (PPO, A2C, SAC, TD3, DQN; MlpPolicy) as export sources, with VecNormalize's
-observation statistics, epsilon and clipping folded into the graph and SB3's own action post-processing
-reproduced in the head (clip to bounds for PPO/A2C, unscale for squashed policies, argmax for DQN).
+"""Stable-Baselines3 models (PPO, A2C, SAC, TD3, DQN; MlpPolicy, and MultiInputPolicy on Dict observations
+of vector keys) as export sources, with VecNormalize's observation statistics, epsilon and clipping folded
+into the graph (per key for a Dict: the keys outside `norm_obs_keys` pass raw) and SB3's own action
+post-processing reproduced in the head (clip to bounds for PPO/A2C, unscale for squashed policies, argmax
+for DQN). A MultiInputPolicy's CombinedExtractor flattens each key and concatenates them in the Dict's
+order, the order of the artifact's observation.
 
 Loading an SB3 .zip or a VecNormalize .pkl runs pickle: only load files you trust.
 """
@@ -21,6 +24,7 @@ from rl2edge.errors import ConfigError, ExportError
 from rl2edge.export.deployable import DeployablePolicy
 from rl2edge.export.source import ExportSource, TorchSource
 from rl2edge.fileio import sha256_file
+from rl2edge.specs import ObservationSpec
 from rl2edge.train.core.envs import check_env_id, make_env
 from rl2edge.train.core.normalization import RunningNormalizer
 from rl2edge.train.core.spaces import action_spec, observation_spec
@@ -48,8 +52,11 @@ def _algo_of(path: Path) -> str:
     policy_class = data.get("policy_class")
     module = getattr(policy_class, "__module__", "")
     name = getattr(policy_class, "__name__", str(policy_class))
-    if "Cnn" in name or "MultiInput" in name:
-        raise ExportError(f"{path}: {name} is not supported yet; MlpPolicy models on Box observations are")
+    if "Cnn" in name:
+        raise ExportError(
+            f"{path}: {name} is not supported yet; MlpPolicy (Box) and MultiInputPolicy (Dict of vector "
+            "keys) models are"
+        )
     if module.endswith("common.policies"):
         return "ppo" if "clip_range" in data or "n_epochs" in data else "a2c"
     for algo in ("sac", "td3", "dqn"):  # DDPG shares TD3's policy module and actor
@@ -61,12 +68,17 @@ def _algo_of(path: Path) -> str:
 class Sb3Actor(nn.Module):
     """The part of an SB3 policy that maps a (normalized) observation to logits, Q-values or the mean."""
 
-    def __init__(self, model: Any, algo: str):
+    def __init__(self, model: Any, algo: str, keys: list[tuple[str, slice, tuple[int, ...]]] | None = None):
+        """`keys`: a MultiInputPolicy's Dict keys with their slices of the flat observation and shapes."""
         super().__init__()
         self.algo = algo
         self.policy = model.policy
+        self.keys = keys
 
-    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+    def forward(self, flat: torch.Tensor) -> torch.Tensor:
+        obs: Any = flat
+        if self.keys:  # the Dict SB3's extractors take, as views of the flat observation
+            obs = {k: flat[:, part].reshape(-1, *shape) for k, part, shape in self.keys}
         p = self.policy
         if self.algo in ("ppo", "a2c"):
             latent = p.mlp_extractor.forward_actor(p.extract_features(obs, p.pi_features_extractor))
@@ -91,7 +103,8 @@ def _head(model: Any, algo: str, discrete: bool) -> str:
     return "clip"
 
 
-def _normalizer(vecnormalize: Path | None, obs_shape: tuple[int, ...]) -> tuple[RunningNormalizer, Any]:
+def _normalizer(vecnormalize: Path | None, observation: ObservationSpec) -> tuple[RunningNormalizer, Any]:
+    obs_shape = observation.shape
     if vecnormalize is None:
         return RunningNormalizer(obs_shape, enabled=False), None
     try:
@@ -102,16 +115,59 @@ def _normalizer(vecnormalize: Path | None, obs_shape: tuple[int, ...]) -> tuple[
     except Exception as exc:
         raise ConfigError(f"{vecnormalize} is not a VecNormalize file: {exc}") from None
     rms = getattr(vn, "obs_rms", None)
-    if isinstance(rms, dict):
-        raise ExportError(f"{vecnormalize}: Dict observations are not supported")
     norm = RunningNormalizer(
         obs_shape, clip=float(vn.clip_obs), eps=float(vn.epsilon), enabled=bool(vn.norm_obs)
     )
-    if rms is not None:
+    if isinstance(rms, dict):
+        if not observation.is_dict:
+            raise ConfigError(
+                f"{vecnormalize} normalizes Dict keys {sorted(rms)}; the model's observation is a Box"
+            )
+        _dict_statistics(norm, rms, observation, vecnormalize)
+    elif rms is not None and observation.is_dict:
+        raise ConfigError(f"{vecnormalize} holds Box statistics; the model's observation is a Dict")
+    elif rms is not None:
         norm.mean = np.asarray(rms.mean, np.float64).reshape(obs_shape)
         norm.var = np.asarray(rms.var, np.float64).reshape(obs_shape)
         norm.count = float(rms.count)
     return norm, vn
+
+
+def _dict_statistics(
+    norm: RunningNormalizer, rms: dict[str, Any], observation: ObservationSpec, path: Path
+) -> None:
+    """VecNormalize on a Dict (`norm_obs_keys`): each listed key's statistics in its slice, the other keys
+    raw (neither normalized nor clipped), as VecNormalize.normalize_obs treats them."""
+    slices = dict(observation.key_slices)
+    unknown = sorted(set(rms) - set(slices))
+    if unknown:
+        raise ConfigError(f"{path} normalizes keys {unknown} that the model's observation does not have")
+    raw = np.ones(observation.shape, bool)
+    counts = set()
+    for key, stats in rms.items():
+        part = slices[key]
+        norm.mean[part] = np.asarray(stats.mean, np.float64).reshape(-1)
+        norm.var[part] = np.asarray(stats.var, np.float64).reshape(-1)
+        raw[part] = False
+        counts.add(float(stats.count))
+    norm.count = max(counts) if counts else norm.count
+    norm.raw = raw if raw.any() else None
+
+
+def _same_spaces(model: Any, env: Any) -> bool:
+    import gymnasium as gym
+
+    mo, eo = model.observation_space, env.observation_space
+    if type(env.action_space) is not type(model.action_space):
+        return False
+    if isinstance(mo, gym.spaces.Dict) or isinstance(eo, gym.spaces.Dict):
+        return (
+            isinstance(mo, gym.spaces.Dict)
+            and isinstance(eo, gym.spaces.Dict)
+            and list(mo.spaces) == list(eo.spaces)
+            and all(mo[k].shape == eo[k].shape for k in mo.spaces)
+        )
+    return bool(eo.shape == mo.shape)
 
 
 def source_from_sb3(path: Path, env_id: str | None, vecnormalize: Path | None) -> ExportSource:
@@ -134,9 +190,7 @@ def source_from_sb3(path: Path, env_id: str | None, vecnormalize: Path | None) -
     action = action_spec(model.action_space)
     env = make_env(env_id)
     try:
-        if env.observation_space.shape != model.observation_space.shape or type(env.action_space) is not type(
-            model.action_space
-        ):
+        if not _same_spaces(model, env):
             raise ConfigError(
                 f"{path} was trained on {model.observation_space} -> {model.action_space}; {env_id} has "
                 f"{env.observation_space} -> {env.action_space}. Is --env right?"
@@ -147,12 +201,17 @@ def source_from_sb3(path: Path, env_id: str | None, vecnormalize: Path | None) -
         raise ExportError(
             f"{path}: image/multi-dimensional observations {list(observation.shape)} are not supported yet"
         )
-    norm, vn = _normalizer(vecnormalize, observation.shape)
+    norm, vn = _normalizer(vecnormalize, observation)
     head = _head(model, algo, action.discrete)
-    policy = DeployablePolicy(Sb3Actor(model, algo), norm, action, head).eval()
+    keys = [
+        (k.name, part, k.shape) for k, (_, part) in zip(observation.keys, observation.key_slices, strict=True)
+    ]
+    policy = DeployablePolicy(Sb3Actor(model, algo, keys), norm, action, head).eval()
 
-    def sb3_predict(obs: np.ndarray) -> np.ndarray:
-        x = np.asarray(obs, np.float32)
+    def sb3_predict(obs: np.ndarray) -> Any:
+        x: Any = np.asarray(obs, np.float32)
+        if keys:  # SB3 takes a Dict model's batch as a dict of arrays
+            x = {k: x[:, part].reshape(-1, *shape) for k, part, shape in keys}
         if vn is not None:
             x = vn.normalize_obs(x)
         actions, _ = model.predict(x, deterministic=True)

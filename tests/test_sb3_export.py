@@ -184,3 +184,96 @@ def test_cli_exports_an_sb3_zip_and_says_how_to_serve_it(tmp_path: Path) -> None
         [exe, "export", str(zip_path), "--out", str(tmp_path / "x")], capture_output=True, text=True
     )
     assert bad.returncode == 2 and "needs --env" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_multi_input_ppo_with_vecnormalize_norm_obs_keys_matches_sb3_predict(tmp_path: Path) -> None:
+    """SB3's MultiInputPolicy on a Dict env, VecNormalize normalizing one key of two (`norm_obs_keys`):
+    the other key reaches the network raw, unclipped, as VecNormalize leaves it. The artifact takes one
+    input per key and its actions are within 1e-4 of SB3's predict on observations it never saw in
+    export (random actions' states, with the raw key scaled past VecNormalize's clip)."""
+    import pickle
+
+    import stable_baselines3 as sb3
+    from stable_baselines3.common.env_util import make_vec_env
+    from stable_baselines3.common.logger import configure
+    from stable_baselines3.common.vec_env import VecNormalize
+
+    from testkit.dict_envs import DictPendulum
+
+    env_id = "testkit.dict_envs:DictPendulum"
+    venv = VecNormalize(make_vec_env(DictPendulum, n_envs=1, seed=0), norm_obs_keys=["angle"], clip_obs=2.0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = sb3.PPO(
+            "MultiInputPolicy", venv, seed=0, device="cpu", n_steps=256, batch_size=64, n_epochs=2
+        )
+        model.set_logger(configure(str(tmp_path / "sb3_log"), []))
+        model.learn(512)
+    model.save(tmp_path / "model.zip")
+    venv.save(str(tmp_path / "vn.pkl"))
+    assert set(venv.obs_rms) == {"angle"}
+
+    export_source(
+        source_from_sb3(tmp_path / "model.zip", env_id, tmp_path / "vn.pkl"),
+        tmp_path / "art",
+        ExportOptions(quantize="fp32", **OPTS),
+    )
+    m = load_manifest(tmp_path / "art").data
+    assert m["source"]["policy"] == "MultiInputActorCriticPolicy"
+    assert m["folded"]["normalization"]["raw"]["indices"] == [0]  # `rate`, first in the Dict's order
+    assert m["verification"]["tflite_vs_source"]["max_abs_error"] <= 1e-4
+    policy = Policy.load(tmp_path / "art")
+    with open(tmp_path / "vn.pkl", "rb") as f:
+        vn = pickle.load(f)
+    loaded = sb3.PPO.load(str(tmp_path / "model.zip"), device="cpu")
+    rng = np.random.default_rng(5)
+    errors = []
+    for _ in range(200):
+        theta = rng.uniform(-np.pi, np.pi)
+        obs = {
+            "rate": np.array([rng.uniform(-8, 8)], np.float32),  # raw: beyond clip_obs=2 and passed as is
+            "angle": np.array([np.cos(theta), np.sin(theta)], np.float32),
+        }
+        expected = loaded.predict(vn.normalize_obs({k: v[None] for k, v in obs.items()}), deterministic=True)[
+            0
+        ]
+        errors.append(np.abs(policy.predict(obs) - expected[0]).max())
+    assert max(errors) <= 1e-4, max(errors)
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize(
+    ("algo", "env_name", "kw"),
+    [
+        ("A2C", "DictPendulum", {}),
+        ("SAC", "DictPendulum", {"learning_starts": 100, "batch_size": 64}),
+        ("TD3", "DictPendulum", {"learning_starts": 100, "batch_size": 64}),
+        ("DQN", "DictCartPole", {"learning_starts": 100}),
+    ],
+)
+def test_multi_input_policies_of_the_other_algorithms_match_sb3_predict(
+    tmp_path: Path, algo: str, env_name: str, kw: dict
+) -> None:
+    import stable_baselines3 as sb3
+    from stable_baselines3.common.env_util import make_vec_env
+    from stable_baselines3.common.logger import configure
+
+    from testkit import dict_envs
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        venv = make_vec_env(getattr(dict_envs, env_name), n_envs=1, seed=0)
+        model = getattr(sb3, algo)("MultiInputPolicy", venv, seed=0, device="cpu", **kw)
+        model.set_logger(configure(str(tmp_path / "sb3_log"), []))
+        model.learn(300)
+    model.save(tmp_path / "model.zip")
+    export_source(
+        source_from_sb3(tmp_path / "model.zip", f"testkit.dict_envs:{env_name}", None),
+        tmp_path / "art",
+        ExportOptions(quantize="fp32", **OPTS),
+    )
+    parity = load_manifest(tmp_path / "art").data["verification"]["tflite_vs_source"]
+    if algo == "DQN":
+        assert parity["disagreements_outside_ties"] == 0
+    else:
+        assert parity["max_abs_error"] <= 1e-4

@@ -25,6 +25,9 @@ class RunningNormalizer:
     mean: np.ndarray = field(init=False)
     var: np.ndarray = field(init=False)
     count: float = field(init=False, default=1e-4)
+    raw: np.ndarray | None = field(init=False, default=None)
+    """Elements (a bool mask of `shape`) left as they are, neither normalized nor clipped: a Dict
+    observation's keys outside SB3's VecNormalize `norm_obs_keys`. None: every element normalized."""
 
     def __post_init__(self) -> None:
         self.shape = tuple(self.shape)
@@ -50,18 +53,30 @@ class RunningNormalizer:
         self.count = total
 
     def constants(self) -> tuple[np.ndarray, np.ndarray]:
-        """(mean, 1/std) as the float32 constants the graph folds in."""
+        """(mean, 1/std) as the float32 constants the graph folds in (0 and 1 where raw)."""
         if not self.enabled:
             return np.zeros(self.shape, np.float32), np.ones(self.shape, np.float32)
         mean = self.mean.astype(np.float32)
         inv_std = (1.0 / np.sqrt(self.var + self.eps)).astype(np.float32)
+        if self.raw is not None:
+            mean[self.raw], inv_std[self.raw] = 0.0, 1.0
         return mean, inv_std
+
+    def clip_bounds(self) -> np.ndarray | None:
+        """Per-element clip bounds (float32; the float32 maximum where raw) when some elements are raw,
+        else None: the graph then clips with the one scalar `clip`."""
+        if not self.enabled or self.raw is None:
+            return None
+        bounds = np.full(self.shape, self.clip, np.float32)
+        bounds[self.raw] = np.finfo(np.float32).max
+        return bounds
 
     def normalize(self, obs: np.ndarray) -> np.ndarray:
         mean, inv_std = self.constants()
         out = (np.asarray(obs, np.float32) - mean) * inv_std
         if self.enabled:
-            out = np.clip(out, -self.clip, self.clip)
+            bounds = self.clip_bounds()
+            out = np.clip(out, -self.clip, self.clip) if bounds is None else np.clip(out, -bounds, bounds)
         return out.astype(np.float32, copy=False)
 
     def to_dict(self) -> dict[str, Any]:

@@ -1,6 +1,7 @@
 """Inference latency: what a policy costs per call, in each form it can be served in.
 
     python benchmarks/latency.py --suite                 # MLP 64x64, MLP 256x256, Nature-CNN 84x84x4
+    python benchmarks/latency.py --suite --policies mlp64,dict4   # flat vs 4-key Dict -> latency_mlp64_dict4.*
     python benchmarks/latency.py --artifact ARTIFACT     # one artifact, as `rl2edge bench latency ARTIFACT`
     rl2edge bench latency --suite                        # the suite, from the CLI (in a source checkout)
 
@@ -44,13 +45,15 @@ def _suite_rows(kind: str, tmp: Path, calls: int, thread_counts: list[int]) -> l
     export_source(
         source, out, ExportOptions(quantize="all", calib_episodes=2, eval_episodes=1, progress=False)
     )
-    env_obs = random_observations(source.env_id, 64, seed=0)
-    graph_in = torch.as_tensor(source.policy.from_env_layout(env_obs[:1].astype(np.float32)))
+    env_obs = random_observations(source.env_id, 64, seed=0)  # a Dict env's: mappings, as predict takes them
+    flat = np.stack([source.observation.flatten(o) for o in env_obs]).astype(np.float32)
+    graph_in = torch.as_tensor(source.policy.from_env_layout(flat[:1]))
     rows: list[dict[str, Any]] = []
     for threads in thread_counts:
         torch.set_num_threads(threads)
-        ort = OnnxBackend(out / "fp32" / "policy.onnx", num_threads=threads)
-        onnx_in = source.onnx_input(env_obs[:1].astype(np.float32))
+        keys = tuple(k.name for k in source.observation.keys)
+        ort = OnnxBackend(out / "fp32" / "policy.onnx", num_threads=threads, observation_keys=keys)
+        onnx_in = source.onnx_input(flat[:1])
 
         def no_grad() -> Any:
             with torch.inference_mode():
@@ -65,7 +68,12 @@ def _suite_rows(kind: str, tmp: Path, calls: int, thread_counts: list[int]) -> l
             fns.update(artifact_forms(out / mode, env_obs, threads))
         rows += [{"form": name, "threads": threads, **stats} for name, stats in measure(fns, calls).items()]
     for r in rows:
-        r["policy"] = {"mlp64": "MLP 64x64", "mlp256": "MLP 256x256", "cnn": "Nature-CNN 84x84x4"}[kind]
+        r["policy"] = {
+            "mlp64": "MLP 64x64",
+            "mlp256": "MLP 256x256",
+            "dict4": "MLP 64x64, Dict of 4 keys",
+            "cnn": "Nature-CNN 84x84x4",
+        }[kind]
     return rows
 
 
@@ -95,7 +103,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         + ("\n\n" + "\n".join(f"- {line}" for line in derived["lines"]) if derived["lines"] else "")
     )
     data = {"rows": rows, "derived": derived}
-    name = "latency" if args.suite else "latency_artifact"
+    name = "latency_artifact"
+    if args.suite:  # the default suite is `latency`; another choice of policies writes files of its own
+        chosen = args.policies.split(",")
+        name = "latency" if chosen == ap.get_default("policies").split(",") else "latency_" + "_".join(chosen)
     write_results(name, data, md, Path(args.out))
     _plot(rows, Path(args.out) / f"{name}.png")
     print(md)

@@ -7,6 +7,7 @@ numbers.
     python benchmarks/returns.py --suite zoo --seeds 0        # + Acrobot DQN, LunarLander(Continuous)
     python benchmarks/returns.py --cells sac:Pendulum-v1 --frameworks torch --seeds 0,1,2
     python benchmarks/returns.py --suite a2c-rainbow --name returns_a2c_rainbow   # A2C, Rainbow: 3 seeds
+    python benchmarks/returns.py --suite agv --name returns_agv   # the AGV example (Dict), + its references
 
 Each training and each export runs in its own process (`rl2edge train`, `rl2edge export`), one at a time.
 Finished runs and artifacts under --runs-dir are reused, so an interrupted benchmark resumes where it
@@ -45,11 +46,17 @@ ZOO: dict[tuple[str, str], tuple[int, float | None]] = {
     ("sac", "LunarLanderContinuous-v3"): (500_000, 260.0),
     ("ppo", "LunarLander-v3"): (1_000_000, 242.0),
     ("sac", "MountainCarContinuous-v0"): (50_000, 94.7),
+    ("ppo", "examples.agv:AgvDictEnv"): (1_000_000, None),
+    ("sac", "examples.agv:AgvDictEnv"): (60_000, None),
 }
+AGV = "examples.agv:AgvDictEnv"
+# Cells trained on a config file of their own instead of a preset (the example's hyperparameters).
+CONFIGS = {("ppo", AGV): "examples/agv/ppo.yml", ("sac", AGV): "examples/agv/sac.yml"}
 SUITES = {
     "must-show": [("sac", "Pendulum-v1"), ("td3", "Pendulum-v1"), ("dqn", "CartPole-v1")],
     "zoo": [c for c in ZOO if c[0] not in ("a2c", "rainbow")],
     # A2C and Rainbow (issue #15); LunarLander's 500k Rainbow steps run as their own cell, one seed
+    "agv": [("ppo", AGV), ("sac", AGV)],
     "a2c-rainbow": [
         ("a2c", "CartPole-v1"),
         ("a2c", "Acrobot-v1"),
@@ -75,10 +82,12 @@ def run_cell(
     name = f"{env_id}_{algo}_{framework}_s{seed}_{steps}"
     run_dir, art = runs / name, runs / f"{name}.int8"
     rl2edge = [sys.executable, "-m", "rl2edge.cli"]
+    config = ["--config", CONFIGS[(algo, env_id)]] if (algo, env_id) in CONFIGS else []
     if not (run_dir / "checkpoint.json").is_file():
         _run(
-            [*rl2edge, "train", "--algo", algo, "--framework", framework, "--env", env_id, "--steps", str(steps),
-             "--seed", str(seed), "--out", str(run_dir), "--device", "cpu", "--no-progress", "--force"],
+            [*rl2edge, "train", "--algo", algo, "--framework", framework, "--env", env_id, *config, "--steps",
+             str(steps), "--seed", str(seed), "--out", str(run_dir), "--device", "cpu", "--no-progress",
+             "--force"],
             runs / f"{name}.train.log",
         )  # fmt: skip
     if not (art / "manifest.json").is_file():
@@ -200,11 +209,36 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 results.append(r)
     rows = summarize(results)
     md = table(rows, args.episodes)
+    data: dict[str, Any] = {"rows": rows, "runs": results}
+    if any(env_id == AGV for _, env_id in cells):
+        data["agv_references"] = agv_references(args.episodes)
+        md += "\n\n" + references_table(data["agv_references"], args.episodes)
     out = Path(args.out)
-    write_results(args.name, {"rows": rows, "runs": results}, md, out)
+    write_results(args.name, data, md, out)
     plot(rows, out / f"{args.name}.png")
     print(md)
-    return {"rows": rows, "runs": results}
+    return data
+
+
+def agv_references(episodes: int) -> dict[str, list[float]]:
+    """The AGV example's hand-written references on the seeds the exported files are evaluated on."""
+    from examples.agv.reference import random_policy, reference_policy, run_episodes, standstill
+
+    return {
+        "reference (potential field)": run_episodes(reference_policy, episodes),
+        "random (uniform actions, seed 0)": run_episodes(random_policy(0), episodes),
+        "standstill": run_episodes(standstill, episodes),
+    }
+
+
+def references_table(refs: dict[str, list[float]], episodes: int) -> str:
+    return "AGV references on the same seeds (0 to {}):\n\n{}".format(
+        episodes - 1,
+        markdown_table(
+            ["policy", f"mean return ({episodes} ep)", "std"],
+            [[name, f"{np.mean(r):.2f}", f"{np.std(r):.2f}"] for name, r in refs.items()],
+        ),
+    )
 
 
 if __name__ == "__main__":

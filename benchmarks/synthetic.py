@@ -1,5 +1,6 @@
 """Synthetic policies and environments for latency measurements, where only the graph's shape matters:
-an MLP of a given width on an 8-D observation, and a Nature-CNN on 84x84x4 uint8 frames. The envs are
+an MLP of a given width on an 8-D observation, the same MLP on a 4-key Dict observation laid out as the
+AGV example's sensors (30 values), and a Nature-CNN on 84x84x4 uint8 frames. The envs are
 real gymnasium.Env subclasses, so the real export pipeline (rollout calibration, verification) runs."""
 
 from __future__ import annotations
@@ -38,6 +39,38 @@ class VectorEnv8(gym.Env):
         return self._x.copy(), -float(np.abs(self._x).mean()), False, self._t >= 200, {}
 
 
+DICT4_KEYS = (("lidar", 24), ("imu", 2), ("goal", 3), ("speed", 1))
+
+
+class DictEnv4(gym.Env):
+    """Four Box keys of 24, 2, 3 and 1 values (the AGV's sensor groups) drifting under a 2-D action."""
+
+    def __init__(self) -> None:
+        self.observation_space = gym.spaces.Dict(
+            [(k, gym.spaces.Box(-10.0, 10.0, (n,), np.float32)) for k, n in DICT4_KEYS]
+        )
+        self.action_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
+        self._x, self._t = np.zeros(30, np.float32), 0
+
+    def _obs(self) -> dict[str, np.ndarray]:
+        out, at = {}, 0
+        for k, n in DICT4_KEYS:
+            out[k], at = self._x[at : at + n].copy(), at + n
+        return out
+
+    def reset(self, *, seed: int | None = None, options: Any = None) -> tuple[dict, dict]:
+        super().reset(seed=seed)
+        self._x, self._t = self.np_random.normal(0, 1, 30).astype(np.float32), 0
+        return self._obs(), {}
+
+    def step(self, action: Any) -> tuple[dict, float, bool, bool, dict]:
+        a = np.asarray(action, np.float32)
+        noise = self.np_random.normal(0, 0.3, 30)
+        self._x = np.clip(0.95 * self._x + 0.1 * np.tile(a, 15) + noise, -10, 10).astype(np.float32)
+        self._t += 1
+        return self._obs(), -float(np.abs(self._x).mean()), False, self._t >= 200, {}
+
+
 class FrameEnv(gym.Env):
     """84x84x4 uint8 frames (HWC, as frame-stacked image envs give them), 6 discrete actions."""
 
@@ -60,10 +93,10 @@ class FrameEnv(gym.Env):
         return self._frame(), float(action == 0), False, self._t >= 50, {}
 
 
-def mlp_actor(width: int, seed: int = 0) -> nn.Module:
+def mlp_actor(width: int, seed: int = 0, inputs: int = 8) -> nn.Module:
     torch.manual_seed(seed)
     return nn.Sequential(
-        nn.Linear(8, width), nn.Tanh(), nn.Linear(width, width), nn.Tanh(), nn.Linear(width, 2)
+        nn.Linear(inputs, width), nn.Tanh(), nn.Linear(width, width), nn.Tanh(), nn.Linear(width, 2)
     )
 
 
@@ -91,10 +124,13 @@ class NatureCNN(nn.Module):
 
 
 def synthetic_source(kind: str) -> TorchSource:
-    """kind: mlp64, mlp256 or cnn."""
+    """kind: mlp64, mlp256, dict4 (MLP 64x64 on DictEnv4) or cnn."""
     if kind == "cnn":
         env, actor, head = FrameEnv(), NatureCNN(), "argmax"
         env_id = "benchmarks.synthetic:FrameEnv"
+    elif kind == "dict4":
+        env, actor, head = DictEnv4(), mlp_actor(64, inputs=30), "clip_unscale"
+        env_id = "benchmarks.synthetic:DictEnv4"
     else:
         env, actor, head = VectorEnv8(), mlp_actor(int(kind[3:])), "clip_unscale"
         env_id = "benchmarks.synthetic:VectorEnv8"
@@ -102,7 +138,7 @@ def synthetic_source(kind: str) -> TorchSource:
     act = action_spec(env.action_space)
     norm = RunningNormalizer(obs.shape, enabled=kind != "cnn")
     if kind != "cnn":  # a non-trivial folded normalization, as a trained policy would carry
-        norm.update(np.random.default_rng(0).normal(0.5, 2.0, (1000, 8)))
+        norm.update(np.random.default_rng(0).normal(0.5, 2.0, (1000, obs.size)))
     policy = DeployablePolicy(actor, norm, act, head, obs_layout=obs.layout).eval()
     return TorchSource(
         env_id,

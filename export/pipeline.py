@@ -376,6 +376,10 @@ def _verify_file(
         dtype=str(backend.input_dtype),
         quantization=_q(backend.input_quant),
     )
+    if source.observation.is_dict:  # one graph input per key, the concatenation's slice of each
+        manifest["model"]["input"]["keys"] = [
+            {"name": k.name, "shape": [1, k.size]} for k in source.observation.keys
+        ]
     manifest["model"]["output"] = {
         "name": backend.output_name,
         "dtype": str(backend.output_dtype),

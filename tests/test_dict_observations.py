@@ -102,6 +102,10 @@ def test_ppo_on_a_dict_env_exports_one_named_input_per_key(tmp_path: Path) -> No
     }
     assert _inputs(art / "policy.tflite") == {"pole": [1, 2], "cart": [1, 2]}
     assert manifest["onnx"]["input"] == ["pole", "cart"]
+    assert manifest["model"]["input"]["keys"] == [
+        {"name": "pole", "shape": [1, 2]},
+        {"name": "cart", "shape": [1, 2]},
+    ]
     policy = Policy.load(art)
     onnx = Policy.load(art, backend="onnxruntime")
     rng = np.random.default_rng(0)

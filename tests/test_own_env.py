@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from rl2edge.plc_bridge.sim import free_port
 from testkit.doc_blocks import ROOT, shell_blocks
@@ -19,6 +20,7 @@ DOC = ROOT / "docs/own-env.md"
 THIS = "tests/test_own_env.py"
 
 
+@pytest.mark.integration  # about 40 s: the integration tier, which CI runs too
 def test_the_own_env_page_runs_as_written(tmp_path: Path) -> None:
     blocks = [b for b in shell_blocks(DOC) if b.marker_kind == "run" and b.marker_arg == THIS]
     assert len(blocks) >= 4, "docs/own-env.md lost its run blocks"

@@ -56,7 +56,8 @@ class RunConfig:
     """Checkpoint the policy (and its normalization statistics) of the best periodic evaluation rather than
     the last one; both evaluations are in summary.json."""
     policy: str = "MlpPolicy"
-    """Zoo compatibility; only MlpPolicy is implemented."""
+    """The Zoo's name. MlpPolicy, or MultiInputPolicy for a Dict observation: the same network here, on
+    the keys' values concatenated in the space's order (SB3's CombinedExtractor on vector keys)."""
 
     def to_json(self) -> dict[str, Any]:
         return config_to_json(self)
@@ -67,8 +68,10 @@ class RunConfig:
                 raise ConfigError(f"{name} must be a positive integer, got {getattr(self, name)}")
         if self.activation not in ("tanh", "relu"):
             raise ConfigError(f"activation must be tanh or relu, got {self.activation!r}")
-        if self.policy != "MlpPolicy":
-            raise ConfigError(f"policy {self.policy!r} is not implemented; use MlpPolicy")
+        if self.policy not in ("MlpPolicy", "MultiInputPolicy"):
+            raise ConfigError(
+                f"policy {self.policy!r} is not implemented; use MlpPolicy (or MultiInputPolicy for Dict observations)"
+            )
 
 
 RunConfigT = TypeVar("RunConfigT", bound=RunConfig)

@@ -1,9 +1,9 @@
 """Connect-time binding: the node map and the server's nodes -> typed nodes, or one ConfigError line.
 
 `bind` resolves each reference of the node map (namespace URIs through the server's NamespaceArray,
-browse paths through the server), reads each node's DataType, ValueRank, ArrayDimensions, UserAccessLevel
-and Value in one Read, and refuses a map that cannot carry the policy's observation and action
-(`check_fit`). What comes out, `BoundNodes`, is what the per-cycle client (plc_bridge.client) writes and
+browse paths through the server; a per-key observation in the manifest's key order), reads each node's
+DataType, ValueRank, ArrayDimensions, UserAccessLevel and Value in one Read, and refuses a map that
+cannot carry the policy's observation and action (`check_fit`, each key of a per-key map on its own). What comes out, `BoundNodes`, is what the per-cycle client (plc_bridge.client) writes and
 reads: each node's builtin type and shape, fixed for the session.
 """
 
@@ -18,7 +18,7 @@ from asyncua.common.ua_utils import data_type_to_variant_type
 
 from rl2edge.errors import ConfigError
 from rl2edge.plc_bridge import typed_values as tv
-from rl2edge.plc_bridge.nodemap import NodeMap
+from rl2edge.plc_bridge.nodemap import NodeMap, key_roles, observation_groups
 from rl2edge.plc_bridge.noderefs import NodeRef, parse_ref
 from rl2edge.plc_bridge.status import CycleStatus
 from rl2edge.runtime.policy import Policy
@@ -45,14 +45,17 @@ class PlantIo:
     action_low: tuple[float, ...]
     """Discrete: (first index,); Box: the lower bounds."""
     action_high: tuple[float, ...]
+    obs_keys: tuple[tuple[str, int], ...] = ()
+    """A Dict observation's (key, number of values) in the manifest's order; () for a Box."""
 
 
 def plant_io_of(policy: Policy) -> PlantIo:
     """The PlantIo of a runtime Policy, from its typed specs."""
     obs, act = policy.observation_spec, policy.action_spec
+    keys = tuple((k.name, k.size) for k in obs.keys)
     if act.discrete:
         lo, hi = act.index_range
-        return PlantIo(obs.size, 1, True, (float(lo),), (float(hi),))
+        return PlantIo(obs.size, 1, True, (float(lo),), (float(hi),), keys)
     low, high = policy.action_low.reshape(-1), policy.action_high.reshape(-1)
     return PlantIo(
         obs.size,
@@ -60,13 +63,14 @@ def plant_io_of(policy: Policy) -> PlantIo:
         False,
         tuple(float(v) for v in low),
         tuple(float(v) for v in high),
+        keys,
     )
 
 
 @dataclass(frozen=True)
 class BoundNode:
     role: str
-    """`observation[2]`, `action`, `heartbeat`...: what messages call it."""
+    """`observation[2]`, `observation key 'imu'[1]`, `action`, `heartbeat`...: what messages call it."""
     ref: str
     node_id: ua.NodeId
     vtype: ua.VariantType
@@ -84,6 +88,7 @@ class BoundNodes:
     """The node map bound to one server's nodes: what a session reads and writes each cycle."""
 
     observation: tuple[BoundNode, ...]
+    """Read in this order, their values concatenated: the policy's observation."""
     observation_seq: BoundNode
     action: tuple[BoundNode, ...]
     action_seq: BoundNode
@@ -91,10 +96,17 @@ class BoundNodes:
     status: BoundNode
     heartbeat_value: int
     """The PLC's heartbeat at connect: continued from there, so a restart of serve never moves it back."""
+    observation_keys: tuple[tuple[str, tuple[BoundNode, ...]], ...] = ()
+    """A per-key map: each key's nodes (consecutive in `observation`), in the manifest's key order."""
 
     def describe(self) -> str:
+        obs = (
+            ", ".join(f"{key} {_layout(nodes)}" for key, nodes in self.observation_keys)
+            if self.observation_keys
+            else _layout(self.observation)
+        )
         return (
-            f"observation {_layout(self.observation)}, action {_layout(self.action)}, sequence "
+            f"observation {obs}, action {_layout(self.action)}, sequence "
             f"{self.observation_seq.vtype.name}/{self.action_seq.vtype.name}, heartbeat "
             f"{self.heartbeat.vtype.name}, status {self.status.vtype.name}"
         )
@@ -104,12 +116,18 @@ async def bind(client: Client, node_map: NodeMap, io: PlantIo) -> BoundNodes:
     """The node map's nodes on the server `client` is connected to, typed; ConfigError if they do not
     exist, cannot be read or written by this user, or cannot carry `io`."""
     m = node_map
-    namespaces = await client.get_namespace_array()
-    roles: list[tuple[str, str]] = [
-        *(
+    groups = observation_groups(m, [name for name, _ in io.obs_keys])
+    observation_roles = (
+        [role for name, refs in groups for role in key_roles(name, refs)]
+        if groups
+        else [
             (f"observation[{i}]" if len(m.observation) > 1 else "observation", r)
             for i, r in enumerate(m.observation)
-        ),
+        ]
+    )
+    namespaces = await client.get_namespace_array()
+    roles: list[tuple[str, str]] = [
+        *observation_roles,
         ("observation_seq", m.observation_seq),
         *((f"action[{i}]" if len(m.action) > 1 else "action", r) for i, r in enumerate(m.action)),
         ("action_seq", m.action_seq),
@@ -128,7 +146,7 @@ async def bind(client: Client, node_map: NodeMap, io: PlantIo) -> BoundNodes:
                 f"{role} {ref}: the server has no such node ({dtype.StatusCode.name}); correct the node map"
             )
         bound.append(await _typed(client, role, ref, node_id, dtype, rank, dims, access, value))
-    n_obs, n_act = len(m.observation), len(m.action)
+    n_obs, n_act = len(observation_roles), len(m.action)
     hb = results[(len(roles) - 2) * len(_ATTRS) + 4]
     current = hb.Value.Value if hb.StatusCode.is_good() and hb.Value is not None else 0
     action_seq, heartbeat, status = bound[n_obs + 1 + n_act :]
@@ -140,9 +158,20 @@ async def bind(client: Client, node_map: NodeMap, io: PlantIo) -> BoundNodes:
         heartbeat=heartbeat,
         status=status,
         heartbeat_value=int(current) if isinstance(current, int) and not isinstance(current, bool) else 0,
+        observation_keys=_by_key(groups, bound[:n_obs]),
     )
     check_fit(nodes, io)
     return nodes
+
+
+def _by_key(
+    groups: tuple[tuple[str, tuple[str, ...]], ...], observation: list[BoundNode]
+) -> tuple[tuple[str, tuple[BoundNode, ...]], ...]:
+    out, start = [], 0
+    for name, refs in groups:
+        out.append((name, tuple(observation[start : start + len(refs)])))
+        start += len(refs)
+    return tuple(out)
 
 
 async def _node_id(client: Client, ref: NodeRef, namespaces: list[str], role: str) -> ua.NodeId:
@@ -217,12 +246,17 @@ async def _typed(
 
 def check_fit(nodes: BoundNodes, io: PlantIo) -> None:
     """Refuse, in one line, a map that cannot carry the policy's observation and action."""
-    size = _size(nodes.observation, "observation", io.obs_size)
-    if size != io.obs_size:
-        raise ConfigError(
-            f"the observation nodes hold {size} values ({_layout(nodes.observation)}); the policy reads "
-            f"{io.obs_size}: map {io.obs_size} scalar nodes or one array node of length {io.obs_size}"
-        )
+    if nodes.observation_keys:
+        sizes = dict(io.obs_keys)
+        for key, group in nodes.observation_keys:
+            _check_key(key, group, sizes[key])
+    else:
+        size = _size(nodes.observation, "observation", io.obs_size)
+        if size != io.obs_size:
+            raise ConfigError(
+                f"the observation nodes hold {size} values ({_layout(nodes.observation)}); the policy reads "
+                f"{io.obs_size}: map {io.obs_size} scalar nodes or one array node of length {io.obs_size}"
+            )
     size = _size(nodes.action, "action", io.action_size)
     if size != io.action_size:
         raise ConfigError(
@@ -267,6 +301,27 @@ def check_fit(nodes: BoundNodes, io: PlantIo) -> None:
         raise ConfigError(
             f"status {nodes.status.ref}: a {nodes.status.vtype.name} cannot hold the status codes"
         )
+
+
+def _check_key(key: str, nodes: tuple[BoundNode, ...], expected: int) -> None:
+    """One key's nodes hold that key's values: one array of its length, one scalar for a one-value key, or
+    that many scalars."""
+    size = _size(nodes, f"observation key {key!r}", expected)
+    if size == expected:
+        return
+    if len(nodes) == 1 and nodes[0].length is not None:
+        raise ConfigError(
+            f"observation key {key!r}: node {nodes[0].ref} holds {size} values, the artifact's key {expected}"
+        )
+    if len(nodes) == 1:
+        raise ConfigError(
+            f"observation key {key!r}: node {nodes[0].ref} is a scalar, the artifact's key has {expected} "
+            f"values: map one array node of length {expected} or {expected} scalar nodes"
+        )
+    raise ConfigError(
+        f"observation key {key!r}: {size} scalar nodes, the artifact's key has {expected} values: map "
+        f"{expected} scalar nodes or one array node of length {expected}"
+    )
 
 
 def _size(nodes: tuple[BoundNode, ...], what: str, expected: int) -> int:

@@ -106,6 +106,8 @@ class PlcClient:
         """The node map bound to this server's nodes (set at connect)."""
         self._heartbeat = 0
         self._read_params = ua.ReadParameters()
+        self._one_array = False
+        """The observation is one array node: its value is the observation as read, nothing to join."""
         self.revised_publishing_ms: float | None = None
 
     # ------------------------------------------------------------------------------------ session
@@ -148,6 +150,7 @@ class PlcClient:
     async def _bind(self) -> None:
         self.nodes = nodes = await bind(self._client, self.cfg.node_map, self.io)
         self._heartbeat = nodes.heartbeat_value
+        self._one_array = len(nodes.observation) == 1 and nodes.observation[0].length is not None
         self._read_params.NodesToRead = [
             ua.ReadValueId(NodeId=b.node_id, AttributeId=ua.AttributeIds.Value)
             for b in (*nodes.observation, nodes.observation_seq)
@@ -170,7 +173,7 @@ class PlcClient:
             if not dv.StatusCode.is_good()
         ]
         values = [dv.Value.Value if dv.Value is not None else None for dv in results]
-        obs = values[0] if len(n.observation) == 1 and n.observation[0].length is not None else values[:-1]
+        obs = values[0] if self._one_array else _joined(n.observation, values[:-1])
         problem = f"bad quality: {'; '.join(bad)}" if bad else ""
         sequence = values[-1] if results[-1].StatusCode.is_good() else None  # never answer a doubtful one
         return Reading(obs, sequence, problem)
@@ -266,6 +269,19 @@ class PlcClient:
             _logger.info("subscription publishing interval %g ms", self.revised_publishing_ms)
         await sub.subscribe_data_change(self._client.get_node(seq_node.node_id))
         return changes
+
+
+def _joined(nodes: Sequence[BoundNode], values: list[Any]) -> list[Any]:
+    """The values of scalar and array nodes as one list, in node order (a per-key map: the concatenation
+    in the manifest's key order). A value that is not the node's shape goes in as it is: the observation
+    guard then refuses the observation's length."""
+    out: list[Any] = []
+    for b, v in zip(nodes, values, strict=True):
+        if b.length is not None and isinstance(v, list):
+            out.extend(v)
+        else:
+            out.append(v)
+    return out
 
 
 def connect_error_hint(exc: BaseException, cfg: BridgeConfig) -> str | None:

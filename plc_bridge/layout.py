@@ -1,11 +1,15 @@
 """The node layout of rl2edge's simulated PLC, which the default node map matches.
 
 One object `PLC` in namespace `urn:rl2edge:plc-sim` (index 2, the first one registered), with string
-NodeIds `ns=2;s=rl2edge.<Name>`.
+NodeIds `ns=2;s=rl2edge.<Name>`. The observation is one Double array `Observation`; a Dict env's is
+there as its keys' values concatenated in the env's key order (what the default node map reads), and
+also one Double array per key, `Observation_<key>` (a one-value key too: an array of 1), for a node map
+that gives the observation per key.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from asyncua import Node, Server, ua
@@ -15,6 +19,11 @@ NAMESPACE_URI = "urn:rl2edge:plc-sim"
 
 def node_id(name: str, ns: int = 2) -> str:
     return f"ns={ns};s=rl2edge.{name}"
+
+
+def observation_node_name(key: str) -> str:
+    """The node of one key of a Dict observation."""
+    return f"Observation_{key}"
 
 
 @dataclass(frozen=True)
@@ -28,10 +37,15 @@ class PlcNodes:
     run: Node
     episode_returns: Node
     episodes: Node
+    observation_keys: tuple[Node, ...] = ()
+    """A Dict observation's node per key, in key order."""
 
 
-async def build_plc_nodes(server: Server, obs_dim: int, act_dim: int) -> PlcNodes:
-    """Create the PLC object and its variables; the client-written ones are writable."""
+async def build_plc_nodes(
+    server: Server, obs_dim: int, act_dim: int, obs_keys: Sequence[tuple[str, int]] = ()
+) -> PlcNodes:
+    """Create the PLC object and its variables; the client-written ones are writable. `obs_keys`: a Dict
+    observation's (key, number of values), one array node each beside `Observation`."""
     ns = await server.register_namespace(NAMESPACE_URI)
     plc = await server.nodes.objects.add_object(ua.NodeId("rl2edge.PLC", ns), ua.QualifiedName("PLC", ns))
 
@@ -56,4 +70,7 @@ async def build_plc_nodes(server: Server, obs_dim: int, act_dim: int) -> PlcNode
         run=await var("Run", True, ua.VariantType.Boolean),
         episode_returns=await var("EpisodeReturns", [], ua.VariantType.Double, writable=False),
         episodes=await var("Episodes", 0, ua.VariantType.UInt32, writable=False),
+        observation_keys=tuple(
+            [await var(observation_node_name(k), [0.0] * n, ua.VariantType.Double) for k, n in obs_keys]
+        ),
     )

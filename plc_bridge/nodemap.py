@@ -5,11 +5,17 @@ Node references are NodeIds (`ns=3;s=DB10.Obs`, `nsu=<namespace uri>;s=DB10.Obs`
 the Objects folder (`3:RL/3:Obs_0`, `nsu=<uri>;RL/nsu=<uri>;Obs_0`): see `plc_bridge.noderefs`.
 Whether a node is a scalar or an array, and of which type, is the server's to say: the client reads it
 at connect, so `action: X` is a scalar or an array as the PLC declares X.
+
+A Dict artifact's observation may be mapped per key (`observation: {lidar: <array node>, imu: [<scalar>,
+<scalar>]}`): each key's nodes hold that key's values, and `observation_groups` puts the keys in the
+manifest's order, so the client still reads the one concatenated vector the policy takes. A flat list (the
+concatenation) serves a Dict artifact as well.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,12 +24,14 @@ from rl2edge.errors import ConfigError, short_repr
 from rl2edge.fileio import load_yaml
 from rl2edge.plc_bridge.layout import node_id
 from rl2edge.plc_bridge.noderefs import parse_ref
+from rl2edge.specs import KEY_NAME
 
 
 @dataclass(frozen=True)
 class NodeMap:
     observation: tuple[str, ...]
-    """One array node (or one scalar for a one-value observation), or scalar nodes in observation order."""
+    """One array node (or one scalar for a one-value observation), or scalar nodes in observation order;
+    empty when the map gives the observation per key (`observation_keys`)."""
     observation_seq: str
     action: tuple[str, ...]
     """One array node, or scalar nodes in action order."""
@@ -40,6 +48,9 @@ class NodeMap:
     """Overrides the artifact's observation bounds (None entries: unbounded)."""
     obs_high: tuple[float | None, ...] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    observation_keys: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    """A Dict artifact's observation per key, as the map lists them: (key, its nodes: one array node, one
+    scalar for a one-value key, or scalar nodes in the key's order)."""
 
     def check(self) -> None:
         """Every reference parses (resolving it needs the server: the client does that at connect)."""
@@ -47,9 +58,42 @@ class NodeMap:
             value = getattr(self, key)
             for i, ref in enumerate(value if isinstance(value, tuple) else (value,)):
                 parse_ref(ref, f"{key}[{i}]" if isinstance(value, tuple) and len(value) > 1 else key)
+        for name, refs in self.observation_keys:
+            for role, ref in key_roles(name, refs):
+                parse_ref(ref, role)
+
+
+def key_roles(name: str, refs: tuple[str, ...]) -> list[tuple[str, str]]:
+    """(role, reference) of one key's nodes: what messages call them (`observation key 'imu'[1]`)."""
+    role = f"observation key {name!r}"
+    return [(f"{role}[{i}]" if len(refs) > 1 else role, ref) for i, ref in enumerate(refs)]
+
+
+def observation_groups(node_map: NodeMap, keys: Sequence[str]) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """The per-key nodes of a Dict artifact with `keys` (its manifest's order), or () when the map gives the
+    observation flat (`node_map.observation`, the concatenation). ConfigError, one line, when a per-key map
+    lacks a key or names one the artifact does not have, or when the artifact has no keys."""
+    if not node_map.observation_keys:
+        return ()
+    mapped = dict(node_map.observation_keys)
+    if not keys:
+        raise ConfigError(
+            f"the node map gives the observation per key ({', '.join(mapped)}), but the artifact's observation "
+            "is one Box: map observation as one array node or a list of scalar nodes"
+        )
+    missing = [k for k in keys if k not in mapped]
+    extra = [k for k in mapped if k not in keys]
+    if missing or extra:
+        parts = [f"lacks key(s) {', '.join(map(repr, missing))}"] if missing else []
+        parts += [f"has key(s) {', '.join(map(repr, extra))} the artifact does not"] if extra else []
+        raise ConfigError(
+            f"the node map's observation {' and '.join(parts)} (the artifact's keys: {', '.join(keys)})"
+        )
+    return tuple((k, mapped[k]) for k in keys)
 
 
 def default_node_map() -> NodeMap:
+    """plc-sim's layout (its `Observation` holds a Dict env's keys concatenated, too)."""
     return NodeMap(
         observation=(node_id("Observation"),),
         observation_seq=node_id("ObservationSeq"),
@@ -70,6 +114,21 @@ def _nodes(value: Any, key: str, path: Path) -> tuple[str, ...]:
     raise ConfigError(
         f"{path}: {key} must be a node reference, a list of them, or {{node: ...}} / {{nodes: [...]}}"
     )
+
+
+def _observation(value: Any, path: Path) -> tuple[tuple[str, ...], tuple[tuple[str, tuple[str, ...]], ...]]:
+    """(flat nodes, ()) or ((), per-key nodes): a mapping other than {node: ...} / {nodes: [...]} is per key."""
+    if not isinstance(value, dict) or set(value) in ({"node"}, {"nodes"}):
+        return _nodes(value, "observation", path), ()
+    if not value:
+        raise ConfigError(f"{path}: observation is an empty mapping; map each observation key to its node(s)")
+    for k in value:
+        if not isinstance(k, str) or not KEY_NAME.fullmatch(k):
+            raise ConfigError(
+                f"{path}: observation key {short_repr(k)} is not a Dict observation key's name (letters, "
+                "digits and underscores); map observation: {<key>: <node>, ...}"
+            )
+    return (), tuple((k, _nodes(v, f"observation key {k!r}", path)) for k, v in value.items())
 
 
 def _floats(value: Any, key: str, path: Path, allow_none: bool = False) -> tuple[Any, ...] | None:
@@ -117,8 +176,10 @@ def load_node_map(path: str | Path | None) -> NodeMap:
         raise ConfigError(
             f"{path}: obs_range_tolerance must be a number from 0 to 10 (a fraction of each range), got {short_repr(tolerance)}"
         )
+    observation, observation_keys = _observation(data["observation"], path)
     node_map = NodeMap(
-        observation=_nodes(data["observation"], "observation", path),
+        observation=observation,
+        observation_keys=observation_keys,
         observation_seq=data["observation_seq"],
         action=_nodes(data["action"], "action", path),
         action_seq=data["action_seq"],

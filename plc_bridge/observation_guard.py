@@ -3,7 +3,9 @@
 that moves) and the safe action itself, and what serving a policy takes (`Serving`, `prepare_serving`).
 
 The bounds are the node map's `obs_low`/`obs_high` where given, else the artifact's observation spec;
-an unbounded side (None, or no bounds at all) is not checked.
+an unbounded side (None, or no bounds at all) is not checked. The guard works on the flat vector (a Dict
+artifact's keys concatenated in manifest order); its messages name a Dict artifact's values by key and
+index within the key (`lidar[3]`), a Box artifact's by index (`observation[3]`).
 """
 
 from __future__ import annotations
@@ -15,8 +17,9 @@ import numpy as np
 
 from rl2edge.errors import ConfigError, short_repr
 from rl2edge.plc_bridge.binding import PlantIo, plant_io_of
-from rl2edge.plc_bridge.nodemap import NodeMap
+from rl2edge.plc_bridge.nodemap import NodeMap, observation_groups
 from rl2edge.runtime.policy import Policy
+from rl2edge.specs import ObservationSpec
 
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
 
@@ -27,6 +30,8 @@ class ObservationGuard:
     def __init__(self, policy: Policy, node_map: NodeMap):
         m = node_map
         spec = policy.observation_spec
+        # a per-key map that does not name the artifact's keys: refused before any connect
+        observation_groups(m, [k.name for k in spec.keys])
         self.dim = spec.size
         spec_low, spec_high = spec.bounds
         low = m.obs_low if m.obs_low is not None else spec_low
@@ -39,8 +44,10 @@ class ObservationGuard:
         hi = np.array([np.inf if v is None else v for v in high], np.float64)
         both = np.isfinite(lo) & np.isfinite(hi)
         width = np.where(both, hi - lo, np.maximum(1.0, np.abs(np.where(np.isfinite(lo), lo, hi))))
-        tol = m.obs_range_tolerance * np.where(np.isfinite(width), width, 0.0)
-        self.lo, self.hi = lo - tol, hi + tol
+        self.tolerance = m.obs_range_tolerance * np.where(np.isfinite(width), width, 0.0)
+        self.declared_lo, self.declared_hi = lo, hi
+        self.lo, self.hi = lo - self.tolerance, hi + self.tolerance
+        self._labels = _labels(spec)
         self.stale_cycles = m.stale_cycles
         self._last_seq: Any = None
         self._unchanged = 0
@@ -53,18 +60,35 @@ class ObservationGuard:
             return None, f"observation is not numeric: {values!r:.80}"
         if obs.size != self.dim:
             return None, f"observation has {obs.size} values, the policy takes {self.dim}"
-        if not np.all(np.isfinite(obs)):
-            return None, "observation contains NaN or Inf"
+        finite = np.isfinite(obs)
+        if not finite.all():
+            i = int(np.flatnonzero(~finite)[0])
+            return None, f"observation contains NaN or Inf: {self.label(i)} = {obs[i]:g}"
         # finite here, Inf in the model's float32: bad data, not the model's fault
         huge = np.abs(obs) > _FLOAT32_MAX
         if huge.any():
             i = int(np.flatnonzero(huge)[0])
-            return None, f"observation[{i}] = {obs[i]:g} is beyond float32's range (the model's input type)"
+            return None, f"{self.label(i)} = {obs[i]:g} is beyond float32's range (the model's input type)"
         out = (obs < self.lo) | (obs > self.hi)
         if out.any():
             i = int(np.flatnonzero(out)[0])
-            return None, f"observation[{i}] = {obs[i]:g} is outside [{self.lo[i]:g}, {self.hi[i]:g}]"
+            return None, self._out_of_bounds(i, float(obs[i]))
         return obs, ""
+
+    def label(self, i: int) -> str:
+        """What messages call value `i` of the flat observation: `lidar[3]`, or `observation[3]` for a Box."""
+        return self._labels[i] if self._labels else f"observation[{i}]"
+
+    def _out_of_bounds(self, i: int, value: float) -> str:
+        above = value > self.hi[i]
+        side, bound = (
+            ("above its high", self.declared_hi[i]) if above else ("below its low", self.declared_lo[i])
+        )
+        tolerance = " with the tolerance" if self.tolerance[i] > 0 else ""
+        return (
+            f"{self.label(i)} = {value:g} is {side} {bound:g} "
+            f"(outside [{self.lo[i]:g}, {self.hi[i]:g}]{tolerance})"
+        )
 
     def is_stale(self, seq: Any) -> bool:
         """Count `seq` in: True once it has not moved for `stale_cycles` cycles."""
@@ -80,6 +104,11 @@ class ObservationGuard:
     def adopt_staleness(self, other: ObservationGuard) -> None:
         """Continue another guard's count of unchanged sequence numbers (a policy swap is no new session)."""
         self._last_seq, self._unchanged = other._last_seq, other._unchanged
+
+
+def _labels(spec: ObservationSpec) -> list[str]:
+    """A Dict observation's value names, key and index within the key, in the concatenation's order."""
+    return [f"{k.name}[{j}]" for k in spec.keys for j in range(k.size)]
 
 
 def resolve_safe_action(policy: Policy, configured: tuple[float, ...] | None) -> list[float]:
@@ -132,11 +161,19 @@ def prepare_serving(candidate: Policy, serving: Policy, node_map: NodeMap) -> Se
             f"{list(serving.obs_shape)}"
         )
     io, serving_io = plant_io_of(candidate), plant_io_of(serving)
+    if io.obs_keys != serving_io.obs_keys:  # the same length, other values in its places
+        raise ConfigError(
+            f"its observation keys {_keys_text(io)} are not the serving policy's {_keys_text(serving_io)}"
+        )
     if io != serving_io:
         raise ConfigError(
             f"its action spec {_io_text(io)} is not the serving policy's {_io_text(serving_io)}"
         )
     return Serving.of(candidate, node_map)
+
+
+def _keys_text(io: PlantIo) -> str:
+    return "(none: a Box)" if not io.obs_keys else ", ".join(f"{k}[{n}]" for k, n in io.obs_keys)
 
 
 def _io_text(io: PlantIo) -> str:

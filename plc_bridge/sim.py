@@ -7,6 +7,10 @@ realtime: the environment steps every period with the last written action held, 
 Episode i uses seed S+i, as `rl2edge evaluate --seed S` does. A writable `Run` node is the PLC's
 RUN/STOP switch: while false the plant is frozen (observation and sequence number do not move).
 
+A Dict-observation env's observation is written each step to `Observation` (its keys' values
+concatenated in the env's key order: what the default node map reads) and to one array node per key,
+`Observation_<key>` (what a node map that gives the observation per key reads).
+
 strict: writes are refused with BadTypeMismatch unless their type and shape are the node's (a scalar
 for a scalar, an array of the declared length for an array), as S7, CODESYS and open62541 servers
 refuse them. asyncua alone checks the type but accepts an array written into a scalar.
@@ -20,6 +24,7 @@ import errno
 import json
 import logging
 import socket
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,7 +35,7 @@ from asyncua.common.callback import CallbackType
 
 from rl2edge.errors import ConfigError
 from rl2edge.fileio import write_json_atomic
-from rl2edge.plc_bridge.layout import PlcNodes, build_plc_nodes
+from rl2edge.plc_bridge.layout import PlcNodes, build_plc_nodes, node_id, observation_node_name
 from rl2edge.plc_bridge.security import SecurityConfig, apply_server_security
 
 _logger = logging.getLogger(__name__)
@@ -81,7 +86,13 @@ class PlcSim:
         space = self.env.action_space
         self.discrete = hasattr(space, "n")
         self.act_dim = 1 if self.discrete else int(np.prod(space.shape))
-        self.obs_dim = int(np.prod(self.env.observation_space.shape))
+        # a Dict observation's (key, number of values), in the env's key order; [] for a Box
+        self.obs_keys = _dict_keys(self.env.observation_space, cfg.env_id)
+        self.obs_dim = (
+            sum(size for _, size in self.obs_keys)
+            if self.obs_keys
+            else int(np.prod(self.env.observation_space.shape))
+        )
         self.returns: list[float] = []
         self.server: Server | None = None
         self.nodes: PlcNodes | None = None
@@ -102,7 +113,7 @@ class PlcSim:
         server.set_endpoint(self.cfg.endpoint)
         server.set_server_name("rl2edge plc-sim")
         await apply_server_security(server, sec)
-        self.nodes = await build_plc_nodes(server, self.obs_dim, self.act_dim)
+        self.nodes = await build_plc_nodes(server, self.obs_dim, self.act_dim, self.obs_keys)
         server.subscribe_server_callback(CallbackType.PostWrite, self._on_write)
         if self.cfg.strict:
             _refuse_mistyped_writes(server)
@@ -121,6 +132,13 @@ class PlcSim:
         _logger.info(
             "plc-sim %s (%s, %s) listening on %s", self.cfg.env_id, self.cfg.mode, sec.mode, self.cfg.endpoint
         )
+        if self.obs_keys:
+            _logger.info(
+                "Dict observation: %s holds the keys concatenated (the default node map reads it), and one "
+                "Double array per key, for a per-key node map: observation: {%s}",
+                node_id("Observation"),
+                ", ".join(f"{key}: {node_id(observation_node_name(key))}" for key, _ in self.obs_keys),
+            )
 
     async def stop(self) -> None:
         if self.server is not None:
@@ -135,10 +153,17 @@ class PlcSim:
             self.server = None
         self.env.close()
 
-    async def _publish(self, obs: np.ndarray, seq: int) -> None:
+    async def _publish(self, obs: Any, seq: int) -> None:
         assert self.nodes is not None
-        values = np.asarray(obs, np.float64).reshape(-1).tolist()
+        # a Dict observation: each key's values, and in `Observation` their concatenation
+        per_key = [np.asarray(obs[key], np.float64).reshape(-1).tolist() for key, _ in self.obs_keys]
+        if per_key:
+            values = [v for key_values in per_key for v in key_values]
+        else:
+            values = np.asarray(obs, np.float64).reshape(-1).tolist()
         await self.nodes.observation.write_value(ua.Variant(values, ua.VariantType.Double))
+        for node, key_values in zip(self.nodes.observation_keys, per_key, strict=True):
+            await node.write_value(ua.Variant(key_values, ua.VariantType.Double))
         await self.nodes.observation_seq.write_value(ua.Variant(seq, ua.VariantType.UInt32))
 
     def _env_action(self, raw: Any) -> Any:
@@ -181,7 +206,7 @@ class PlcSim:
                         json.dumps(
                             {
                                 "seq": seq,
-                                "obs": np.asarray(obs, float).reshape(-1).tolist(),
+                                "obs": _traced(obs),
                                 "action": np.asarray(action, float).reshape(-1).tolist(),
                             }
                         )
@@ -220,6 +245,23 @@ class PlcSim:
                 )
             await self.stop()
         return self.returns
+
+
+def _dict_keys(space: Any, env_id: str) -> list[tuple[str, int]]:
+    """(key, number of values) of a Dict observation space, in its order; [] for a Box."""
+    spaces = getattr(space, "spaces", None)
+    if isinstance(spaces, Mapping):
+        return [(str(key), int(np.prod(sub.shape))) for key, sub in spaces.items()]
+    if getattr(space, "shape", None) is None:
+        raise ConfigError(f"{env_id}'s observation space {space} is neither a Box nor a Dict of Boxes")
+    return []
+
+
+def _traced(obs: Any) -> Any:
+    """An observation as the trace holds it: a list, or a Dict's {key: list}."""
+    if isinstance(obs, Mapping):
+        return {str(k): np.asarray(v, float).reshape(-1).tolist() for k, v in obs.items()}
+    return np.asarray(obs, float).reshape(-1).tolist()
 
 
 def _refuse_mistyped_writes(server: Server) -> None:

@@ -490,7 +490,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is for the service, which stops the child
     keys = tuple(k for k in args.keys.split(",") if k)
-    return _serve_child(args.model, args.backend, args.threads, *args.fds, keys)
+    rfd, wfd = args.fds
+    return _serve_child(args.model, args.backend, args.threads, rfd, wfd, keys)
 
 
 if __name__ == "__main__":

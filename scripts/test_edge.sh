@@ -36,6 +36,7 @@ echo "== artifacts from the workstation venv"
 
 # The tests, copied away from the source tree, so that `import runtime` finds the wheel's.
 cp -r tests "$WORK/tests" && cp -r testkit "$WORK/testkit" && mkdir -p "$WORK/docs" && cp -r docs/examples "$WORK/docs/"
+cp -r examples "$WORK/examples"  # the AGV plant, which plc-sim and evaluate run
 cat >"$WORK/pytest.ini" <<'EOF'
 [pytest]
 addopts = --strict-markers -m "not slow and not integration" -ra -p no:cacheprovider
@@ -49,4 +50,4 @@ RL2EDGE_TEST_ARTIFACTS="$WORK/artifacts" RL2EDGE_PLC_SIM_EXE="$(dirname "$MAIN_P
   "$VENV/bin/python" -m pytest tests/test_runtime.py tests/test_plc_types.py tests/test_serve_loop.py \
   tests/test_reconnect.py tests/test_security.py tests/test_real_plc.py tests/test_model_check.py \
   tests/test_nodemap_fuzz.py tests/test_serve_service.py tests/test_slot_timer.py tests/test_model_process.py \
-  tests/test_metrics_port.py "${@:2}"
+  tests/test_metrics_port.py tests/test_dict_plc.py "${@:2}"

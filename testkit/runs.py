@@ -82,6 +82,8 @@ def tiny_train(
 # trained on CartPole: what the closed-loop serve test runs as int8 files.
 A2C_RUN = dict(algo="a2c", framework="torch", steps=8000)
 RAINBOW_RUN = dict(algo="rainbow", framework="tf", steps=3000, learning_starts=500)
+# The AGV example's Dict env (examples/agv), briefly trained: what the Dict PLC tests serve.
+AGV_RUN = dict(env_id="examples.agv:AgvDictEnv", steps=2048)
 
 
 def export_run(run: Path, out: Path, quantize: str):
@@ -95,7 +97,8 @@ def export_run(run: Path, out: Path, quantize: str):
 
 def build_artifacts(out: Path) -> None:
     """The artifacts of tests/conftest.py's fixtures, for the edge test run ($RL2EDGE_TEST_ARTIFACTS):
-    out/cartpole-all/<mode>, out/cartpole-flipped, out/pendulum-{fp32,int8}, out/a2c-int8, out/rainbow-int8."""
+    out/cartpole-all/<mode>, out/cartpole-flipped, out/pendulum-{fp32,int8}, out/a2c-int8, out/rainbow-int8,
+    out/agv-dict-fp32."""
     cp = tiny_train("CartPole-v1", out / "runs" / "cartpole", steps=4096)
     pd = tiny_train(
         "Pendulum-v1", out / "runs" / "pendulum", steps=2048, n_envs=2, n_steps=512, batch_size=256
@@ -108,3 +111,4 @@ def build_artifacts(out: Path) -> None:
     export_run(
         tiny_train("CartPole-v1", out / "runs" / "rainbow", **RAINBOW_RUN), out / "rainbow-int8", "int8"
     )
+    export_run(tiny_train(out=out / "runs" / "agv", **AGV_RUN), out / "agv-dict-fp32", "fp32")

@@ -4,8 +4,12 @@
 The node process serves what an S7-1500 / Codesys data block looks like over OPC UA: an Object `RL` in
 the server's own namespace (`ns=<k>;s=RL`) with typed scalar variables `ns=<k>;s=RL.<Name>`
 (`Obs_0..`, `ObsSeq`, `Act_0..`, `ActSeq`, `Heartbeat`, `Status`), or arrays `Obs`/`Act` with
-layout="array". Obs*/ObsSeq are read-only for clients, the rest writable; node-opcua refuses writes of
+layout="array", or with layout="keys" one node per key of a Dict observation, `Obs_<key>` (an array, a
+scalar for a one-value key: a data block's `Lidar : ARRAY[0..23] OF REAL` and `Speed : REAL`) and the
+array `Act`. Obs*/ObsSeq are read-only for clients, the rest writable; node-opcua refuses writes of
 the wrong DataType (BadTypeMismatch), and the stand-in refuses the wrong shape with the same status.
+A Dict env's observation is published as its keys' values concatenated in its key order, so the
+"scalar" and "array" layouts serve it too (the flat map of a Dict artifact).
 
 Lockstep handshake: after a client's Write request that wrote ActSeq, if ActSeq == ObsSeq the server
 emits one `step` event with the current action; this class steps the env with it and publishes the next
@@ -20,7 +24,7 @@ Protocol with server.mjs (JSON lines): config as its one argument; stdout events
 `reply`; stdin commands `observe`, `set`, `reject`, `get`, `stats`, `stop` (see server.mjs). The node
 process exits when its stdin closes, so it never outlives this process.
 
-Manual runs / benchmarks:  python testkit/standin_plc.py --env CartPole-v1 --port 4841 [--layout array]
+Manual runs / benchmarks:  python testkit/standin_plc.py --env CartPole-v1 --port 4841 [--layout array|keys]
 """
 
 from __future__ import annotations
@@ -40,7 +44,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -69,7 +73,9 @@ def _node_opcua_installed() -> bool:
 class StandinPlc:
     """The node-opcua PLC stand-in plus the plant it controls; a context manager.
 
-    env_id None: no plant (obs_dim/act_dim give the node layout); drive it with observe()/set().
+    env_id None: no plant (obs_dim/act_dim, or obs_keys, give the node layout); drive it with
+    observe()/set(). obs_keys: (key, number of values) of a Dict observation, for layout="keys" without
+    an env (with one, they are its observation space's).
     lockstep False: the plant steps every period_ms with whatever action is in the nodes (a free-running
     PLC) instead of once per handshake.
     """
@@ -96,12 +102,13 @@ class StandinPlc:
         host: str = "127.0.0.1",
         obs_dim: int | None = None,
         act_dim: int | None = None,
+        obs_keys: Sequence[tuple[str, int]] | None = None,
         min_publishing_interval_ms: float | None = None,
         min_sampling_interval_ms: float | None = None,
         ready_timeout_s: float = 30.0,
     ):
-        if layout not in ("scalar", "array"):
-            raise ValueError(f"layout {layout!r}: scalar or array")
+        if layout not in ("scalar", "array", "keys"):
+            raise ValueError(f"layout {layout!r}: scalar, array or keys")
         if episodes is not None and episodes < 1:
             raise ValueError("episodes must be at least 1")
         self.env_id, self.seed, self.episodes = env_id, seed, episodes
@@ -122,8 +129,17 @@ class StandinPlc:
             self.env = make_env(env_id)
             space = self.env.action_space
             self.discrete = hasattr(space, "n")
-            obs_dim = int(np.prod(self.env.observation_space.shape))
+            obs_space = self.env.observation_space
+            if isinstance(getattr(obs_space, "spaces", None), Mapping):  # a Dict: its keys, in order
+                obs_keys = [(str(k), int(np.prod(sub.shape))) for k, sub in obs_space.spaces.items()]
+            else:
+                obs_dim = int(np.prod(obs_space.shape))
             act_dim = 1 if self.discrete else int(np.prod(space.shape))
+        self.obs_keys = [(str(k), int(n)) for k, n in obs_keys or ()]
+        if self.obs_keys:
+            obs_dim = sum(n for _, n in self.obs_keys)
+        elif layout == "keys":
+            raise ValueError('layout "keys" needs a Dict observation: obs_keys, or an env with a Dict space')
         self.obs_dim, self.act_dim = obs_dim or 4, act_dim or 1
 
         self._own_workdir = workdir is None
@@ -143,6 +159,8 @@ class StandinPlc:
             "trusted": [str(Path(p).resolve()) for p in trusted],
             "pki_dir": str((self.workdir / "pki").resolve()),
         }
+        if layout == "keys":
+            self._config["obs_keys"] = [{"name": k, "size": n} for k, n in self.obs_keys]
         if certificate is not None:
             self._config["certificate"] = str(Path(certificate).resolve())
         if private_key is not None:
@@ -268,7 +286,10 @@ class StandinPlc:
 
     # ------------------------------------------------------------------------------------ commands
     def observe(self, obs: Any) -> Any:
-        """Publish an observation (values converted to the Obs type), then ObsSeq + 1; returns ObsSeq."""
+        """Publish an observation (values converted to the Obs type), then ObsSeq + 1; returns ObsSeq.
+        A Dict observation (a mapping) goes in as its keys' values concatenated in key order."""
+        if isinstance(obs, Mapping):
+            obs = [v for key, _ in self.obs_keys for v in _flat(obs[key])]
         values = [_jsonable(v) for v in _flat(obs)]
         return self._request("observe", obs=values)
 
@@ -331,14 +352,19 @@ class StandinPlc:
         return f"{prefix};s=RL.{name}"
 
     def node_map(self, *, nsu: bool = True) -> dict[str, Any]:
-        """The node-map fields (observation, observation_seq, action, ...) for this layout."""
-        if self.layout == "array":
-            obs, act = ["Obs"], ["Act"]
-        else:
-            obs = [f"Obs_{i}" for i in range(self.obs_dim)]
+        """The node-map fields (observation, observation_seq, action, ...) for this layout; layout "keys":
+        the observation per key ({key: node})."""
+        observation: Any
+        if self.layout == "scalar":
+            observation = [self.node_id(f"Obs_{i}", nsu=nsu) for i in range(self.obs_dim)]
             act = [f"Act_{i}" for i in range(self.act_dim)]
+        elif self.layout == "array":
+            observation, act = [self.node_id("Obs", nsu=nsu)], ["Act"]
+        else:
+            observation = {key: self.node_id(f"Obs_{key}", nsu=nsu) for key, _ in self.obs_keys}
+            act = ["Act"]
         return {
-            "observation": [self.node_id(n, nsu=nsu) for n in obs],
+            "observation": observation,
             "observation_seq": self.node_id("ObsSeq", nsu=nsu),
             "action": [self.node_id(n, nsu=nsu) for n in act],
             "action_seq": self.node_id("ActSeq", nsu=nsu),
@@ -482,11 +508,11 @@ class StandinPlc:
             self._plant_failed(exc)
 
     def _plant_realtime(self) -> None:
-        act_names = ["Act"] if self.layout == "array" else [f"Act_{i}" for i in range(self.act_dim)]
+        act_names = ["Act"] if self.layout != "scalar" else [f"Act_{i}" for i in range(self.act_dim)]
         try:
             while not self._stop.wait(self.period_ms / 1e3):
                 values = self.get()
-                action = values["Act"] if self.layout == "array" else [values[n] for n in act_names]
+                action = values["Act"] if self.layout != "scalar" else [values[n] for n in act_names]
                 if not self._env_step(action):
                     return
         except BaseException as exc:
@@ -524,7 +550,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--env", required=True, help="Gymnasium id, e.g. CartPole-v1")
     p.add_argument("--port", type=int, default=4841)
     p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--layout", choices=("scalar", "array"), default="scalar")
+    p.add_argument(
+        "--layout",
+        choices=("scalar", "array", "keys"),
+        default="scalar",
+        help="keys: one node per key of a Dict observation",
+    )
     p.add_argument("--episodes", type=int, help="stop answering after this many episodes")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--extra-namespaces", type=int, default=0)

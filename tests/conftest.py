@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from testkit.runs import A2C_RUN, RAINBOW_RUN, export_run, flipped_run, tiny_train
+from testkit.runs import A2C_RUN, AGV_RUN, RAINBOW_RUN, export_run, flipped_run, tiny_train
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 PREBUILT = os.environ.get("RL2EDGE_TEST_ARTIFACTS")
@@ -89,3 +89,14 @@ def pendulum_fp32(request: pytest.FixtureRequest):
 @pytest.fixture(scope="session")
 def pendulum_int8(request: pytest.FixtureRequest):
     return _artifacts(request, "pendulum_run", "pendulum-int8", "int8")
+
+
+@pytest.fixture(scope="session")
+def agv_dict_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tiny_train(out=tmp_path_factory.mktemp("agv") / "run", **AGV_RUN)
+
+
+@pytest.fixture(scope="session")
+def agv_dict_fp32(request: pytest.FixtureRequest):
+    """The AGV example's Dict env (lidar, imu, goal, speed), briefly trained, fp32: (report, artifact)."""
+    return _artifacts(request, "agv_dict_run", "agv-dict-fp32", "fp32")

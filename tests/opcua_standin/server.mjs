@@ -1,7 +1,9 @@
 // A PLC stand-in on node-opcua (not asyncua), for rl2edge's tests and benchmarks.
 //
 // It lays its nodes out as an S7-1500 / Codesys PLC exposes a data block: an Object `RL` in the server's
-// own namespace with typed scalar variables (or arrays, by option). The plant itself (a Gymnasium env)
+// own namespace with typed scalar variables (or arrays, by option; or, for a Dict observation, one array
+// per sensor key `Obs_<key>`, a scalar for a one-value key, as a data block declares `Lidar : ARRAY[0..23]
+// OF REAL` next to `Speed : REAL`). The plant itself (a Gymnasium env)
 // lives in Python: tests/standin_plc.py drives this process over stdin/stdout, one JSON object a line.
 //
 //   node server.mjs '{"port": 4841, "obs_dim": 4, "act_dim": 1}'
@@ -64,6 +66,7 @@ const CONFIG_KEYS = new Set([
     "extra_namespaces",
     "layout",
     "obs_dim",
+    "obs_keys",
     "act_dim",
     "types",
     "initial",
@@ -116,7 +119,18 @@ cfg = {
 };
 cfg.types = { ...DEFAULT_TYPES, ...(cfg.types ?? {}) };
 if (!Number.isInteger(cfg.port) || cfg.port < 0 || cfg.port > 65535) fail("config.port: an integer 0..65535 is required (0: any free port)");
-if (!["scalar", "array"].includes(cfg.layout)) fail(`config.layout ${JSON.stringify(cfg.layout)}: scalar or array`);
+if (!["scalar", "array", "keys"].includes(cfg.layout)) fail(`config.layout ${JSON.stringify(cfg.layout)}: scalar, array or keys`);
+if (cfg.layout === "keys") {
+    // [{name, size}, ...] in the observation's order: one node per key, its values in the concatenation's place
+    const keys = cfg.obs_keys;
+    if (!Array.isArray(keys) || keys.length === 0) fail("config.layout keys needs obs_keys: a list of {name, size}");
+    for (const k of keys) {
+        if (typeof k?.name !== "string" || !/^[A-Za-z_][A-Za-z0-9_]*$/.test(k.name)) fail(`config.obs_keys: ${JSON.stringify(k)} needs a name (an identifier)`);
+        if (!Number.isInteger(k.size) || k.size < 1) fail(`config.obs_keys: ${JSON.stringify(k)} needs a size, a positive integer`);
+    }
+    if (new Set(keys.map((k) => k.name)).size !== keys.length) fail("config.obs_keys: the names must be distinct");
+    cfg.obs_dim = keys.reduce((n, k) => n + k.size, 0);
+}
 for (const key of ["obs_dim", "act_dim"]) {
     if (!Number.isInteger(cfg[key]) || cfg[key] < 1) fail(`config.${key}: a positive integer`);
 }
@@ -154,7 +168,8 @@ if (cfg.min_sampling_interval_ms !== undefined) MonitoredItem.minimumSamplingInt
 
 // ------------------------------------------------------------------------------------------ values
 function kindOf(name) {
-    // Obs_3 -> Obs, Act -> Act, ObsSeq -> ObsSeq
+    // Obs_3 -> Obs, Obs_lidar -> Obs, Act -> Act, ObsSeq -> ObsSeq
+    if (name.startsWith("Obs_")) return "Obs";
     return name.replace(/_\d+$/, "");
 }
 
@@ -368,6 +383,11 @@ if (cfg.layout === "scalar") {
     addVar("ObsSeq", null);
     for (let i = 0; i < cfg.act_dim; i++) addVar(`Act_${i}`, null);
     addVar("ActSeq", null);
+} else if (cfg.layout === "keys") {
+    for (const k of cfg.obs_keys) addVar(`Obs_${k.name}`, k.size === 1 ? null : k.size);
+    addVar("ObsSeq", null);
+    addVar("Act", cfg.act_dim);
+    addVar("ActSeq", null);
 } else {
     addVar("Obs", cfg.obs_dim);
     addVar("ObsSeq", null);
@@ -403,7 +423,7 @@ function writeLocal(name, jsValue, statusCode) {
 }
 
 function actValues() {
-    if (cfg.layout === "array") return readJs("Act");
+    if (cfg.layout !== "scalar") return readJs("Act");
     return Array.from({ length: cfg.act_dim }, (_, i) => readJs(`Act_${i}`));
 }
 
@@ -502,7 +522,14 @@ const commands = {
         const obs = msg.obs;
         if (!Array.isArray(obs) || obs.length !== cfg.obs_dim) throw new Error(`observe needs obs: a list of ${cfg.obs_dim} values`);
         if (cfg.layout === "array") writeLocal("Obs", obs);
-        else obs.forEach((x, i) => writeLocal(`Obs_${i}`, x));
+        else if (cfg.layout === "keys") {
+            let start = 0;
+            for (const k of cfg.obs_keys) {
+                const values = obs.slice(start, start + k.size);
+                writeLocal(`Obs_${k.name}`, k.size === 1 ? values[0] : values);
+                start += k.size;
+            }
+        } else obs.forEach((x, i) => writeLocal(`Obs_${i}`, x));
         const seq = nextSeq(cfg.types.ObsSeq, readJs("ObsSeq"));
         writeLocal("ObsSeq", seq);
         armed = true;

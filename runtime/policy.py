@@ -32,6 +32,10 @@ class Policy:
         self.observation_spec = obs = manifest.observation
         self.action_spec = act = manifest.action
         self.obs_shape = obs.shape
+        # A Dict observation: each key's slice of the vector the model is fed (predict on a mapping fills
+        # a fresh vector key by key: ~1 us a key, where a generic flatten costs several)
+        self._key_parts = [(name, part) for name, part in obs.key_slices]
+        self._key_shapes = [(k.name, (k.size,)) for k in obs.keys]
         self._model_shape = backend.input_shape
         if int(np.prod(self._model_shape)) != obs.size:
             raise ManifestError(
@@ -186,7 +190,14 @@ class Policy:
         """model_input; `reuse`: a shifted uint8 frame may be written into the buffer of the last call.
         A Dict observation comes as a mapping of its keys (ObservationError naming a missing, extra or
         misshapen key), or already as the keys' concatenation (the serve loop's vector)."""
-        arr = self.observation_spec.flatten(obs) if isinstance(obs, Mapping) else np.asarray(obs)
+        if type(obs) is dict or isinstance(obs, Mapping):
+            # A Dict artifact's inputs are float32 (the backend refuses others) in a flat layout: the
+            # vector is the model's input once it is checked
+            x = self._from_mapping(obs)
+            if not validated and not np.isfinite(x).all():
+                raise ObservationError(f"observation contains NaN or Inf: {self.observation_spec.split(x)}")
+            return x.reshape(self._model_shape)
+        arr = np.asarray(obs)
         if arr.dtype == np.uint8 and (self._u8_shift is not None or self._uint8_model):
             return self._uint8_input(arr, reuse)
         if not validated:
@@ -213,6 +224,27 @@ class Policy:
             np.clip(q, self._in_lo, self._in_hi, out=q)
             x = q.astype(self._backend.input_dtype)
         return x
+
+    def _from_mapping(self, obs: Mapping[str, Any]) -> np.ndarray:
+        """A Dict observation's keys, in the manifest's order, as one float32 vector. The fast path takes
+        1-D arrays of the keys' sizes; anything else (a missing or extra key, another shape of the right
+        size, lists) goes through the spec's flatten, which takes what fits and names what does not."""
+        if not self._key_parts:
+            raise ObservationError(
+                f"the artifact takes a {self.obs_shape} observation, not a mapping of keys {sorted(map(str, obs))}"
+            )
+        parts = []
+        try:
+            for name, shape in self._key_shapes:
+                v = obs[name]
+                if v.shape != shape:
+                    break
+                parts.append(v)
+        except (KeyError, AttributeError):
+            pass
+        if len(parts) == len(obs) == len(self._key_shapes):
+            return np.concatenate(parts, dtype=np.float32)
+        return self.observation_spec.flatten(obs).astype(np.float32)
 
     def _uint8_input(self, arr: np.ndarray, reuse: bool) -> np.ndarray:
         if arr.shape != self.obs_shape and arr.shape != (1, *self.obs_shape):

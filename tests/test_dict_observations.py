@@ -116,6 +116,14 @@ def test_ppo_on_a_dict_env_exports_one_named_input_per_key(tmp_path: Path) -> No
         assert action == policy.predict(flat) == onnx.predict({"pole": pole, "cart": cart})
     with pytest.raises(ObservationError, match="missing key"):
         policy.predict({"pole": pole})
+    with pytest.raises(ObservationError, match=r"unexpected key\(s\) \['lidar'\]"):
+        policy.predict({"pole": pole, "cart": cart, "lidar": cart})
+    with pytest.raises(ObservationError, match="key 'cart' has 3 values"):
+        policy.predict({"pole": pole, "cart": np.zeros(3, np.float32)})
+    with pytest.raises(ObservationError, match="NaN or Inf"):
+        policy.predict({"pole": pole, "cart": np.array([np.nan, 0.0], np.float32)})
+    # lists and other shapes of the right size (a PLC client's values) take the general path
+    assert policy.predict({"pole": pole.tolist(), "cart": cart[None]}) == policy.predict(flat)
     kept = manifest["verification"]["closed_loop"]
     assert evaluate(policy.predict, CARTPOLE, 3, 0).returns == kept["this_file"]["returns"]
 

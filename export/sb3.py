@@ -146,6 +146,11 @@ def _dict_statistics(
     counts = set()
     for key, stats in rms.items():
         part = slices[key]
+        if np.asarray(stats.mean).size != part.stop - part.start:
+            raise ConfigError(
+                f"{path}: key {key!r} has statistics of {np.asarray(stats.mean).size} values, the model's key "
+                f"{part.stop - part.start}; is it the VecNormalize file of this model?"
+            )
         norm.mean[part] = np.asarray(stats.mean, np.float64).reshape(-1)
         norm.var[part] = np.asarray(stats.var, np.float64).reshape(-1)
         raw[part] = False

@@ -85,7 +85,11 @@ def uint8_input_saved_model(saved_model: Path, out_dir: Path) -> Path:
 # error in the expected Q larger than the gaps between actions that the argmax decides on. So does the
 # ARG_MAX (left alone, the converter quantizes its input: Q-values of -100..0 in steps of 0.4) and the
 # RESHAPE between the output layers and the head.
-FLOAT_OPS = ["SUB", "MUL", "ADD", "MINIMUM", "MAXIMUM", "SOFTMAX", "SUM", "MEAN", "ARG_MAX", "RESHAPE"]
+# A Dict observation's CONCATENATION of its keys, before the normalization, stays float32 too: quantized, the
+# raw keys (lidar in metres next to cos/sin of a bearing) would share one int8 scale.
+FLOAT_OPS = [
+    "SUB", "MUL", "ADD", "MINIMUM", "MAXIMUM", "SOFTMAX", "SUM", "MEAN", "ARG_MAX", "RESHAPE", "CONCATENATION",
+]  # fmt: skip
 
 # The input layer and the output layers stay float32 as well; the hidden layers between them, where almost
 # all the multiply-adds are, are int8.

@@ -152,6 +152,22 @@ def _check_keys(keys: Any, size: int) -> None:
         for j, d in enumerate(shape):
             n *= _int(d, f"observation.keys[{i}].shape[{j}]", 1, MAX_OBS_VALUES)
         total += n
+        for side in ("low", "high"):
+            bounds = k.get(side)
+            if bounds is None:
+                continue
+            if not isinstance(bounds, list) or len(bounds) not in (0, n):
+                raise _fail(
+                    f"observation.keys[{i}].{side}", f"must be a list of {n} numbers or nulls", bounds
+                )
+            for j, v in enumerate(bounds):
+                _bound(v, f"observation.keys[{i}].{side}[{j}]")
+        if not isinstance(k.get("dtype", "float32"), str) or not isinstance(k.get("unit") or "", str):
+            raise _fail(
+                f"observation.keys[{i}]",
+                "dtype and unit must be strings",
+                {"dtype": k.get("dtype"), "unit": k.get("unit")},
+            )
     if total != size:
         raise _fail("observation.keys", f"sizes add up to {total}, not the observation's {size}", names)
 

@@ -195,7 +195,7 @@ class Policy:
             # vector is the model's input once it is checked
             x = self._from_mapping(obs)
             if not validated and not np.isfinite(x).all():
-                raise ObservationError(f"observation contains NaN or Inf: {self.observation_spec.split(x)}")
+                raise ObservationError(f"observation contains NaN or Inf: {self._first_non_finite(x)}")
             return x.reshape(self._model_shape)
         arr = np.asarray(obs)
         if arr.dtype == np.uint8 and (self._u8_shift is not None or self._uint8_model):
@@ -237,14 +237,32 @@ class Policy:
         try:
             for name, shape in self._key_shapes:
                 v = obs[name]
-                if v.shape != shape:
+                if v.shape != shape or v.dtype.kind not in "fiu":
                     break
                 parts.append(v)
         except (KeyError, AttributeError):
             pass
         if len(parts) == len(obs) == len(self._key_shapes):
             return np.concatenate(parts, dtype=np.float32)
-        return self.observation_spec.flatten(obs).astype(np.float32)
+        flat = self.observation_spec.flatten(obs)  # names a missing, extra or misshapen key
+        if flat.dtype.kind not in "fiu":
+            bad = [
+                k
+                for k, v in self.observation_spec.split(flat).items()
+                if np.asarray(v).dtype.kind not in "fiu"
+            ]
+            raise ObservationError(
+                f"Dict observation: the values of {bad or 'some keys'} are not numbers ({flat.dtype})"
+            )
+        return flat.astype(np.float32)
+
+    def _first_non_finite(self, x: np.ndarray) -> str:
+        """`key[j] = value` of the first NaN or Inf in a Dict observation's vector."""
+        i = int(np.flatnonzero(~np.isfinite(x))[0])
+        for name, part in self._key_parts:
+            if part.start <= i < part.stop:
+                return f"{name}[{i - part.start}] = {x[i]}"
+        return f"[{i}] = {x[i]}"
 
     def _uint8_input(self, arr: np.ndarray, reuse: bool) -> np.ndarray:
         if arr.shape != self.obs_shape and arr.shape != (1, *self.obs_shape):

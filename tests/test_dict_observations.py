@@ -64,6 +64,7 @@ def test_a_mapping_that_does_not_fit_is_one_line_naming_the_key(obs: dict, messa
         (gym.spaces.Dict({"mode": gym.spaces.Discrete(3)}), "key 'mode' is Discrete(3)"),
         (gym.spaces.Dict({"noise": gym.spaces.Box(-1, 1, (2,))}), "key 'noise' is the name of one"),
         (gym.spaces.Dict({"a-b": gym.spaces.Box(-1, 1, (2,))}), "key 'a-b' is not a name"),
+        (gym.spaces.Dict({"grid": gym.spaces.Box(-1, 1, (2, 2, 8, 8))}), "key 'grid' has shape (2, 2, 8, 8)"),
     ],
 )
 def test_a_dict_space_that_cannot_be_served_is_refused_by_name(space: gym.Space, message: str) -> None:
@@ -77,6 +78,14 @@ def _inputs(model: Path) -> dict[str, list[int]]:
 
     runner = Interpreter(model_path=str(model)).get_signature_runner()
     return {k: v["shape"].tolist() for k, v in runner.get_input_details().items()}
+
+
+def _concat_dtypes(model: Path) -> list[str]:
+    import tensorflow as tf
+
+    interp = tf.lite.Interpreter(model_path=str(model))
+    dtypes = {t["index"]: np.dtype(t["dtype"]).name for t in interp.get_tensor_details()}
+    return [dtypes[op["outputs"][0]] for op in interp._get_ops_details() if op["op_name"] == "CONCATENATION"]
 
 
 def test_ppo_on_a_dict_env_exports_one_named_input_per_key(tmp_path: Path) -> None:
@@ -101,6 +110,9 @@ def test_ppo_on_a_dict_env_exports_one_named_input_per_key(tmp_path: Path) -> No
         "unit": "m, m/s",
     }
     assert _inputs(art / "policy.tflite") == {"pole": [1, 2], "cart": [1, 2]}
+    # the keys are joined in float32, before the folded normalization: quantized, the raw pole angle
+    # and cart position would share one int8 scale
+    assert _concat_dtypes(art / "policy.tflite") == ["float32"]
     assert manifest["onnx"]["input"] == ["pole", "cart"]
     assert manifest["model"]["input"]["keys"] == [
         {"name": "pole", "shape": [1, 2]},
@@ -120,8 +132,10 @@ def test_ppo_on_a_dict_env_exports_one_named_input_per_key(tmp_path: Path) -> No
         policy.predict({"pole": pole, "cart": cart, "lidar": cart})
     with pytest.raises(ObservationError, match="key 'cart' has 3 values"):
         policy.predict({"pole": pole, "cart": np.zeros(3, np.float32)})
-    with pytest.raises(ObservationError, match="NaN or Inf"):
+    with pytest.raises(ObservationError, match=r"NaN or Inf: cart\[0\] = nan$"):
         policy.predict({"pole": pole, "cart": np.array([np.nan, 0.0], np.float32)})
+    with pytest.raises(ObservationError, match="are not numbers"):
+        policy.predict({"pole": pole, "cart": np.array(["a", "b"])})
     # lists and other shapes of the right size (a PLC client's values) take the general path
     assert policy.predict({"pole": pole.tolist(), "cart": cart[None]}) == policy.predict(flat)
     kept = manifest["verification"]["closed_loop"]

@@ -69,7 +69,7 @@ def random_observations(env_id: str, n: int, seed: int) -> np.ndarray:
     out = []
     try:
         for _ in range(n):
-            out.append(obs if isinstance(obs, dict) else np.asarray(obs))
+            out.append({k: np.array(v) for k, v in obs.items()} if isinstance(obs, dict) else np.asarray(obs))
             obs, _, terminated, truncated, _ = env.step(env.action_space.sample())
             if terminated or truncated:
                 obs, _ = env.reset()

@@ -46,10 +46,14 @@ def _dict_spec(space: gym.spaces.Dict, units: Mapping[str, str]) -> ObservationS
             raise ConfigError(
                 f"Dict observation key {name!r} is {sub}; rl2edge takes Dict observations of Box keys"
             )
-        if image_layout(tuple(sub.shape)) != "flat":
+        if len(sub.shape) == 3 and image_layout(tuple(sub.shape)) != "flat":
             raise ConfigError(
                 f"Dict observation key {name!r} is an image {tuple(sub.shape)}: image keys in a Dict are not "
                 "supported yet; serve the image alone (a Box observation), or give the Dict vector keys"
+            )
+        if len(sub.shape) not in (1, 2):
+            raise ConfigError(
+                f"Dict observation key {name!r} has shape {tuple(sub.shape)}; keys are 1-D or 2-D Box values"
             )
         keys.append(
             ObservationKey(

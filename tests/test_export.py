@@ -135,6 +135,7 @@ def test_onnx_file_runs_through_the_runtime_too(cartpole_run, cartpole_all) -> N
     assert np.array_equal(a[decisive], b[decisive])
 
 
+@pytest.mark.integration  # 40 s: the integration tier, which CI runs too
 def test_image_observations_export_nchw_torch_nhwc_tflite(tmp_path: Path) -> None:
     """A Nature-CNN on 84x84x4 frames as the env gives them (HWC): the torch graph and its ONNX file take
     NCHW, onnx2tf makes the TFLite input NHWC, the manifest says so, and the runtime takes the env's frame.

@@ -87,6 +87,7 @@ _ODD_VALUES: list[Any] = [
 ]
 
 
+@pytest.mark.integration  # 25 s: the integration tier, which CI runs too
 def test_ten_thousand_mutated_manifests_load_or_fail_in_one_line(artifact: Path) -> None:
     valid = json.loads((artifact / "manifest.json").read_text())
     rng = np.random.default_rng(0)

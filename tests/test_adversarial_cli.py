@@ -346,6 +346,7 @@ def test_episode_and_noise_seed_out_of_range(
 # ------------------------------------------------------------------ 4. export stopped after its rename
 
 
+@pytest.mark.integration  # 10-30 s: the integration tier, which CI runs too (make test stays under 15 min)
 def test_export_sigterm_after_the_rename_is_not_a_failure(cartpole_run: Path, tmp_path: Path) -> None:
     """SIGTERM sent the moment the artifact folder appears (its rename into place): the export is complete
     then, so it exits 0 with the artifact whole. If the export exited before the signal went out, that is a

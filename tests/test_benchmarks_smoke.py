@@ -95,8 +95,9 @@ def test_train_throughput_of_a2c_and_rainbow_next_to_sb3(algo: str, who: str, tm
 def test_latency_suite_smoke(tmp_path: Path) -> None:
     from benchmarks.latency import main
 
-    data = main(["--suite", "--policies", "mlp64", "--calls", "20", "--out", str(tmp_path)])
+    data = main(["--suite", "--policies", "mlp64,dict4", "--calls", "20", "--out", str(tmp_path)])
     forms = {r["form"] for r in data["rows"]}
+    assert {r["policy"] for r in data["rows"]} == {"MLP 64x64", "MLP 64x64, Dict of 4 keys"}
     assert {
         "torch eager",
         "torch no-grad",
@@ -107,7 +108,9 @@ def test_latency_suite_smoke(tmp_path: Path) -> None:
     assert {r["threads"] for r in data["rows"]} >= {1}
     assert data["derived"]["predict_overhead_us_1thread"]
     for ext in ("json", "md", "png"):
-        assert (tmp_path / f"latency.{ext}").stat().st_size > 0
+        # a choice of policies other than the default suite's writes files of its own
+        assert (tmp_path / f"latency_mlp64_dict4.{ext}").stat().st_size > 0
+    assert not (tmp_path / "latency.json").exists()
 
 
 def test_latency_of_one_artifact_needs_only_the_runtime(cartpole_all, tmp_path: Path) -> None:

@@ -18,6 +18,7 @@ def test_help_has_an_example(cmd: str) -> None:
     assert proc.returncode == 0 and "example" in proc.stdout and f"rl2edge {cmd}" in proc.stdout
 
 
+@pytest.mark.integration  # 10-30 s: the integration tier, which CI runs too (make test stays under 15 min)
 def test_train_export_evaluate_with_the_documented_spellings(tmp_path: Path) -> None:
     run, art = tmp_path / "run", tmp_path / "art"
     proc = rl2edge(

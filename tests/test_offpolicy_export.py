@@ -203,6 +203,7 @@ def test_train_refuses_an_algorithm_that_does_not_fit_the_action_space(tmp_path:
     assert_clean_failure(proc, "SAC needs a Box action space")
 
 
+@pytest.mark.integration  # 10-30 s: the integration tier, which CI runs too (make test stays under 15 min)
 def test_serve_feeds_folded_noise_over_opcua_and_no_explore_is_deterministic(
     td3_torch: Path, tmp_path: Path
 ) -> None:

@@ -437,6 +437,7 @@ def test_tf_xla_training_phase_traces_once_and_learns_what_the_graph_learns(algo
         np.testing.assert_allclose(xla.explore(obs), graph.explore(obs), rtol=0, atol=1e-5)
 
 
+@pytest.mark.integration  # 10-30 s: the integration tier, which CI runs too (make test stays under 15 min)
 def test_tf_xla_sac_is_seeded_and_steps_every_optimizer() -> None:
     """SAC draws in every step, so its XLA run is held to itself: the same seed gives the same weights
     (one compiled computation, run twice in one process), and every optimizer stepped."""

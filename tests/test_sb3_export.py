@@ -147,6 +147,7 @@ def test_sb3_input_errors(tmp_path: Path) -> None:
         source_from_sb3(zip_path, "CartPole-v1", tmp_path / "missing.pkl")
 
 
+@pytest.mark.integration  # 10-30 s: the integration tier, which CI runs too (make test stays under 15 min)
 def test_cli_exports_an_sb3_zip_and_says_how_to_serve_it(tmp_path: Path) -> None:
     import subprocess
     import sys

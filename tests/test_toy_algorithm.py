@@ -66,6 +66,7 @@ def _train_steps_taken(row: algos.Algo, framework: str, monkeypatch: pytest.Monk
     return calls
 
 
+@pytest.mark.integration  # 10-30 s: the integration tier, which CI runs too (make test stays under 15 min)
 @pytest.mark.parametrize("framework", ["torch", "tf"])
 def test_a_new_algorithm_from_its_own_places_trains_exports_and_serves(
     framework: str, toy_row: algos.Algo, tmp_path: Path, monkeypatch: pytest.MonkeyPatch

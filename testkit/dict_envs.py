@@ -14,7 +14,23 @@ from gymnasium.envs.classic_control.pendulum import PendulumEnv
 from gymnasium.wrappers import TimeLimit
 
 
-class DictCartPole(gym.Wrapper):
+class _KeyedEnv(gym.Wrapper):
+    """A Box env observed as a Dict: `_keys` splits each observation into the keys."""
+
+    @staticmethod
+    def _keys(obs: np.ndarray) -> dict[str, np.ndarray]:
+        raise NotImplementedError
+
+    def reset(self, **kwargs: Any) -> Any:
+        obs, info = self.env.reset(**kwargs)
+        return self._keys(obs), info
+
+    def step(self, action: Any) -> Any:
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        return self._keys(obs), reward, terminated, truncated, info
+
+
+class DictCartPole(_KeyedEnv):
     """CartPole (Discrete actions, 200 steps) observed as {"pole": [angle, angular velocity],
     "cart": [position, velocity]}."""
 
@@ -34,16 +50,8 @@ class DictCartPole(gym.Wrapper):
     def _keys(obs: np.ndarray) -> dict[str, np.ndarray]:
         return {"pole": obs[2:].astype(np.float32), "cart": obs[:2].astype(np.float32)}
 
-    def reset(self, **kwargs: Any) -> Any:
-        obs, info = self.env.reset(**kwargs)
-        return self._keys(obs), info
 
-    def step(self, action: Any) -> Any:
-        obs, reward, terminated, truncated, info = self.env.step(action)
-        return self._keys(obs), reward, terminated, truncated, info
-
-
-class DictPendulum(gym.Wrapper):
+class DictPendulum(_KeyedEnv):
     """Pendulum (a Box torque, 200 steps) observed as {"rate": [angular velocity], "angle": [cos, sin]}."""
 
     metadata = {"render_modes": []}  # noqa: RUF012
@@ -60,11 +68,3 @@ class DictPendulum(gym.Wrapper):
     @staticmethod
     def _keys(obs: np.ndarray) -> dict[str, np.ndarray]:
         return {"rate": obs[2:].astype(np.float32), "angle": obs[:2].astype(np.float32)}
-
-    def reset(self, **kwargs: Any) -> Any:
-        obs, info = self.env.reset(**kwargs)
-        return self._keys(obs), info
-
-    def step(self, action: Any) -> Any:
-        obs, reward, terminated, truncated, info = self.env.step(action)
-        return self._keys(obs), reward, terminated, truncated, info

@@ -1,9 +1,12 @@
 """Stable-Baselines3 models (PPO, A2C, SAC, TD3, DQN; MlpPolicy, and MultiInputPolicy on Dict observations
-of vector keys) as export sources, with VecNormalize's observation statistics, epsilon and clipping folded
-into the graph (per key for a Dict: the keys outside `norm_obs_keys` pass raw) and SB3's own action
-post-processing reproduced in the head (clip to bounds for PPO/A2C, unscale for squashed policies, argmax
-for DQN). A MultiInputPolicy's CombinedExtractor flattens each key and concatenates them in the Dict's
-order, the order of the artifact's observation.
+of vector and image keys) as export sources, with VecNormalize's observation statistics, epsilon and
+clipping folded into the graph (per key for a Dict: the keys outside `norm_obs_keys` pass raw) and SB3's own
+action post-processing reproduced in the head (clip to bounds for PPO/A2C, unscale for squashed policies,
+argmax for DQN). A MultiInputPolicy's CombinedExtractor runs a Nature-CNN on each image key (scaled by
+1/255, not normalized) and flattens each vector key, then concatenates them in the Dict's order, the order
+of the artifact's observation. An image key keeps the env's layout in the artifact: when SB3 trained on
+channel-first frames (VecTransposeImage) from a channel-last env, the graph transposes, as SB3's
+`predict` does.
 
 Loading an SB3 .zip or a VecNormalize .pkl runs pickle: only load files you trust.
 """
@@ -65,32 +68,60 @@ def _algo_of(path: Path) -> str:
     raise ExportError(f"{path}: policy class {module}.{name} is not one of PPO, A2C, SAC, TD3, DQN")
 
 
+SbKey = tuple[str, slice, tuple[int, ...], bool]
+"""A MultiInputPolicy's key: name, slice of the flat observation, the env's shape, and whether SB3's
+network takes it transposed (a channel-last frame to SB3's channel-first)."""
+
+
 class Sb3Actor(nn.Module):
     """The part of an SB3 policy that maps a (normalized) observation to logits, Q-values or the mean."""
 
-    def __init__(self, model: Any, algo: str, keys: list[tuple[str, slice, tuple[int, ...]]] | None = None):
-        """`keys`: a MultiInputPolicy's Dict keys with their slices of the flat observation and shapes."""
+    def __init__(self, model: Any, algo: str, keys: list[SbKey] | None = None):
+        """`keys`: a MultiInputPolicy's Dict keys (`SbKey`)."""
         super().__init__()
         self.algo = algo
         self.policy = model.policy
         self.keys = keys
 
     def forward(self, flat: torch.Tensor) -> torch.Tensor:
-        obs: Any = flat
-        if self.keys:  # the Dict SB3's extractors take, as views of the flat observation
-            obs = {k: flat[:, part].reshape(-1, *shape) for k, part, shape in self.keys}
         p = self.policy
         if self.algo in ("ppo", "a2c"):
-            latent = p.mlp_extractor.forward_actor(p.extract_features(obs, p.pi_features_extractor))
+            latent = p.mlp_extractor.forward_actor(self._features(p, p.pi_features_extractor, flat))
             return p.action_net(latent)
         if self.algo == "sac":
             a = p.actor
-            return a.mu(a.latent_pi(a.extract_features(obs, a.features_extractor)))
+            return a.mu(a.latent_pi(self._features(a, a.features_extractor, flat)))
         if self.algo == "td3":
             a = p.actor
-            return a.mu(a.extract_features(obs, a.features_extractor))
+            return a.mu(self._features(a, a.features_extractor, flat))
         q = p.q_net
-        return q.q_net(q.extract_features(obs, q.features_extractor))
+        return q.q_net(self._features(q, q.features_extractor, flat))
+
+    def _features(self, net: Any, extractor: nn.Module, flat: torch.Tensor) -> torch.Tensor:
+        """SB3's `extract_features`. A Dict's keys are views of the flat observation, preprocessed here as
+        SB3's preprocess_obs does (image keys scaled to [0, 1], the rest as they are), with the scaling on
+        the flat slice, before the reshape: onnx2tf 1.29's accuracy check of a binary op whose output has
+        two equal dims (a square frame, H == W) fails to convert ("Output tensors of a Functional model
+        must be the output of a TensorFlow Layer"). A Mul by 1/255 and SB3's Div by 255 differ by at most
+        one float32 ulp of the scaled pixel."""
+        if not self.keys:
+            return net.extract_features(flat, extractor)  # type: ignore[no-any-return]
+        from stable_baselines3.common.preprocessing import is_image_space
+
+        obs = {}
+        for k, part, shape, transpose in self.keys:
+            x = flat[:, part]
+            if is_image_space(net.observation_space[k], check_channels=False) and net.normalize_images:
+                x = x * (1.0 / 255.0)  # on the flat slice: see above
+            x = x.reshape(-1, *shape)
+            obs[k] = x.permute(0, 3, 1, 2) if transpose else x
+        return extractor(obs)  # type: ignore[no-any-return]
+
+
+def observation_is_dict(model: Any) -> bool:
+    import gymnasium as gym
+
+    return isinstance(model.observation_space, gym.spaces.Dict)
 
 
 def _head(model: Any, algo: str, discrete: bool) -> str:
@@ -159,6 +190,14 @@ def _dict_statistics(
     norm.raw = raw if raw.any() else None
 
 
+def _transposed(model_shape: tuple[int, ...], env_shape: tuple[int, ...]) -> bool:
+    """SB3's VecTransposeImage: the env's HWC frame is the model's CHW one."""
+    if len(env_shape) != 3 or model_shape == env_shape:
+        return False
+    h, w, c = env_shape
+    return c <= 4 and model_shape == (c, h, w)
+
+
 def _same_spaces(model: Any, env: Any) -> bool:
     import gymnasium as gym
 
@@ -170,7 +209,9 @@ def _same_spaces(model: Any, env: Any) -> bool:
             isinstance(mo, gym.spaces.Dict)
             and isinstance(eo, gym.spaces.Dict)
             and list(mo.spaces) == list(eo.spaces)
-            and all(mo[k].shape == eo[k].shape for k in mo.spaces)
+            and all(
+                mo[k].shape == eo[k].shape or _transposed(mo[k].shape, eo[k].shape) for k in mo.spaces
+            )
         )
     return bool(eo.shape == mo.shape)
 
@@ -191,7 +232,6 @@ def source_from_sb3(path: Path, env_id: str | None, vecnormalize: Path | None) -
         warnings.simplefilter("ignore")
         model = cls.load(str(path), device="cpu", custom_objects=_CUSTOM_OBJECTS)
     model.policy.set_training_mode(False)
-    observation = observation_spec(model.observation_space)
     action = action_spec(model.action_space)
     env = make_env(env_id)
     try:
@@ -200,6 +240,12 @@ def source_from_sb3(path: Path, env_id: str | None, vecnormalize: Path | None) -
                 f"{path} was trained on {model.observation_space} -> {model.action_space}; {env_id} has "
                 f"{env.observation_space} -> {env.action_space}. Is --env right?"
             )
+        # The artifact takes the observation as the env (and the PLC) gives it: a Dict's image keys in the
+        # env's layout, which may be the transpose of what SB3's network saw
+        dict_env = env.observation_space if observation_is_dict(model) else None
+        observation = observation_spec(
+            dict_env or model.observation_space, env.metadata.get("observation_units") if dict_env else None
+        )
     finally:
         env.close()
     if len(observation.shape) != 1:
@@ -208,15 +254,16 @@ def source_from_sb3(path: Path, env_id: str | None, vecnormalize: Path | None) -
         )
     norm, vn = _normalizer(vecnormalize, observation)
     head = _head(model, algo, action.discrete)
-    keys = [
-        (k.name, part, k.shape) for k, (_, part) in zip(observation.keys, observation.key_slices, strict=True)
+    keys: list[SbKey] = [
+        (k.name, part, k.shape, _transposed(tuple(model.observation_space[k.name].shape), k.shape))
+        for k, (_, part) in zip(observation.keys, observation.key_slices, strict=True)
     ]
     policy = DeployablePolicy(Sb3Actor(model, algo, keys), norm, action, head).eval()
 
     def sb3_predict(obs: np.ndarray) -> Any:
         x: Any = np.asarray(obs, np.float32)
-        if keys:  # SB3 takes a Dict model's batch as a dict of arrays
-            x = {k: x[:, part].reshape(-1, *shape) for k, part, shape in keys}
+        if keys:  # SB3 takes a Dict model's batch as a dict of arrays (its predict transposes frames)
+            x = {k: x[:, part].reshape(-1, *shape) for k, part, shape, _ in keys}
         if vn is not None:
             x = vn.normalize_obs(x)
         actions, _ = model.predict(x, deterministic=True)

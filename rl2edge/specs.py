@@ -73,6 +73,12 @@ class ObservationKey:
     def size(self) -> int:
         return int(np.prod(self.shape))
 
+    @property
+    def is_image(self) -> bool:
+        """A 3-D key: a camera frame (HWC or CHW). It travels flattened, row-major in its own shape, like
+        every key; the graph reshapes it for its CNN."""
+        return len(self.shape) == 3
+
 
 def check_key_name(name: str) -> None:
     """A key becomes a tensor name in the ONNX and TFLite files and a node map entry: an identifier."""
@@ -185,6 +191,11 @@ class ObservationSpec:
         parts = []
         for k in self.keys:
             v = np.asarray(obs[k.name])
+            if k.is_image and v.shape != k.shape:
+                raise ObservationError(
+                    f"Dict observation key {k.name!r} is a {k.shape} frame; got shape {v.shape}. Give the "
+                    "frame in the artifact's layout (see the manifest's observation.keys)"
+                )
             if v.size != k.size:
                 raise ObservationError(
                     f"Dict observation key {k.name!r} has {v.size} values (shape {v.shape}); "

@@ -146,8 +146,8 @@ def _check_keys(keys: Any, size: int) -> None:
             raise _fail(f"observation.keys[{i}].name", "must be a distinct identifier", name)
         names.append(name)
         shape = k.get("shape")
-        if not isinstance(shape, list) or not 1 <= len(shape) <= 2:
-            raise _fail(f"observation.keys[{i}].shape", "must be a list of 1 or 2 sizes", shape)
+        if not isinstance(shape, list) or not 1 <= len(shape) <= 3:
+            raise _fail(f"observation.keys[{i}].shape", "must be a list of 1 to 3 sizes", shape)
         n = 1
         for j, d in enumerate(shape):
             n *= _int(d, f"observation.keys[{i}].shape[{j}]", 1, MAX_OBS_VALUES)

@@ -35,7 +35,7 @@ class Policy:
         # A Dict observation: each key's slice of the vector the model is fed (predict on a mapping fills
         # a fresh vector key by key: ~1 us a key, where a generic flatten costs several)
         self._key_parts = [(name, part) for name, part in obs.key_slices]
-        self._key_shapes = [(k.name, (k.size,)) for k in obs.keys]
+        self._key_shapes = [(k.name, k.shape if k.is_image else (k.size,)) for k in obs.keys]
         self._model_shape = backend.input_shape
         if int(np.prod(self._model_shape)) != obs.size:
             raise ManifestError(
@@ -227,8 +227,9 @@ class Policy:
 
     def _from_mapping(self, obs: Mapping[str, Any]) -> np.ndarray:
         """A Dict observation's keys, in the manifest's order, as one float32 vector. The fast path takes
-        1-D arrays of the keys' sizes; anything else (a missing or extra key, another shape of the right
-        size, lists) goes through the spec's flatten, which takes what fits and names what does not."""
+        1-D arrays of the keys' sizes (frames in their own shape); anything else (a missing or extra key,
+        another shape of the right size, lists) goes through the spec's flatten, which takes what fits and
+        names what does not."""
         if not self._key_parts:
             raise ObservationError(
                 f"the artifact takes a {self.obs_shape} observation, not a mapping of keys {sorted(map(str, obs))}"
@@ -239,7 +240,7 @@ class Policy:
                 v = obs[name]
                 if v.shape != shape or v.dtype.kind not in "fiu":
                     break
-                parts.append(v)
+                parts.append(v.reshape(-1))  # a view; a frame (image key) is row-major in its shape
         except (KeyError, AttributeError):
             pass
         if len(parts) == len(obs) == len(self._key_shapes):

@@ -45,13 +45,17 @@ def test_a_dict_space_keeps_its_declared_order_and_units() -> None:
 @pytest.mark.parametrize(
     ("obs", "message"),
     [
-        ({"pole": [0.0, 0.0]}, "missing key(s) ['cart']"),
-        ({"pole": [0.0, 0.0], "cart": [0.0, 0.0], "lidar": [1.0]}, "unexpected key(s) ['lidar']"),
-        ({"pole": [0.0, 0.0, 0.0], "cart": [0.0, 0.0]}, "key 'pole' has 3 values"),
+        ({"pole": [0.0, 0.0], "cam": np.zeros((8, 6, 1))}, "missing key(s) ['cart']"),
+        ({"pole": [0.0, 0.0], "cart": [0.0, 0.0], "cam": np.zeros(48), "lidar": [1.0]}, "unexpected key(s) ['lidar']"),
+        ({"pole": [0.0, 0.0, 0.0], "cart": [0.0, 0.0], "cam": np.zeros((8, 6, 1))}, "key 'pole' has 3 values"),
+        # a frame of the right size in another layout is refused, never read as scrambled pixels
+        ({"pole": [0.0, 0.0], "cart": [0.0, 0.0], "cam": np.zeros((1, 8, 6))}, "key 'cam' is a (8, 6, 1) frame"),
     ],
 )
 def test_a_mapping_that_does_not_fit_is_one_line_naming_the_key(obs: dict, message: str) -> None:
-    spec = ObservationSpec.of_keys([ObservationKey("pole", (2,)), ObservationKey("cart", (2,))])
+    spec = ObservationSpec.of_keys(
+        [ObservationKey("pole", (2,)), ObservationKey("cart", (2,)), ObservationKey("cam", (8, 6, 1), "uint8")]
+    )
     with pytest.raises(ObservationError) as info:
         spec.flatten(obs)
     assert message in str(info.value) and "\n" not in str(info.value)
@@ -60,7 +64,7 @@ def test_a_mapping_that_does_not_fit_is_one_line_naming_the_key(obs: dict, messa
 @pytest.mark.parametrize(
     ("space", "message"),
     [
-        (gym.spaces.Dict({"cam": gym.spaces.Box(0, 255, (64, 64, 3), np.uint8)}), "key 'cam' is an image"),
+        (gym.spaces.Dict({"cam": gym.spaces.Box(0, 255, (64, 64, 8), np.uint8)}), "neither HWC nor CHW"),
         (gym.spaces.Dict({"mode": gym.spaces.Discrete(3)}), "key 'mode' is Discrete(3)"),
         (gym.spaces.Dict({"noise": gym.spaces.Box(-1, 1, (2,))}), "key 'noise' is the name of one"),
         (gym.spaces.Dict({"a-b": gym.spaces.Box(-1, 1, (2,))}), "key 'a-b' is not a name"),
@@ -70,6 +74,18 @@ def test_a_mapping_that_does_not_fit_is_one_line_naming_the_key(obs: dict, messa
 def test_a_dict_space_that_cannot_be_served_is_refused_by_name(space: gym.Space, message: str) -> None:
     with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
         observation_spec(space)
+
+
+def test_train_refuses_an_image_key_by_name_and_points_at_the_sb3_route(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """rl2edge's own networks are MLPs: a Dict with a camera key is refused before anything is written,
+    with the route that does serve it (SB3's MultiInputPolicy, exported from its .zip)."""
+    env = "testkit.dict_envs:CameraCartPole"
+    assert main(["train", "--algo", "ppo", "--env", env, "--steps", "64", "--out", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert "key 'camera' is an image (36, 36, 1)" in err[-1] and "MultiInputPolicy" in err[-1], err
+    assert not (tmp_path / "run" / "checkpoint.json").exists()
 
 
 # ------------------------------------------------------------------------------ train -> artifact

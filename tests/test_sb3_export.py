@@ -278,3 +278,120 @@ def test_multi_input_policies_of_the_other_algorithms_match_sb3_predict(
         assert parity["disagreements_outside_ties"] == 0
     else:
         assert parity["max_abs_error"] <= 1e-4
+
+
+def _camera_observations(env_name: str, n: int, seed: int) -> list[dict[str, np.ndarray]]:
+    """Observations the export never saw: random actions' states from seeds of their own, as the env gives
+    them (channel-last uint8 frames)."""
+    from testkit import dict_envs
+
+    env = getattr(dict_envs, env_name)()
+    env.action_space.seed(seed)
+    out, (obs, _) = [], env.reset(seed=seed)
+    while len(out) < n:
+        out.append(obs)
+        obs, _, terminated, truncated, _ = env.step(env.action_space.sample())
+        if terminated or truncated:
+            obs, _ = env.reset()
+    return out
+
+
+@pytest.mark.integration  # 40 s: the integration tier, which CI runs too
+def test_multi_input_ppo_with_a_camera_key_matches_sb3_predict_in_every_mode(tmp_path: Path) -> None:
+    """SB3's MultiInputPolicy on a channel-last camera and a rate gyro: SB3 trains on channel-first frames
+    (VecTransposeImage, which it adds itself) and runs a Nature-CNN on the camera scaled by 1/255, with
+    VecNormalize on the gyro alone (`norm_obs_keys`). The artifact takes the frame as the env gives it (HWC,
+    the manifest says so), transposes inside the graph, and its fp32 actions are within 1e-4 of SB3's own
+    predict on 300 observations it never saw; every mode keeps the closed-loop return criterion; a
+    frame in SB3's layout (CHW) is refused by key, never read as scrambled pixels."""
+    import pickle
+
+    import stable_baselines3 as sb3
+    from stable_baselines3.common.env_util import make_vec_env
+    from stable_baselines3.common.logger import configure
+    from stable_baselines3.common.vec_env import VecNormalize
+
+    from rl2edge.errors import ObservationError
+    from testkit.dict_envs import CameraPendulum
+
+    venv = VecNormalize(make_vec_env(CameraPendulum, n_envs=1, seed=0), norm_obs_keys=["rate"], clip_obs=5.0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = sb3.PPO("MultiInputPolicy", venv, seed=0, device="cpu", n_steps=128, batch_size=64, n_epochs=1)
+        model.set_logger(configure(str(tmp_path / "sb3_log"), []))
+        model.learn(256)
+    assert model.observation_space["camera"].shape == (3, 36, 36)  # SB3 transposed the env's (36, 36, 3)
+    model.save(tmp_path / "model.zip")
+    venv.save(str(tmp_path / "vn.pkl"))
+    export_source(
+        source_from_sb3(tmp_path / "model.zip", "testkit.dict_envs:CameraPendulum", tmp_path / "vn.pkl"),
+        tmp_path / "art",
+        ExportOptions(quantize="all", **OPTS),
+    )
+    m = load_manifest(tmp_path / "art" / "fp32").data
+    keys = {k["name"]: k for k in m["observation"]["keys"]}
+    assert list(keys) == ["camera", "rate"]
+    assert keys["camera"]["shape"] == [36, 36, 3] and keys["camera"]["dtype"] == "uint8"
+    assert m["model"]["input"]["keys"] == [{"name": "camera", "shape": [1, 3888]}, {"name": "rate", "shape": [1, 1]}]
+    assert m["verification"]["tflite_vs_source"]["max_abs_error"] <= 1e-4
+    for mode in ("fp16", "dynamic", "int8"):  # the export's own return criterion held, or it would have failed
+        closed = load_manifest(tmp_path / "art" / mode).data["verification"]["closed_loop"]
+        assert len(closed["this_file"]["returns"]) == OPTS["eval_episodes"], mode
+
+    with open(tmp_path / "vn.pkl", "rb") as f:
+        vn = pickle.load(f)
+    loaded = sb3.PPO.load(str(tmp_path / "model.zip"), device="cpu")
+    observations = _camera_observations("CameraPendulum", 300, seed=77)
+    expected = np.concatenate(
+        [
+            loaded.predict(vn.normalize_obs({k: v[None] for k, v in obs.items()}), deterministic=True)[0]
+            for obs in observations
+        ]
+    )
+    for backend in ("auto", "onnxruntime"):  # the TFLite file, and the ONNX graph it came from
+        policy = Policy.load(tmp_path / "art" / "fp32", backend=backend)
+        got = np.stack([policy.predict(obs) for obs in observations])
+        assert np.abs(got - expected).max() <= 1e-4, backend
+    obs = observations[0]
+    with pytest.raises(ObservationError, match=r"key 'camera' is a \(36, 36, 3\) frame; got shape \(3, 36, 36\)"):
+        policy.predict({"camera": obs["camera"].transpose(2, 0, 1), "rate": obs["rate"]})
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize(
+    ("algo", "env_name", "kw"),
+    [
+        ("SAC", "CameraPendulum", {"learning_starts": 100, "batch_size": 32, "buffer_size": 1000}),
+        ("DQN", "CameraCartPole", {"learning_starts": 100, "buffer_size": 1000}),
+    ],
+)
+def test_multi_input_policies_with_a_camera_key_match_sb3_predict(
+    tmp_path: Path, algo: str, env_name: str, kw: dict
+) -> None:
+    """The off-policy MultiInputPolicies with an image key (each actor or Q-network has its own
+    CombinedExtractor), fp32: within 1e-4 of SB3's predict (SAC), no disagreement outside near ties (DQN)."""
+    import stable_baselines3 as sb3
+    from stable_baselines3.common.env_util import make_vec_env
+    from stable_baselines3.common.logger import configure
+
+    from testkit import dict_envs
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        venv = make_vec_env(getattr(dict_envs, env_name), n_envs=1, seed=0)
+        model = getattr(sb3, algo)("MultiInputPolicy", venv, seed=0, device="cpu", **kw)
+        model.set_logger(configure(str(tmp_path / "sb3_log"), []))
+        model.learn(200)
+    model.save(tmp_path / "model.zip")
+    export_source(
+        source_from_sb3(tmp_path / "model.zip", f"testkit.dict_envs:{env_name}", None),
+        tmp_path / "art",
+        ExportOptions(quantize="fp32", **OPTS),
+    )
+    m = load_manifest(tmp_path / "art").data
+    assert m["observation"]["keys"][0]["shape"] in ([36, 36, 3], [36, 36, 1])
+    parity = m["verification"]["tflite_vs_source"]
+    if algo == "DQN":
+        assert parity["disagreements_outside_ties"] == 0
+    else:
+        assert parity["max_abs_error"] <= 1e-4

@@ -24,7 +24,7 @@ from rl2edge.train.core.envs import make_vec_env, vec_observation_spec
 from rl2edge.train.core.evaluation import EvalResult, evaluate
 from rl2edge.train.core.metrics import MetricsLogger
 from rl2edge.train.core.normalization import RunningNormalizer
-from rl2edge.train.core.spaces import action_spec
+from rl2edge.train.core.spaces import action_spec, refuse_image_keys
 
 _logger = logging.getLogger(__name__)
 
@@ -163,6 +163,7 @@ class TrainingRun:
         self.stop_requested = False
         self.envs = make_vec_env(env_id, cfg.n_envs)
         self.obs_spec = vec_observation_spec(self.envs)
+        refuse_image_keys(self.obs_spec)
         self.act_spec = action_spec(self.envs.single_action_space)
         self.discrete = self.act_spec.discrete
         self.obs_shape = self.obs_spec.shape

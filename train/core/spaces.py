@@ -46,14 +46,12 @@ def _dict_spec(space: gym.spaces.Dict, units: Mapping[str, str]) -> ObservationS
             raise ConfigError(
                 f"Dict observation key {name!r} is {sub}; rl2edge takes Dict observations of Box keys"
             )
-        if len(sub.shape) == 3 and image_layout(tuple(sub.shape)) != "flat":
+        if len(sub.shape) == 3:
+            image_layout(tuple(sub.shape))  # an image's channels: 1-4 first or last, else refused
+        elif len(sub.shape) not in (1, 2):
             raise ConfigError(
-                f"Dict observation key {name!r} is an image {tuple(sub.shape)}: image keys in a Dict are not "
-                "supported yet; serve the image alone (a Box observation), or give the Dict vector keys"
-            )
-        if len(sub.shape) not in (1, 2):
-            raise ConfigError(
-                f"Dict observation key {name!r} has shape {tuple(sub.shape)}; keys are 1-D or 2-D Box values"
+                f"Dict observation key {name!r} has shape {tuple(sub.shape)}; keys are 1-D or 2-D Box values, "
+                "or 3-D images (HWC or CHW, 1-4 channels)"
             )
         keys.append(
             ObservationKey(
@@ -69,6 +67,21 @@ def _dict_spec(space: gym.spaces.Dict, units: Mapping[str, str]) -> ObservationS
     if unknown:
         raise ConfigError(f"observation_units name keys {unknown} that the Dict observation does not have")
     return ObservationSpec.of_keys(keys)
+
+
+def refuse_image_keys(spec: ObservationSpec) -> None:
+    """rl2edge's own networks are MLPs: an image key would be flattened into the first dense layer. The
+    artifact, the runtime and the PLC side do take image keys, from SB3's MultiInputPolicy (a Nature-CNN
+    per image key), so that is the route offered."""
+    images = [k for k in spec.keys if k.is_image]
+    if images:
+        k = images[0]
+        raise ConfigError(
+            f"Dict observation key {k.name!r} is an image {k.shape}: rl2edge's own networks do not train "
+            "image keys yet (they are MLPs). Train the policy with Stable-Baselines3's MultiInputPolicy (a "
+            "Nature-CNN per image key) and export the .zip: `rl2edge export model.zip --env ENV_ID` "
+            "(docs/export.md, \"Stable-Baselines3 models\")"
+        )
 
 
 def flat_space(spec: ObservationSpec) -> gym.spaces.Box:

@@ -209,9 +209,7 @@ def _same_spaces(model: Any, env: Any) -> bool:
             isinstance(mo, gym.spaces.Dict)
             and isinstance(eo, gym.spaces.Dict)
             and list(mo.spaces) == list(eo.spaces)
-            and all(
-                mo[k].shape == eo[k].shape or _transposed(mo[k].shape, eo[k].shape) for k in mo.spaces
-            )
+            and all(mo[k].shape == eo[k].shape or _transposed(mo[k].shape, eo[k].shape) for k in mo.spaces)
         )
     return bool(eo.shape == mo.shape)
 

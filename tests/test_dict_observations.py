@@ -46,15 +46,28 @@ def test_a_dict_space_keeps_its_declared_order_and_units() -> None:
     ("obs", "message"),
     [
         ({"pole": [0.0, 0.0], "cam": np.zeros((8, 6, 1))}, "missing key(s) ['cart']"),
-        ({"pole": [0.0, 0.0], "cart": [0.0, 0.0], "cam": np.zeros(48), "lidar": [1.0]}, "unexpected key(s) ['lidar']"),
-        ({"pole": [0.0, 0.0, 0.0], "cart": [0.0, 0.0], "cam": np.zeros((8, 6, 1))}, "key 'pole' has 3 values"),
+        (
+            {"pole": [0.0, 0.0], "cart": [0.0, 0.0], "cam": np.zeros(48), "lidar": [1.0]},
+            "unexpected key(s) ['lidar']",
+        ),
+        (
+            {"pole": [0.0, 0.0, 0.0], "cart": [0.0, 0.0], "cam": np.zeros((8, 6, 1))},
+            "key 'pole' has 3 values",
+        ),
         # a frame of the right size in another layout is refused, never read as scrambled pixels
-        ({"pole": [0.0, 0.0], "cart": [0.0, 0.0], "cam": np.zeros((1, 8, 6))}, "key 'cam' is a (8, 6, 1) frame"),
+        (
+            {"pole": [0.0, 0.0], "cart": [0.0, 0.0], "cam": np.zeros((1, 8, 6))},
+            "key 'cam' is a (8, 6, 1) frame",
+        ),
     ],
 )
 def test_a_mapping_that_does_not_fit_is_one_line_naming_the_key(obs: dict, message: str) -> None:
     spec = ObservationSpec.of_keys(
-        [ObservationKey("pole", (2,)), ObservationKey("cart", (2,)), ObservationKey("cam", (8, 6, 1), "uint8")]
+        [
+            ObservationKey("pole", (2,)),
+            ObservationKey("cart", (2,)),
+            ObservationKey("cam", (8, 6, 1), "uint8"),
+        ]
     )
     with pytest.raises(ObservationError) as info:
         spec.flatten(obs)
@@ -82,7 +95,9 @@ def test_train_refuses_an_image_key_by_name_and_points_at_the_sb3_route(
     """rl2edge's own networks are MLPs: a Dict with a camera key is refused before anything is written,
     with the route that does serve it (SB3's MultiInputPolicy, exported from its .zip)."""
     env = "testkit.dict_envs:CameraCartPole"
-    assert main(["train", "--algo", "ppo", "--env", env, "--steps", "64", "--out", str(tmp_path / "run")]) == 2
+    assert (
+        main(["train", "--algo", "ppo", "--env", env, "--steps", "64", "--out", str(tmp_path / "run")]) == 2
+    )
     err = capsys.readouterr().err.strip().splitlines()
     assert "key 'camera' is an image (36, 36, 1)" in err[-1] and "MultiInputPolicy" in err[-1], err
     assert not (tmp_path / "run" / "checkpoint.json").exists()

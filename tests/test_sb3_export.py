@@ -317,7 +317,9 @@ def test_multi_input_ppo_with_a_camera_key_matches_sb3_predict_in_every_mode(tmp
     venv = VecNormalize(make_vec_env(CameraPendulum, n_envs=1, seed=0), norm_obs_keys=["rate"], clip_obs=5.0)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        model = sb3.PPO("MultiInputPolicy", venv, seed=0, device="cpu", n_steps=128, batch_size=64, n_epochs=1)
+        model = sb3.PPO(
+            "MultiInputPolicy", venv, seed=0, device="cpu", n_steps=128, batch_size=64, n_epochs=1
+        )
         model.set_logger(configure(str(tmp_path / "sb3_log"), []))
         model.learn(256)
     assert model.observation_space["camera"].shape == (3, 36, 36)  # SB3 transposed the env's (36, 36, 3)
@@ -332,9 +334,16 @@ def test_multi_input_ppo_with_a_camera_key_matches_sb3_predict_in_every_mode(tmp
     keys = {k["name"]: k for k in m["observation"]["keys"]}
     assert list(keys) == ["camera", "rate"]
     assert keys["camera"]["shape"] == [36, 36, 3] and keys["camera"]["dtype"] == "uint8"
-    assert m["model"]["input"]["keys"] == [{"name": "camera", "shape": [1, 3888]}, {"name": "rate", "shape": [1, 1]}]
+    assert m["model"]["input"]["keys"] == [
+        {"name": "camera", "shape": [1, 3888]},
+        {"name": "rate", "shape": [1, 1]},
+    ]
     assert m["verification"]["tflite_vs_source"]["max_abs_error"] <= 1e-4
-    for mode in ("fp16", "dynamic", "int8"):  # the export's own return criterion held, or it would have failed
+    for mode in (
+        "fp16",
+        "dynamic",
+        "int8",
+    ):  # the export's own return criterion held, or it would have failed
         closed = load_manifest(tmp_path / "art" / mode).data["verification"]["closed_loop"]
         assert len(closed["this_file"]["returns"]) == OPTS["eval_episodes"], mode
 
@@ -353,7 +362,9 @@ def test_multi_input_ppo_with_a_camera_key_matches_sb3_predict_in_every_mode(tmp
         got = np.stack([policy.predict(obs) for obs in observations])
         assert np.abs(got - expected).max() <= 1e-4, backend
     obs = observations[0]
-    with pytest.raises(ObservationError, match=r"key 'camera' is a \(36, 36, 3\) frame; got shape \(3, 36, 36\)"):
+    with pytest.raises(
+        ObservationError, match=r"key 'camera' is a \(36, 36, 3\) frame; got shape \(3, 36, 36\)"
+    ):
         policy.predict({"camera": obs["camera"].transpose(2, 0, 1), "rate": obs["rate"]})
 
 

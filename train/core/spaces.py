@@ -80,7 +80,7 @@ def refuse_image_keys(spec: ObservationSpec) -> None:
             f"Dict observation key {k.name!r} is an image {k.shape}: rl2edge's own networks do not train "
             "image keys yet (they are MLPs). Train the policy with Stable-Baselines3's MultiInputPolicy (a "
             "Nature-CNN per image key) and export the .zip: `rl2edge export model.zip --env ENV_ID` "
-            "(docs/export.md, \"Stable-Baselines3 models\")"
+            '(docs/export.md, "Stable-Baselines3 models")'
         )
 
 

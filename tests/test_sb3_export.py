@@ -296,14 +296,57 @@ def _camera_observations(env_name: str, n: int, seed: int) -> list[dict[str, np.
     return out
 
 
-@pytest.mark.integration  # 40 s: the integration tier, which CI runs too
+def _serve_over_plc_sim(tmp_path: Path, art: Path, env_id: str, keys: list[str]) -> None:
+    """plc-sim (--strict) lays the Dict out one array node per key (the camera: 3,888 values, row-major
+    in its HWC shape); serve, mapped per key, gives `evaluate`'s returns on the same seeds."""
+    import json
+
+    import yaml
+
+    from rl2edge.plc_bridge.nodemap import default_node_map
+    from rl2edge.train.core.evaluation import evaluate
+    from testkit.plc import NO_MISS, free_port, running, stop, wait_for_server
+
+    m = default_node_map()
+    node_map = {
+        "observation": {k: f"ns=2;s=rl2edge.Observation_{k}" for k in keys},
+        "observation_seq": m.observation_seq,
+        "action": m.action[0],
+        "action_seq": m.action_seq,
+        "heartbeat": m.heartbeat,
+        "status": m.status,
+    }
+    (tmp_path / "map.yaml").write_text(yaml.safe_dump(node_map))
+    url, record, summary = (
+        f"opc.tcp://127.0.0.1:{free_port()}",
+        tmp_path / "sim.json",
+        tmp_path / "serve.json",
+    )
+    sim = ["plc-sim", "--env", env_id, "--endpoint", url, "--seed", "3", "--episodes", "2", "--record", str(record),
+           "--strict"]  # fmt: skip
+    serve = ["serve", str(art), "--endpoint", url, "--period-ms", "5", *NO_MISS, "--summary", str(summary),
+             "--map", str(tmp_path / "map.yaml")]  # fmt: skip
+    root = Path(__file__).resolve().parents[1]
+    with running(sim, tmp_path / "sim.log", {"PYTHONPATH": str(root)}) as sim_proc:
+        wait_for_server(url)
+        with running(serve, tmp_path / "serve.log") as serve_proc:
+            assert sim_proc.wait(timeout=120) == 0, (tmp_path / "sim.log").read_text()
+            assert stop(serve_proc) == 0, (tmp_path / "serve.log").read_text()
+    expected = evaluate(Policy.load(art).predict, env_id, 2, 3).returns
+    assert json.loads(record.read_text())["returns"] == expected
+    s = json.loads(summary.read_text())
+    assert s["deadline_misses"] == 0 and s["invalid"] == 0 and s["write_rejected"] == 0, s
+
+
+@pytest.mark.integration  # 55 s: the integration tier, which CI runs too
 def test_multi_input_ppo_with_a_camera_key_matches_sb3_predict_in_every_mode(tmp_path: Path) -> None:
     """SB3's MultiInputPolicy on a channel-last camera and a rate gyro: SB3 trains on channel-first frames
     (VecTransposeImage, which it adds itself) and runs a Nature-CNN on the camera scaled by 1/255, with
     VecNormalize on the gyro alone (`norm_obs_keys`). The artifact takes the frame as the env gives it (HWC,
     the manifest says so), transposes inside the graph, and its fp32 actions are within 1e-4 of SB3's own
-    predict on 300 observations it never saw; every mode keeps the closed-loop return criterion; a
-    frame in SB3's layout (CHW) is refused by key, never read as scrambled pixels."""
+    predict on 300 observations it never saw; every mode keeps the closed-loop return criterion; the int8
+    file served over plc-sim's per-key array nodes gives `evaluate`'s returns; a frame in SB3's layout
+    (CHW) is refused by key, never read as scrambled pixels."""
     import pickle
 
     import stable_baselines3 as sb3
@@ -361,6 +404,9 @@ def test_multi_input_ppo_with_a_camera_key_matches_sb3_predict_in_every_mode(tmp
         policy = Policy.load(tmp_path / "art" / "fp32", backend=backend)
         got = np.stack([policy.predict(obs) for obs in observations])
         assert np.abs(got - expected).max() <= 1e-4, backend
+    _serve_over_plc_sim(
+        tmp_path, tmp_path / "art" / "int8", "testkit.dict_envs:CameraPendulum", ["camera", "rate"]
+    )
     obs = observations[0]
     with pytest.raises(
         ObservationError, match=r"key 'camera' is a \(36, 36, 3\) frame; got shape \(3, 36, 36\)"

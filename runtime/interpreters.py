@@ -36,6 +36,8 @@ class Backend(Protocol):
     output_quant: tuple[float, int] | None
     extra_inputs: dict[str, Any]
     extra_outputs: dict[str, Any]
+    key_sizes: tuple[tuple[str, int], ...]
+    """A Dict observation's graph inputs, (name, values) in the manifest's order; () for one input."""
 
     def run(self, x: np.ndarray) -> np.ndarray: ...
 
@@ -77,6 +79,7 @@ class TFLiteBackend:
         self.extra_inputs: dict[str, int] = {}
         self.extra_outputs: dict[str, int] = {}
         self._keyed: list[tuple[int, slice]] = []
+        self.key_sizes: tuple[tuple[str, int], ...] = ()
         if observation_keys:
             inputs, outputs = self._by_keys(model_path, observation_keys)
         elif len(inputs) != 1 or len(outputs) != 1:
@@ -129,6 +132,7 @@ class TFLiteBackend:
                     f"{model_path}: input {k!r} is not float32; Dict observations are fed as floats"
                 )
         sizes = [(k, int(np.prod(ins[k]["shape"]))) for k in keys]
+        self.key_sizes = tuple(sizes)
         self._keyed = [(int(ins[k]["index"]), s) for k, s in _key_slices(sizes)]
         self.extra_inputs = {k: int(v["index"]) for k, v in ins.items() if k not in keys}
         self.extra_outputs = {k: int(v["index"]) for k, v in outs.items() if k != "action"}
@@ -184,6 +188,7 @@ class OnnxBackend:
         inp, out = self._sess.get_inputs(), self._sess.get_outputs()
         self.name = "onnxruntime"
         self._keyed: list[tuple[str, slice]] = []
+        self.key_sizes: tuple[tuple[str, int], ...] = ()
         if observation_keys:
             shapes = {i.name: i.shape for i in inp}
             missing = [k for k in observation_keys if k not in shapes]
@@ -193,6 +198,7 @@ class OnnxBackend:
                     f"{list(observation_keys)}"
                 )
             sizes = [(k, int(np.prod(shapes[k]))) for k in observation_keys]
+            self.key_sizes = tuple(sizes)
             self._keyed = _key_slices(sizes)
             self.input_shape: tuple[int, ...] = (1, sum(n for _, n in sizes))
             self._in_name = ",".join(observation_keys)

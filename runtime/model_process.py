@@ -241,6 +241,7 @@ class ProcessBackend:
         self.output_quant = _quant(meta["output_quant"])
         self.extra_inputs = {n: n for n in meta["extra_inputs"]}
         self.extra_outputs = {n: n for n in meta["extra_outputs"]}
+        self.key_sizes = tuple((str(n), int(s)) for n, s in meta["key_sizes"])
         self._out = (tuple(meta["output_shape"]), self.output_dtype)
         self._extra_out = [(n, tuple(s), np.dtype(d)) for n, s, d in meta["extra_outputs_spec"]]
         self._extra_in = [n for n, _, _ in meta["extra_inputs_spec"]]
@@ -408,6 +409,7 @@ def _serve_child(
         "output_quant": None if b.output_quant is None else list(b.output_quant),
         "extra_inputs": list(b.extra_inputs),
         "extra_outputs": list(b.extra_outputs),
+        "key_sizes": [list(k) for k in b.key_sizes],
         "extra_inputs_spec": [[n, list(s), d] for n, s, d in extra_in],
         "extra_outputs_spec": [
             [n, list(np.asarray(v).shape), str(np.asarray(v).dtype)] for n, v in extras.items()

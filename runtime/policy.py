@@ -41,6 +41,12 @@ class Policy:
             raise ManifestError(
                 f"model input {self._model_shape} does not hold the manifest's observation {self.obs_shape}"
             )
+        for k, (name, size) in zip(obs.keys, backend.key_sizes, strict=False):
+            if size != k.size:  # the total can agree while keys do not: a key's values would shift
+                raise ManifestError(
+                    f"model input {name!r} takes {size} values; the manifest's key {k.name!r} has {k.size} "
+                    f"(shape {list(k.shape)}). Was the manifest edited, or does it belong to another model?"
+                )
         self.discrete = act.discrete
         if self.discrete:
             self._lo, self._hi = act.index_range

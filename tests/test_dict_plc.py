@@ -304,3 +304,27 @@ def test_a_malformed_per_key_map_is_one_line(
     with pytest.raises(ConfigError) as info:
         load_node_map(path)
     assert message in str(info.value) and "\n" not in str(info.value), str(info.value)
+
+
+@pytest.mark.parametrize("isolate", [False, True])
+def test_a_manifest_whose_key_sizes_differ_from_the_models_inputs_is_refused_by_key(
+    agv_art: Path, tmp_path: Path, isolate: bool
+) -> None:
+    """A hand-edited manifest whose keys still add up to the model's 30 values (lidar 23 + imu 3 where the
+    file takes 24 + 2) would shift every value after lidar by one: refused at load, naming the key, in
+    process and in serve's model process."""
+    import shutil
+
+    from rl2edge.errors import ManifestError
+
+    art = tmp_path / "art"
+    shutil.copytree(agv_art, art)
+    manifest = json.loads((art / "manifest.json").read_text())
+    keys = {k["name"]: k for k in manifest["observation"]["keys"]}
+    keys["lidar"].update(shape=[23], low=keys["lidar"]["low"][:23], high=keys["lidar"]["high"][:23])
+    keys["imu"].update(shape=[3], low=[*keys["imu"]["low"], 0.0], high=[*keys["imu"]["high"], 1.0])
+    (art / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(
+        ManifestError, match="model input 'lidar' takes 24 values; the manifest's key 'lidar' has 23"
+    ):
+        Policy.load(art, isolate=isolate)

@@ -11,7 +11,10 @@ A shell block in README.md or docs/ is marked on the line before its fence (blan
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -73,3 +76,35 @@ def _marker_before(lines: list[str], fence_index: int) -> tuple[str | None, str 
     if m is None:
         return None, None
     return m["kind"], m["arg"].strip()
+
+
+def run_walk_through(
+    doc: Path,
+    test_path: str,
+    home: Path,
+    replace: dict[str, str],
+    min_blocks: int = 1,
+    timeout: float = 900,
+) -> subprocess.CompletedProcess[str]:
+    """A page's blocks marked `<!-- run: TEST_PATH -->`, run in order as written, in one bash, as a user
+    would: HOME in `home`, the venv's rl2edge and python first on PATH, no PYTHONPATH from the test run.
+    `replace` maps text the page must contain (plc-sim's port, a step budget) to what the test runs; a
+    page that lost a block or a replaced text fails here. Asserts a clean exit, no traceback."""
+    blocks = [b for b in shell_blocks(doc) if b.marker_kind == "run" and b.marker_arg == test_path]
+    assert len(blocks) >= min_blocks, f"{doc.name} lost its run blocks ({len(blocks)} of {min_blocks})"
+    script = "set -euo pipefail\n" + "\n".join(b.text for b in blocks)
+    for old, new in replace.items():
+        assert old in script, f"{doc.name}'s run blocks no longer contain {old!r}"
+        script = script.replace(old, new)
+    env = {
+        **os.environ,
+        "HOME": str(home),
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+    }
+    env.pop("PYTHONPATH", None)
+    proc = subprocess.run(
+        ["bash", "-c", script], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    assert "Traceback" not in proc.stderr, proc.stderr[-5000:]
+    return proc

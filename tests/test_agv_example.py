@@ -5,15 +5,12 @@ node map. About a minute: the integration tier."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from rl2edge.plc_bridge.sim import free_port
-from testkit.doc_blocks import ROOT, shell_blocks
+from testkit.doc_blocks import ROOT, run_walk_through
 
 DOC = ROOT / "examples/agv/README.md"
 THIS = "tests/test_agv_example.py"
@@ -22,22 +19,7 @@ CONFIG = "--config $PYTHONPATH/examples/agv/ppo.yml"
 
 @pytest.mark.integration
 def test_the_agv_walk_through_runs_as_written(tmp_path: Path) -> None:
-    blocks = [b for b in shell_blocks(DOC) if b.marker_kind == "run" and b.marker_arg == THIS]
-    assert len(blocks) == 4, "examples/agv/README.md lost its run blocks"
-    script = "set -euo pipefail\n" + "\n".join(b.text for b in blocks)
-    assert ":4840" in script and CONFIG in script
-    script = script.replace(":4840", f":{free_port()}").replace(CONFIG, f"{CONFIG} --steps 8192")
-    env = {
-        **os.environ,
-        "HOME": str(tmp_path),
-        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
-    }
-    env.pop("PYTHONPATH", None)
-    proc = subprocess.run(
-        ["bash", "-c", script], cwd=ROOT, env=env, capture_output=True, text=True, timeout=900
-    )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
-    assert "Traceback" not in proc.stderr, proc.stderr[-5000:]
+    run_walk_through(DOC, THIS, tmp_path, {":4840": f":{free_port()}", CONFIG: f"{CONFIG} --steps 8192"}, 4)
     work = tmp_path / "agv"
 
     ckpt = json.loads((work / "runs/agv/checkpoint.json").read_text())

@@ -5,16 +5,13 @@ PATH, plc-sim's port 4840 moved to a free one), then what the page promises is c
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from rl2edge.plc_bridge.sim import free_port
-from testkit.doc_blocks import ROOT, shell_blocks
+from testkit.doc_blocks import ROOT, run_walk_through
 
 DOC = ROOT / "docs/own-env.md"
 THIS = "tests/test_own_env.py"
@@ -22,22 +19,7 @@ THIS = "tests/test_own_env.py"
 
 @pytest.mark.integration  # about 40 s: the integration tier, which CI runs too
 def test_the_own_env_page_runs_as_written(tmp_path: Path) -> None:
-    blocks = [b for b in shell_blocks(DOC) if b.marker_kind == "run" and b.marker_arg == THIS]
-    assert len(blocks) >= 4, "docs/own-env.md lost its run blocks"
-    script = "set -euo pipefail\n" + "\n".join(b.text for b in blocks)
-    assert ":4840" in script
-    script = script.replace(":4840", f":{free_port()}")
-    env = {
-        **os.environ,
-        "HOME": str(tmp_path),
-        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
-    }
-    env.pop("PYTHONPATH", None)
-    proc = subprocess.run(
-        ["bash", "-c", script], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600
-    )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
-    assert "Traceback" not in proc.stderr, proc.stderr[-5000:]
+    proc = run_walk_through(DOC, THIS, tmp_path, {":4840": f":{free_port()}"}, 4, timeout=600)
     work = tmp_path / "tank"
 
     # section 2: --config reached the run, and the page's figure holds (195 of 200; a random valve ~50)

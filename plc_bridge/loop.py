@@ -175,23 +175,22 @@ class ControlLoop:
             updates=self.hooks.update_state(),
             wall_time_s=time.time() - self._clock.started,
             cpu_s=time.process_time() - self._clock.cpu_started,
+            stale_after=self.guard.staleness.rule,
             **extra,
         )
 
     # ---------------------------------------------------------------------------------------- decide
-    def decide(self, values: Any, seq: Any) -> tuple[CycleStatus, list[float], str]:
-        stale = self.guard.is_stale(seq)
+    def decide(self, values: Any, seq: Any, now: float | None = None) -> tuple[CycleStatus, list[float], str]:
+        """The cycle's status, action and detail for an observation and its sequence number read at `now`
+        (monotonic seconds; the time of the call if None)."""
+        stale, why = self.guard.is_stale(seq, time.monotonic() if now is None else now)
         obs, problem = self.guard.check(values)
         if obs is not None:
             self._cycle_state.warm_obs = obs
         if obs is None:
             return CycleStatus.INVALID_OBSERVATION, self.safe_action, problem
         if stale:
-            return (
-                CycleStatus.STALE,
-                self.safe_action,
-                f"sequence number {seq} unchanged for {self.guard.stale_cycles} cycles",
-            )
+            return CycleStatus.STALE, self.safe_action, why
         try:
             action = self.policy.predict(obs, validated=True)  # checked above: shape, finite, range
         except (BackendError, ObservationError) as exc:
@@ -271,12 +270,12 @@ class ControlLoop:
         """One cycle's I/O and decision: what was read, the status, the action written, the latency in ms."""
         reading: Reading = await plc.read()
         if reading.problem:
-            self.guard.is_stale(reading.sequence)
+            self.guard.is_stale(reading.sequence, loop.time())
             self.counters.bad_quality += 1
             status, action, detail = CycleStatus.INVALID_OBSERVATION, self.safe_action, reading.problem
         else:
             t0 = loop.time()
-            status, action, detail = self.decide(reading.observation, reading.sequence)
+            status, action, detail = self.decide(reading.observation, reading.sequence, t0)
             self._note_decision(loop.time() - t0)
         late_ms = (loop.time() - scheduled) * 1e3
         if late_ms > self.cfg.deadline_ms:

@@ -42,8 +42,12 @@ class NodeMap:
     """Written on every fault and at shutdown; None: Box -> 0 clipped to bounds, Discrete -> first index."""
     obs_range_tolerance: float = 0.05
     """An observation may exceed its declared [low, high] by this fraction of the range width."""
-    stale_cycles: int = 5
-    """Cycles without a new PLC sequence number before the data counts as stale."""
+    stale_ms: float | None = None
+    """A sequence number unchanged for longer than this (ms) makes the data stale. None: derived from the
+    PLC's observed publishing interval (observation_guard.StaleClock)."""
+    stale_cycles: int | None = None
+    """The older rule, kept for maps that state it: stale after this many loop cycles without a new
+    sequence number (it depends on serve's period, which stale_ms does not)."""
     obs_low: tuple[float | None, ...] | None = None
     """Overrides the artifact's observation bounds (None entries: unbounded)."""
     obs_high: tuple[float | None, ...] | None = None
@@ -159,7 +163,15 @@ def load_node_map(path: str | Path | None) -> NodeMap:
     missing = [k for k in required if k not in data]
     if missing:
         raise ConfigError(f"node map {path} lacks {', '.join(missing)}")
-    known = {*required, "safe_action", "obs_range_tolerance", "stale_cycles", "obs_low", "obs_high"}
+    known = {
+        *required,
+        "safe_action",
+        "obs_range_tolerance",
+        "stale_ms",
+        "stale_cycles",
+        "obs_low",
+        "obs_high",
+    }
     unknown = sorted(short_repr(k) for k in data if k not in known)
     if unknown:
         raise ConfigError(
@@ -168,9 +180,21 @@ def load_node_map(path: str | Path | None) -> NodeMap:
     for key in ("observation_seq", "action_seq", "heartbeat", "status"):
         if not isinstance(data[key], str):
             raise ConfigError(f"{path}: {key} must be one node reference")
-    stale = data.get("stale_cycles", 5)
-    if isinstance(stale, bool) or not isinstance(stale, int) or stale < 1:
+    stale = data.get("stale_cycles")
+    if stale is not None and (isinstance(stale, bool) or not isinstance(stale, int) or stale < 1):
         raise ConfigError(f"{path}: stale_cycles must be a positive integer, got {short_repr(stale)}")
+    stale_ms = data.get("stale_ms")
+    if stale_ms is not None and (
+        isinstance(stale_ms, bool) or not isinstance(stale_ms, int | float) or not 1 <= stale_ms <= 3_600_000
+    ):
+        raise ConfigError(
+            f"{path}: stale_ms must be a time in milliseconds from 1 to 3600000, got {short_repr(stale_ms)}"
+        )
+    if stale is not None and stale_ms is not None:
+        raise ConfigError(
+            f"{path}: give stale_ms (a time) or stale_cycles (loop cycles), not both; stale_ms is the one "
+            "that does not depend on serve's period"
+        )
     tolerance = data.get("obs_range_tolerance", 0.05)
     if isinstance(tolerance, bool) or not isinstance(tolerance, int | float) or not 0 <= tolerance <= 10:
         raise ConfigError(
@@ -187,6 +211,7 @@ def load_node_map(path: str | Path | None) -> NodeMap:
         status=data["status"],
         safe_action=_floats(data.get("safe_action"), "safe_action", path),
         obs_range_tolerance=float(tolerance),
+        stale_ms=None if stale_ms is None else float(stale_ms),
         stale_cycles=stale,
         obs_low=_floats(data.get("obs_low"), "obs_low", path, allow_none=True),
         obs_high=_floats(data.get("obs_high"), "obs_high", path, allow_none=True),

@@ -10,6 +10,8 @@ index within the key (`lidar[3]`), a Box artifact's by index (`observation[3]`).
 
 from __future__ import annotations
 
+import statistics
+from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,6 +24,69 @@ from rl2edge.runtime.policy import Policy
 from rl2edge.specs import ObservationSpec
 
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
+
+
+class StaleClock:
+    """Staleness in the plant's time: the data is stale once the PLC's sequence number has not changed for
+    longer than the limit. The limit is the map's `stale_ms`, or else 5x the PLC's publishing interval as
+    observed (the median of the last 32 intervals between changes), at least 100 ms, and 2,000 ms until
+    4 intervals have been seen. A plant slower than the loop is then never stale for being slow, and a
+    plant that stops publishing is flagged one limit after its last change. A map that states
+    `stale_cycles` keeps the older rule: that many loop cycles without a change."""
+
+    INTERVALS, MULTIPLE, FLOOR_MS, INITIAL_MS, WINDOW = 4, 5.0, 100.0, 2000.0, 32
+
+    def __init__(self, stale_ms: float | None, stale_cycles: int | None):
+        self.stale_ms, self.stale_cycles = stale_ms, stale_cycles
+        self._last_seq: Any = None
+        self._changed_at: float | None = None
+        self._unchanged = 0
+        self._intervals: deque[float] = deque(maxlen=self.WINDOW)
+
+    @property
+    def rule(self) -> str:
+        """The rule in force, as the start-up log and the summary state it."""
+        if self.stale_cycles is not None:
+            return f"{self.stale_cycles} cycles (the map's stale_cycles)"
+        if self.stale_ms is not None:
+            return f"{self.stale_ms:g} ms (the map's stale_ms)"
+        return f"{self.limit_ms():.0f} ms ({self.MULTIPLE:g}x the observed publishing interval)"
+
+    def limit_ms(self) -> float:
+        if self.stale_ms is not None:
+            return self.stale_ms
+        if len(self._intervals) < self.INTERVALS:
+            return self.INITIAL_MS
+        return max(self.FLOOR_MS, self.MULTIPLE * 1000.0 * statistics.median(self._intervals))
+
+    def is_stale(self, seq: Any, now: float) -> tuple[bool, str]:
+        """Count `seq`, read at `now` (monotonic seconds), in: (stale, why)."""
+        if seq != self._last_seq or self._changed_at is None:
+            if self._changed_at is not None:
+                self._intervals.append(now - self._changed_at)
+            self._last_seq, self._changed_at, self._unchanged = seq, now, 0
+            return False, ""
+        self._unchanged += 1
+        if self.stale_cycles is not None:
+            stale = self._unchanged >= self.stale_cycles
+            return stale, f"sequence number {seq} unchanged for {self._unchanged} cycles" if stale else ""
+        age_ms, limit = 1000.0 * (now - self._changed_at), self.limit_ms()
+        if age_ms <= limit:
+            return False, ""
+        return True, f"sequence number {seq} unchanged for {age_ms:.0f} ms (stale after {limit:.0f} ms)"
+
+    def reset(self) -> None:
+        """A new session (reconnect): nothing seen yet; the observed interval is the plant's and stays."""
+        self._last_seq, self._changed_at, self._unchanged = None, None, 0
+
+    def adopt(self, other: StaleClock) -> None:
+        """Continue another clock (a policy swap is no new session)."""
+        self._last_seq, self._changed_at, self._unchanged = (
+            other._last_seq,
+            other._changed_at,
+            other._unchanged,
+        )
+        self._intervals = deque(other._intervals, maxlen=self.WINDOW)
 
 
 class ObservationGuard:
@@ -48,9 +113,7 @@ class ObservationGuard:
         self.declared_lo, self.declared_hi = lo, hi
         self.lo, self.hi = lo - self.tolerance, hi + self.tolerance
         self._labels = _labels(spec)
-        self.stale_cycles = m.stale_cycles
-        self._last_seq: Any = None
-        self._unchanged = 0
+        self.staleness = StaleClock(m.stale_ms, m.stale_cycles)
 
     def check(self, values: Any) -> tuple[np.ndarray | None, str]:
         """(the observation as float64, "") or (None, what is wrong with it)."""
@@ -90,20 +153,16 @@ class ObservationGuard:
             f"(outside [{self.lo[i]:g}, {self.hi[i]:g}]{tolerance})"
         )
 
-    def is_stale(self, seq: Any) -> bool:
-        """Count `seq` in: True once it has not moved for `stale_cycles` cycles."""
-        if seq == self._last_seq:
-            self._unchanged += 1
-        else:
-            self._last_seq, self._unchanged = seq, 0
-        return self._unchanged >= self.stale_cycles
+    def is_stale(self, seq: Any, now: float) -> tuple[bool, str]:
+        """Count `seq`, read at `now` (monotonic seconds), in: (stale, why); see StaleClock."""
+        return self.staleness.is_stale(seq, now)
 
     def reset(self) -> None:
-        self._last_seq, self._unchanged = None, 0
+        self.staleness.reset()
 
     def adopt_staleness(self, other: ObservationGuard) -> None:
-        """Continue another guard's count of unchanged sequence numbers (a policy swap is no new session)."""
-        self._last_seq, self._unchanged = other._last_seq, other._unchanged
+        """Continue another guard's staleness (a policy swap is no new session)."""
+        self.staleness.adopt(other.staleness)
 
 
 def _labels(spec: ObservationSpec) -> list[str]:

@@ -82,6 +82,8 @@ class LoopSnapshot:
     """Full snapshots: the model process's figures (runtime.model_process), None for an in-process model."""
     update_summary: Mapping[str, Any] | None = None
     """Full snapshots with policy updates: their record (PolicyUpdates.summary)."""
+    stale_after: str = ""
+    """The staleness rule in force (observation_guard.StaleClock.rule)."""
 
     @property
     def period_s(self) -> float:
@@ -112,6 +114,7 @@ def summary_of(snap: LoopSnapshot) -> dict[str, Any]:
         "spin_ms": snap.spin_ms,
         "mode": snap.mode,
         "publishing_interval_ms": snap.publishing_interval_ms,
+        "stale_after": snap.stale_after,
         "model_process": None if snap.model_process is None else dict(snap.model_process),
     }
     if snap.update_summary is not None:

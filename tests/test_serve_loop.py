@@ -294,25 +294,28 @@ def test_guard_and_safe_action_without_network(cartpole_all) -> None:
         "endpoint", "artifact", "security", "period_ms", "deadline_ms", "wall_time_s", "cycles", "ok",
         "invalid", "stale", "deadline_misses", "inference_errors", "write_rejected", "bad_quality",
         "skipped_slots", "reconnects", "connection_losses", "disconnected_s", "latency_ms",
-        "start_lateness_ms", "cpu_ms_per_cycle", "spin_ms", "mode", "publishing_interval_ms", "model_process",
+        "start_lateness_ms", "cpu_ms_per_cycle", "spin_ms", "mode", "publishing_interval_ms", "stale_after", "model_process",
     ]  # fmt: skip
-    status, action, _ = loop.decide([0.0, 0.0, 0.0, 0.0], 1)
+    # a PLC publishing every 100 ms: the times are the reads' (monotonic seconds)
+    status, action, _ = loop.decide([0.0, 0.0, 0.0, 0.0], 1, 0.0)
     assert status == CycleStatus.OK and action in ([0.0], [1.0])
     # CartPole's cart position is declared within +-4.8; 5% of the range is tolerated
-    assert loop.decide([5.2, 0.0, 0.0, 0.0], 2)[0] == CycleStatus.OK
-    assert loop.decide([5.4, 0.0, 0.0, 0.0], 3)[0] == CycleStatus.INVALID_OBSERVATION
-    assert loop.decide(["a", 0.0, 0.0, 0.0], 4)[0] == CycleStatus.INVALID_OBSERVATION
-    assert loop.decide(None, 5)[0] == CycleStatus.INVALID_OBSERVATION
-    statuses = [loop.decide([0.0] * 4, 6)[0] for _ in range(6)]
-    assert statuses[:5] == [CycleStatus.OK] * 5 and statuses[5] == CycleStatus.STALE
+    assert loop.decide([5.2, 0.0, 0.0, 0.0], 2, 0.1)[0] == CycleStatus.OK
+    assert loop.decide([5.4, 0.0, 0.0, 0.0], 3, 0.2)[0] == CycleStatus.INVALID_OBSERVATION
+    assert loop.decide(["a", 0.0, 0.0, 0.0], 4, 0.3)[0] == CycleStatus.INVALID_OBSERVATION
+    assert loop.decide(None, 5, 0.4)[0] == CycleStatus.INVALID_OBSERVATION
+    # Staleness is in time: 5x the observed 100 ms interval after the last change, whatever the loop's period
+    statuses = [loop.decide([0.0] * 4, 6, now)[0] for now in (0.5, 0.8, 0.95, 0.9999, 1.0011)]
+    assert statuses == [CycleStatus.OK] * 4 + [CycleStatus.STALE]
+    assert "unchanged for 501 ms (stale after 500 ms)" in loop.decide([0.0] * 4, 6, 1.0012)[2]
     # The warm-up in the spin before each cycle counts no staleness: the same sequence as above, warmed
-    # up three times between decisions, goes stale at the same cycle
+    # up three times between decisions, goes stale at the same time
     statuses = []
-    for _ in range(6):
+    for now in (1.1, 1.4, 1.55, 1.5999, 1.6011):
         for _ in range(3):
             loop._warm_up()
-        statuses.append(loop.decide([0.0] * 4, 9)[0])
-    assert statuses[:5] == [CycleStatus.OK] * 5 and statuses[5] == CycleStatus.STALE
+        statuses.append(loop.decide([0.0] * 4, 9, now)[0])
+    assert statuses == [CycleStatus.OK] * 4 + [CycleStatus.STALE]
     # A model that fails in the warm-up is left to the cycle's own decision (INFERENCE_ERROR and the safe
     # action), never raised into the loop, where it would read as a lost connection
     real_run = policy.backend.run
@@ -378,6 +381,15 @@ def test_node_maps_load_and_refuse_mistakes(tmp_path: Path) -> None:
     bad.write_text(scalars.read_text() + "stale_cycle: 3\n")
     with pytest.raises(ConfigError, match="unknown keys 'stale_cycle'"):
         load_node_map(bad)
+    assert load_node_map(scalars).stale_ms is None  # derived from the PLC's publishing interval
+    bad.write_text(scalars.read_text() + "stale_ms: 250\n")
+    assert load_node_map(bad).stale_ms == 250.0
+    for wrong, message in (("stale_ms: 0", "stale_ms must be a time in milliseconds"),
+                           ("stale_ms: true", "stale_ms must be a time"),
+                           ("stale_ms: 200\nstale_cycles: 5", "give stale_ms (a time) or stale_cycles")):  # fmt: skip
+        bad.write_text(scalars.read_text() + wrong + "\n")
+        with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
+            load_node_map(bad)
     with pytest.raises(ConfigError, match="does not exist"):
         load_node_map(tmp_path / "missing.yaml")
 
@@ -428,3 +440,42 @@ def test_latency_histogram_buckets_are_searchsorted_exactly() -> None:
     xs = np.concatenate([xs, [0.0, -1.0, 1e-9, 1e9, np.inf, np.nan]])
     got = np.array([h._bucket(float(x)) for x in xs])
     assert np.array_equal(got, np.searchsorted(e, xs, side="right"))
+
+
+@pytest.mark.integration  # 25 s: the integration tier, which CI runs too
+def test_a_10_hz_plant_served_every_20_ms_is_stale_only_once_it_stops_publishing(
+    cartpole_all, tmp_path: Path
+) -> None:
+    """plc-sim in realtime mode publishing every 100 ms, serve at its 20 ms period with the default map
+    (no stale setting: 5x the observed publishing interval): 1,000 cycles, none stale (the older
+    5-cycle rule flagged 4 of every 5). Then the plant stops publishing (its `Run` node off): STALE on the
+    status node one limit (500 ms) after the last new sequence number, not one loop cycle."""
+    _, root = cartpole_all
+    url = f"opc.tcp://127.0.0.1:{free_port()}"
+    summary = tmp_path / "serve.json"
+    sim = ["plc-sim", "--env", "CartPole-v1", "--endpoint", url, "--mode", "realtime", "--period-ms", "100"]
+    serve = ["serve", str(root / "fp32"), "--endpoint", url, "--period-ms", "20"]
+    with running(sim, tmp_path / "sim.log"):
+        wait_for_server(url)
+        with running([*serve, "--cycles", "1000", "--summary", str(summary)], tmp_path / "serve.log") as proc:
+            assert proc.wait(timeout=120) == 0, (tmp_path / "serve.log").read_text()
+        s = json.loads(summary.read_text())
+        assert s["cycles"] == 1000 and s["stale"] == 0 and s["invalid"] == 0, s
+        assert s["stale_after"] == "500 ms (5x the observed publishing interval)", s["stale_after"]
+
+        async def freeze() -> float:
+            async with Client(url, timeout=2) as plc:
+                await wait_until(plc, "Status", lambda v: v == 0)  # serving normally
+                await asyncio.sleep(1.0)  # serve has seen the plant's interval (4 of them: 400 ms)
+                await write(plc, Run=ua.Variant(False, ua.VariantType.Boolean))
+                frozen = time.monotonic()
+                await wait_until(plc, "Status", lambda v: v == 2, within_s=10)  # STALE
+                return time.monotonic() - frozen
+
+        with running(serve, tmp_path / "serve2.log") as proc:
+            waited = asyncio.run(freeze())
+            assert stop(proc) == 0, (tmp_path / "serve2.log").read_text()
+    # the last new number came at most 100 ms before the freeze: flagged 400-500 ms after it, plus a
+    # cycle and the client's reads; the 5-cycle rule would have said so within 120 ms
+    assert 0.35 <= waited <= 1.5, waited
+    assert "unchanged for 5" in (tmp_path / "serve2.log").read_text()

@@ -25,7 +25,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
@@ -39,6 +39,7 @@ from rl2edge.plc_bridge.hooks import CycleOutcome, LoopHooks, NoHooks
 from rl2edge.plc_bridge.latency import LatencyHistogram
 from rl2edge.plc_bridge.loop_state import Counters, CycleState, Latencies, Link, RunClock
 from rl2edge.plc_bridge.observation_guard import ObservationGuard, Serving
+from rl2edge.plc_bridge.realtime import GcPacer
 from rl2edge.plc_bridge.slot_timer import until_slot
 from rl2edge.plc_bridge.snapshot import LatencyFigures, LoopSnapshot, summary_of
 from rl2edge.plc_bridge.status import CycleStatus
@@ -72,6 +73,11 @@ class LoopConfig:
     poll timeout has millisecond resolution; benchmarks/loop_latency.py reports the start lateness).
     While enough of it is left, the decision is warmed up on the last observation first. 0: the event
     loop's timer alone. None: DEFAULT_SPIN_MS, or half the period where that is shorter (see `lead_ms`)."""
+    gc_after_write: bool = False
+    """`serve --realtime`: the garbage collector runs after each write (plc_bridge.realtime.GcPacer), the
+    automatic one being off."""
+    realtime: Mapping[str, Any] | None = None
+    """What `serve` runs with (plc_bridge.realtime.RealtimeState), for the summary."""
 
     @property
     def lead_ms(self) -> float:
@@ -116,6 +122,7 @@ class ControlLoop:
         self._client_factory = client_factory
         self._cycle_state = CycleState()
         self._clock = RunClock()
+        self._gc = GcPacer() if cfg.gc_after_write else None
         _logger.info(
             "safe action %s%s",
             self.safe_action,
@@ -176,6 +183,7 @@ class ControlLoop:
             wall_time_s=time.time() - self._clock.started,
             cpu_s=time.process_time() - self._clock.cpu_started,
             stale_after=self.guard.staleness.rule,
+            realtime=self.cfg.realtime,
             **extra,
         )
 
@@ -252,6 +260,8 @@ class ControlLoop:
                 cycles=self.counters.cycles,
             )
         )
+        if self._gc is not None:
+            self._gc.after_write()
 
     def _deadline_passed(self) -> None:
         self.link.progress_at = time.monotonic()  # the loop noticed: alive, whatever the PLC does

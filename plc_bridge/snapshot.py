@@ -84,6 +84,8 @@ class LoopSnapshot:
     """Full snapshots with policy updates: their record (PolicyUpdates.summary)."""
     stale_after: str = ""
     """The staleness rule in force (observation_guard.StaleClock.rule)."""
+    realtime: Mapping[str, Any] | None = None
+    """serve's scheduler, memory lock, collector and CPUs (plc_bridge.realtime.RealtimeState)."""
 
     @property
     def period_s(self) -> float:
@@ -115,6 +117,7 @@ def summary_of(snap: LoopSnapshot) -> dict[str, Any]:
         "mode": snap.mode,
         "publishing_interval_ms": snap.publishing_interval_ms,
         "stale_after": snap.stale_after,
+        "realtime": None if snap.realtime is None else dict(snap.realtime),
         "model_process": None if snap.model_process is None else dict(snap.model_process),
     }
     if snap.update_summary is not None:

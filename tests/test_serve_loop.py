@@ -294,7 +294,7 @@ def test_guard_and_safe_action_without_network(cartpole_all) -> None:
         "endpoint", "artifact", "security", "period_ms", "deadline_ms", "wall_time_s", "cycles", "ok",
         "invalid", "stale", "deadline_misses", "inference_errors", "write_rejected", "bad_quality",
         "skipped_slots", "reconnects", "connection_losses", "disconnected_s", "latency_ms",
-        "start_lateness_ms", "cpu_ms_per_cycle", "spin_ms", "mode", "publishing_interval_ms", "stale_after", "model_process",
+        "start_lateness_ms", "cpu_ms_per_cycle", "spin_ms", "mode", "publishing_interval_ms", "stale_after", "realtime", "model_process",
     ]  # fmt: skip
     # a PLC publishing every 100 ms: the times are the reads' (monotonic seconds)
     status, action, _ = loop.decide([0.0, 0.0, 0.0, 0.0], 1, 0.0)

@@ -19,6 +19,13 @@ from rl2edge.commands.common import (
 )
 from rl2edge.commands.config_file import add_config_option
 from rl2edge.errors import ConfigError
+from rl2edge.plc_bridge.realtime import (
+    DEFAULT_PRIORITY,
+    RealtimeConfig,
+    apply_realtime,
+    current_state,
+    parse_cpus,
+)
 
 _logger = logging.getLogger("rl2edge")
 
@@ -76,6 +83,18 @@ def add_parser(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
         help="artifacts with folded noise: feed zero noise (deterministic)",
     )
     s.add_argument("--noise-seed", type=int, help="artifacts with folded noise: override the manifest's seed")
+
+    r = s.add_argument_group("real time (docs/serving.md, 'A loop a busy CPU cannot make late')")
+    r.add_argument(
+        "--realtime",
+        nargs="?",
+        type=int,
+        const=DEFAULT_PRIORITY,
+        metavar="PRIORITY",
+        help=f"SCHED_FIFO at PRIORITY (default {DEFAULT_PRIORITY}), memory locked, the garbage collector frozen "
+        "after start-up and run after each write; needs CAP_SYS_NICE or an rtprio limit, and a memlock limit",
+    )
+    r.add_argument("--cpu-affinity", metavar="CPUS", help="run on these CPUs only: 3, 2,3 or 2-3")
 
     u = s.add_argument_group("policy updates (SIGHUP, --watch)")
     u.add_argument(
@@ -139,6 +158,11 @@ def run(args: argparse.Namespace) -> int:
     check_output_file(args.summary, "--summary")
     check_seed(args.noise_seed, "--noise-seed", MAX_NOISE_SEED)
     node_map = load_node_map(args.map)  # before the artifact: a mistake in it shows at once
+    # before the model process and serve's threads start: they inherit the scheduler
+    realtime = RealtimeConfig(
+        priority=args.realtime, cpus=parse_cpus(args.cpu_affinity) if args.cpu_affinity else None
+    )
+    rt_state = apply_realtime(realtime) if realtime.requested else current_state()
 
     # The model runs in its own process: a crash or a hang costs that process (INFERENCE_ERROR, the safe
     # action, a restart), never serve. A call that takes twice the deadline is a hang: the child is killed.
@@ -177,6 +201,8 @@ def run(args: argparse.Namespace) -> int:
         max_cycles=args.cycles,
         mode=args.mode,
         spin_ms=args.spin_ms,
+        gc_after_write=args.realtime is not None,
+        realtime=rt_state.to_json(),
     )
     service = ServeService(
         policy,

@@ -91,13 +91,18 @@ def apply_realtime(cfg: RealtimeConfig) -> RealtimeState:
                 f"--cpu-affinity {','.join(map(str, cfg.cpus))}: {exc.strerror}; this process may run on CPUs "
                 f"{online}"
             ) from None
-    locked = False
+    locked = inherited = False
     if cfg.priority is not None:
         top = os.sched_get_priority_max(os.SCHED_FIFO)
         if not 1 <= cfg.priority <= top:
             raise ConfigError(f"--realtime {cfg.priority}: choose a SCHED_FIFO priority from 1 to {top}")
+        inherited = (os.sched_getscheduler(0), os.sched_getparam(0).sched_priority) == (
+            os.SCHED_FIFO,
+            cfg.priority,
+        )
         try:
-            os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(cfg.priority))
+            if not inherited:  # the unit's CPUSchedulingPolicy (with RestrictRealtime=yes) already did it
+                os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(cfg.priority))
         except PermissionError:
             raise ConfigError(
                 f"--realtime {cfg.priority}: this process may not use SCHED_FIFO (EPERM); {_GRANT_RT}"
@@ -106,7 +111,7 @@ def apply_realtime(cfg: RealtimeConfig) -> RealtimeState:
         locked = True
         _freeze_gc()
     state = RealtimeState(
-        scheduler=_scheduler(requested=cfg.priority is not None),
+        scheduler=_scheduler(requested=cfg.priority is not None and not inherited),
         memory_locked=locked,
         gc="frozen after start-up, collected after the write"
         if cfg.priority is not None

@@ -215,3 +215,24 @@ def test_metrics_flood_benchmark_smoke(cartpole_all, tmp_path: Path) -> None:
         assert (tmp_path / f"metrics_flood.{ext}").stat().st_size > 0
     assert [p["cycles"] > 0 for p in data["phases"]] == [True, True, True]
     assert data["log"]["tracebacks"] == 0 and data["serve_exit"] == 0
+
+
+@integration
+def test_loop_under_load_benchmark_smoke(cartpole_all, tmp_path: Path) -> None:
+    from benchmarks.loop_under_load import main
+
+    _, root = cartpole_all
+    data = main(["--artifact", str(root / "int8"), "--cycles", "40", "--periods", "20", "--loads", "1",
+                 "--out", str(tmp_path)])  # fmt: skip
+    for ext in ("json", "md", "png"):
+        assert (tmp_path / f"loop_under_load.{ext}").stat().st_size > 0
+    rows = data["rows"]
+    assert (rows[0]["load"], rows[0]["realtime"], rows[0]["cycles"], rows[0]["scheduler"]) == (
+        "1",
+        False,
+        40,
+        "SCHED_OTHER",
+    )
+    if len(rows) == 2:  # a machine where the process may use SCHED_FIFO
+        assert (rows[1]["realtime"], rows[1]["cycles"]) == (True, 40)
+        assert rows[1]["scheduler"] == "SCHED_FIFO 50 (--realtime)"

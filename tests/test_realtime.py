@@ -69,6 +69,15 @@ def test_realtime_takes_sched_fifo_locks_memory_and_freezes_the_collector() -> N
         "gc": "frozen after start-up, collected after the write",
         "cpus": [0],
     }
+    # under a unit's CPUSchedulingPolicy=fifo (chrt here) the priority asked for is in force: kept, and
+    # recorded as inherited (the unit's RestrictRealtime=yes would refuse setting it again)
+    chrt = shutil.which("chrt")
+    if chrt:
+        proc = subprocess.run(
+            [chrt, "-f", "20", sys.executable, "-c", _APPLY], capture_output=True, text=True
+        )
+        assert proc.returncode == 0, proc.stderr
+        assert json.loads(proc.stdout)[0]["scheduler"] == "SCHED_FIFO 20 (inherited)"
 
 
 def _no_rtprio() -> None:

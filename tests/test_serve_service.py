@@ -389,7 +389,9 @@ def test_the_documented_config_file_and_unit_are_what_serve_reads(tmp_path: Path
     assert args.period_ms == 10 and args.deadline_ms == 50 and args.watch is True  # the flag overrides
     assert args.map == str(docs / "plant.yaml") and args.metrics_port == 9464
     assert args.security == "sign_and_encrypt" and args.password_file == str(docs / "password")
+    assert args.realtime == 50 and args.cpu_affinity is None  # the unit's priority: serve keeps it
     unit = (docs / "rl2edge-serve.service").read_text()
+    assert "CPUSchedulingPriority=50" in unit and "LimitMEMLOCK=infinity" in unit
     assert (
         "Type=notify" in unit
         and "ExecStart=/opt/rl2edge/bin/rl2edge serve --config /etc/rl2edge/serve.yaml" in unit

@@ -35,6 +35,7 @@ import numpy as np
 from rl2edge.errors import BackendError, ConfigError, ObservationError
 from rl2edge.plc_bridge.binding import PlantIo, plant_io_of
 from rl2edge.plc_bridge.client import BridgeConfig, PlcClient, Reading, connect_error_hint
+from rl2edge.plc_bridge.fault_response import HELD, RAMPING
 from rl2edge.plc_bridge.hooks import CycleOutcome, LoopHooks, NoHooks
 from rl2edge.plc_bridge.latency import LatencyHistogram
 from rl2edge.plc_bridge.loop_state import Counters, CycleState, Latencies, Link, RunClock
@@ -145,6 +146,7 @@ class ControlLoop:
     def install(self, serving: Serving) -> None:
         """Serve another policy from the next cycle on (between two cycles: nothing is in flight)."""
         serving.guard.adopt_staleness(self.guard)
+        serving.faults.adopt(self.serving.faults)
         self.serving = serving
 
     # ------------------------------------------------------------------------------------- snapshot
@@ -294,20 +296,25 @@ class ControlLoop:
                 self.safe_action,
                 f"inference done {late_ms:.1f} ms after the cycle start",
             )
+        # the map's response to a fault: the safe action, the last action held, or a ramp toward safe
+        action, code = self.serving.faults.respond(status, action, loop.time())
+        if code & HELD:
+            self.counters.held += 1
+        elif code & RAMPING:
+            self.counters.ramped += 1
         seq = reading.sequence
         self._cycle_state.phase = "write"
         try:
-            if isinstance(seq, int) and not isinstance(
-                seq, bool
-            ):  # answered, with the safe action on a fault
-                result = await plc.answer(action, int(status), seq)
+            if isinstance(seq, int) and not isinstance(seq, bool):  # answered
+                result = await plc.answer(action, code, seq)
             else:  # no valid sequence number to answer
-                result = await plc.write_safe(action, int(status))
+                result = await plc.write_safe(action, code)
             problem = f"the PLC refused {', '.join(result.refused)}" if result.refused else ""
         except ValueError as exc:  # a value that does not fit its node's type (ranges are checked at connect)
             problem = f"a value does not fit its node: {exc}"
         if problem:
             status, detail = CycleStatus.WRITE_REJECTED, problem
+            self.serving.faults.forget()
             retry = await plc.write_safe(self.safe_action, int(status))
             if retry.refused:
                 detail += f"; the safe action was refused too ({', '.join(retry.refused)})"
@@ -481,6 +488,7 @@ class ControlLoop:
                 self.counters.disconnected_s += outage
                 link.outage_started = None
                 _logger.info("reconnected to %s after %.1f s", self.bridge.endpoint, outage)
+            self.serving.faults.forget()
             await self._write_safe(plc, CycleStatus.STARTUP)
             return plc
         return None

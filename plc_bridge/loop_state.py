@@ -22,6 +22,10 @@ class Counters:
     deadline_misses: int = 0
     inference_errors: int = 0
     write_rejected: int = 0
+    held: int = 0
+    """Fault cycles that wrote the last action again (the map's `hold` response)."""
+    ramped: int = 0
+    """Fault cycles that wrote a step of the ramp toward the safe action (`ramp`)."""
     bad_quality: int = 0
     """Part of `invalid`: cycles whose observation or sequence number the PLC marked Bad or Uncertain."""
     skipped_slots: int = 0

@@ -22,6 +22,7 @@ from typing import Any
 
 from rl2edge.errors import ConfigError, short_repr
 from rl2edge.fileio import load_yaml
+from rl2edge.plc_bridge.fault_response import FaultResponses, parse_fault_responses
 from rl2edge.plc_bridge.layout import node_id
 from rl2edge.plc_bridge.noderefs import parse_ref
 from rl2edge.specs import KEY_NAME
@@ -48,6 +49,8 @@ class NodeMap:
     stale_cycles: int | None = None
     """The older rule, kept for maps that state it: stale after this many loop cycles without a new
     sequence number (it depends on serve's period, which stale_ms does not)."""
+    fault_responses: FaultResponses = field(default_factory=FaultResponses)
+    """What is written on each fault class (plc_bridge.fault_response)."""
     obs_low: tuple[float | None, ...] | None = None
     """Overrides the artifact's observation bounds (None entries: unbounded)."""
     obs_high: tuple[float | None, ...] | None = None
@@ -166,6 +169,9 @@ def load_node_map(path: str | Path | None) -> NodeMap:
     known = {
         *required,
         "safe_action",
+        "fault_response",
+        "hold_ms",
+        "ramp_rate",
         "obs_range_tolerance",
         "stale_ms",
         "stale_cycles",
@@ -213,6 +219,7 @@ def load_node_map(path: str | Path | None) -> NodeMap:
         obs_range_tolerance=float(tolerance),
         stale_ms=None if stale_ms is None else float(stale_ms),
         stale_cycles=stale,
+        fault_responses=parse_fault_responses(data, str(path)),
         obs_low=_floats(data.get("obs_low"), "obs_low", path, allow_none=True),
         obs_high=_floats(data.get("obs_high"), "obs_high", path, allow_none=True),
     )

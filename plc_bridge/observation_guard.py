@@ -19,6 +19,7 @@ import numpy as np
 
 from rl2edge.errors import ConfigError, short_repr
 from rl2edge.plc_bridge.binding import PlantIo, plant_io_of
+from rl2edge.plc_bridge.fault_response import FaultResponder
 from rl2edge.plc_bridge.nodemap import NodeMap, observation_groups
 from rl2edge.runtime.policy import Policy
 from rl2edge.specs import ObservationSpec
@@ -202,13 +203,15 @@ class Serving:
     policy: Policy
     guard: ObservationGuard
     safe_action: list[float]
+    faults: FaultResponder
 
     @classmethod
     def of(cls, policy: Policy, node_map: NodeMap) -> Serving:
-        """The guard and safe action of `policy` under `node_map` (ConfigError if they do not fit it)."""
-        return cls(
-            policy, ObservationGuard(policy, node_map), resolve_safe_action(policy, node_map.safe_action)
-        )
+        """The guard, safe action and fault responses of `policy` under `node_map` (ConfigError if they do
+        not fit it)."""
+        safe = resolve_safe_action(policy, node_map.safe_action)
+        faults = FaultResponder(node_map.fault_responses, safe, policy.discrete)
+        return cls(policy, ObservationGuard(policy, node_map), safe, faults)
 
 
 def prepare_serving(candidate: Policy, serving: Policy, node_map: NodeMap) -> Serving:

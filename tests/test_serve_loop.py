@@ -292,7 +292,7 @@ def test_guard_and_safe_action_without_network(cartpole_all) -> None:
         snap.connected = True  # type: ignore[misc]
     assert list(loop.summary()) == [
         "endpoint", "artifact", "security", "period_ms", "deadline_ms", "wall_time_s", "cycles", "ok",
-        "invalid", "stale", "deadline_misses", "inference_errors", "write_rejected", "bad_quality",
+        "invalid", "stale", "deadline_misses", "inference_errors", "write_rejected", "held", "ramped", "bad_quality",
         "skipped_slots", "reconnects", "connection_losses", "disconnected_s", "latency_ms",
         "start_lateness_ms", "cpu_ms_per_cycle", "spin_ms", "mode", "publishing_interval_ms", "stale_after", "realtime", "model_process",
     ]  # fmt: skip

@@ -127,6 +127,15 @@ class FaultResponder:
     def responses(self) -> dict[str, str]:
         return {name: self.by_status[code] for name, code in FAULT_CLASSES.items()}
 
+    def describe(self, status: CycleStatus) -> str:
+        """What this fault gets, as the log says it."""
+        response = self.by_status.get(status, "safe")
+        if response == "hold":
+            return f"holding the last action for up to {self.hold_s * 1e3:g} ms, then the safe action"
+        if response == "ramp" and self.rate is not None:
+            return f"ramping to the safe action at {self.rate.tolist()} units/s"
+        return "writing the safe action"
+
     def forget(self) -> None:
         """Nothing is known of what the PLC holds (a reconnect's STARTUP wrote the safe action)."""
         self.last, self.fault_since, self._last_t = None, None, None

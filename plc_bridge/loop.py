@@ -35,6 +35,7 @@ import numpy as np
 from rl2edge.errors import BackendError, ConfigError, ObservationError
 from rl2edge.plc_bridge.binding import PlantIo, plant_io_of
 from rl2edge.plc_bridge.client import BridgeConfig, PlcClient, Reading, connect_error_hint
+from rl2edge.plc_bridge.fault_injection import FaultInjection, FaultInjector
 from rl2edge.plc_bridge.fault_response import HELD, RAMPING
 from rl2edge.plc_bridge.hooks import CycleOutcome, LoopHooks, NoHooks
 from rl2edge.plc_bridge.latency import LatencyHistogram
@@ -79,6 +80,8 @@ class LoopConfig:
     automatic one being off."""
     realtime: Mapping[str, Any] | None = None
     """What `serve` runs with (plc_bridge.realtime.RealtimeState), for the summary."""
+    inject_faults: FaultInjection | None = None
+    """Commissioning (`serve --inject-faults`): faults drawn per cycle and answered as the map says."""
 
     @property
     def lead_ms(self) -> float:
@@ -124,6 +127,7 @@ class ControlLoop:
         self._cycle_state = CycleState()
         self._clock = RunClock()
         self._gc = GcPacer() if cfg.gc_after_write else None
+        self._injector = FaultInjector(cfg.inject_faults) if cfg.inject_faults is not None else None
         _logger.info(
             "safe action %s%s",
             self.safe_action,
@@ -228,7 +232,7 @@ class ControlLoop:
             if status == CycleStatus.OK:
                 _logger.info("back to normal operation after %s", state.logged_status.name)
             else:
-                _logger.warning("%s: %s; writing the safe action", status.name, detail)
+                _logger.warning("%s: %s; %s", status.name, detail, self.serving.faults.describe(status))
             state.logged_status = status
 
     # ------------------------------------------------------------------------------------------ cycle
@@ -289,6 +293,12 @@ class ControlLoop:
             t0 = loop.time()
             status, action, detail = self.decide(reading.observation, reading.sequence, t0)
             self._note_decision(loop.time() - t0)
+            if self._injector is not None and status == CycleStatus.OK:
+                injected = self._injector.draw()
+                if injected is not None:  # the policy's action stands as the decision the fault overtook
+                    status, detail = injected, "injected by --inject-faults"
+                    if injected == CycleStatus.DEADLINE_MISS:
+                        self.counters.deadline_misses += 1
         late_ms = (loop.time() - scheduled) * 1e3
         if late_ms > self.cfg.deadline_ms:
             status, action, detail = (

@@ -24,6 +24,7 @@ import errno
 import json
 import logging
 import socket
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -51,8 +52,8 @@ class SimConfig:
     episodes: int | None = None
     record: Path | None = None
     trace: Path | None = None
-    """JSON lines, one per plant step: the sequence number, the observation it was published with and the
-    action the plant applied (what a PLC's trace buffer would hold)."""
+    """JSON lines, one per plant step: the sequence number, the observation it was published with, the
+    action the plant applied and the status serve wrote with it (what a PLC's trace buffer would hold)."""
     security: SecurityConfig = field(default_factory=SecurityConfig)
     strict: bool = False
 
@@ -208,6 +209,8 @@ class PlcSim:
                                 "seq": seq,
                                 "obs": _traced(obs),
                                 "action": np.asarray(action, float).reshape(-1).tolist(),
+                                "status": int(await nodes.status.read_value()),
+                                "t": time.monotonic(),
                             }
                         )
                         + "\n"

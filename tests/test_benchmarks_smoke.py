@@ -236,3 +236,21 @@ def test_loop_under_load_benchmark_smoke(cartpole_all, tmp_path: Path) -> None:
     if len(rows) == 2:  # a machine where the process may use SCHED_FIFO
         assert (rows[1]["realtime"], rows[1]["cycles"]) == (True, 40)
         assert rows[1]["scheduler"] == "SCHED_FIFO 50 (--realtime)"
+
+
+@integration
+def test_fault_responses_benchmark_smoke(cartpole_all, tmp_path: Path) -> None:
+    from benchmarks.fault_responses import main
+
+    _, root = cartpole_all
+    data = main(["--artifact", str(root / "int8"), "--episodes", "1", "--rates", "0.1", "--classes",
+                 "deadline_miss", "--period-ms", "20", "--out", str(tmp_path)])  # fmt: skip
+    for ext in ("json", "md", "png"):
+        assert (tmp_path / f"fault_responses.{ext}").stat().st_size > 0
+    # a Discrete action: no ramp; the baseline first
+    assert [(r["fault"], r["response"]) for r in data["rows"]] == [
+        ("none", "-"),
+        ("deadline_miss", "safe"),
+        ("deadline_miss", "hold"),
+    ]
+    assert data["rows"][2]["held"] > 0 and data["rows"][1]["held"] == 0

@@ -8,6 +8,7 @@ exported once for the module; every closed loop is checked against `rl2edge eval
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import subprocess
 import time
@@ -328,3 +329,58 @@ def test_a_manifest_whose_key_sizes_differ_from_the_models_inputs_is_refused_by_
         ManifestError, match="model input 'lidar' takes 24 values; the manifest's key 'lidar' has 23"
     ):
         Policy.load(art, isolate=isolate)
+
+
+@pytest.mark.integration  # 2 x 10 s: the integration tier, which CI runs too
+@pytest.mark.parametrize("response", ["hold", "ramp"])
+def test_injected_deadline_misses_get_the_maps_response_in_the_plcs_trace(
+    agv_art: Path, tmp_path: Path, response: str
+) -> None:
+    """serve --inject-faults deadline_miss:0.15 against plc-sim (lockstep, --trace): each plant step's
+    action and status as the PLC saw them. hold: the action of the step before, status 3 + 16, for at most
+    hold_ms of the fault, then the safe action with status 3. ramp: each step moves toward the safe action
+    by at most ramp_rate x the time between the plant's steps (+ 10 ms for the gap between serve's write and
+    the plant's read), status 3 + 32 until it arrives. Healthy steps: status 0."""
+    url = f"opc.tcp://127.0.0.1:{free_port()}"
+    trace, summary = tmp_path / "trace.jsonl", tmp_path / "serve.json"
+    node_map = {
+        **_plc_sim_map(_per_key()),
+        "safe_action": [0.0, 0.0],
+        "fault_response": {"deadline_miss": response},
+    }
+    node_map |= {"hold_ms": 30} if response == "hold" else {"ramp_rate": [1.0, 2.0]}
+    (tmp_path / "map.yaml").write_text(yaml.safe_dump(node_map))
+    sim_args = ["plc-sim", "--env", AGV, "--endpoint", url, "--seed", str(SEED), "--episodes", "1",
+                "--trace", str(trace)]  # fmt: skip
+    with running(sim_args, tmp_path / "sim.log", SIM_ENV) as sim:
+        wait_for_server(url)
+        serve = _serve(agv_art, url, summary, "--map", str(tmp_path / "map.yaml"), "--inject-faults",
+                       "deadline_miss:0.15", "--fault-seed", "3")  # fmt: skip
+        with running(serve, tmp_path / "serve.log") as proc:
+            assert sim.wait(timeout=180) == 0, (tmp_path / "sim.log").read_text()
+            assert stop(proc) == 0, (tmp_path / "serve.log").read_text()
+    rows = [json.loads(line) for line in trace.read_text().splitlines()]
+    statuses = [r["status"] for r in rows]
+    assert set(statuses) <= {0, 3, 3 + 16, 3 + 32}, sorted(set(statuses))
+    flagged = 3 + (16 if response == "hold" else 32)
+    assert statuses.count(flagged) >= 5, statuses  # the response ran, not only the safe action
+    s = json.loads(summary.read_text())
+    assert s[{"hold": "held", "ramp": "ramped"}[response]] >= statuses.count(flagged)
+    run_start = None
+    for prev, row in itertools.pairwise(rows):
+        a, b = np.array(prev["action"]), np.array(row["action"])
+        if row["status"] == 0:
+            run_start = None
+            continue
+        run_start = row["t"] if run_start is None else run_start
+        if row["status"] == 3 + 16:  # held: exactly the action the plant had
+            assert np.array_equal(b, a), (prev, row)
+            assert row["t"] - run_start <= 0.030 + 0.010, (row["t"] - run_start, row)
+        elif row["status"] == 3 + 32:  # ramping: within the rate, toward zero
+            bound = np.array([1.0, 2.0]) * (row["t"] - prev["t"] + 0.010)
+            assert (np.abs(b - a) <= bound + 1e-6).all() and (np.abs(b) <= np.abs(a) + 1e-6).all(), (
+                prev,
+                row,
+            )
+        else:  # the response is spent: the safe action
+            assert np.array_equal(b, [0.0, 0.0]), row

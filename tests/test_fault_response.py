@@ -115,3 +115,39 @@ def test_a_ramp_for_a_discrete_action_or_of_the_wrong_length_is_refused() -> Non
         FaultResponder(ramp, [0.0], discrete=True)
     with pytest.raises(ConfigError, match="ramp_rate has 2 values; the action has 3 components"):
         FaultResponder(ramp, [0.0, 0.0, 0.0], discrete=False)
+
+
+@pytest.mark.integration  # 10 s: the integration tier, which CI runs too
+def test_evaluate_injects_faults_and_answers_them_as_the_map_says(cartpole_all, tmp_path: Path) -> None:
+    """`rl2edge evaluate --inject-faults` through the real main(): the map's hold for deadline misses, the
+    default (safe) for invalid observations, counted; the same seeds without faults for comparison."""
+    import json
+
+    from testkit.cli import assert_clean_failure, rl2edge
+
+    _, root = cartpole_all
+    node_map = tmp_path / "map.yaml"
+    node_map.write_text(
+        "observation: ns=2;s=O\nobservation_seq: ns=2;s=S\naction: ns=2;s=A\naction_seq: ns=2;s=AS\n"
+        "heartbeat: ns=2;s=H\nstatus: ns=2;s=St\nsafe_action: 0\nfault_response: {deadline_miss: hold}\n"
+        "hold_ms: 40\n"
+    )
+    args = ["evaluate", root / "fp32", "--episodes", "3", "--json"]
+    proc = rl2edge(*args, "--inject-faults", "deadline_miss:0.05,invalid:0.02", "--map", node_map)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    faults = out["faults"]
+    assert faults["responses"] == {
+        "deadline_miss": "hold",
+        "invalid": "safe",
+        "stale": "safe",
+        "inference_error": "safe",
+    }
+    assert faults["steps"] == sum(out["lengths"]) and 0.04 < faults["injected"] / faults["steps"] < 0.10, (
+        faults
+    )
+    assert 0 < faults["held"] < faults["injected"] and faults["ramped"] == 0
+    clean = json.loads(rl2edge(*args).stdout)
+    assert "faults" not in clean and len(clean["returns"]) == 3
+    assert_clean_failure(rl2edge(*args, "--inject-faults", "late:0.1"), "give CLASS:RATE pairs")
+    assert_clean_failure(rl2edge(*args, "--map", node_map), "--map applies with --inject-faults")

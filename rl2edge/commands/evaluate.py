@@ -40,6 +40,20 @@ def add_parser(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
     v.add_argument(
         "--json", action="store_true", help="print one JSON object (mean_return, std_return, returns, ...)"
     )
+    f = v.add_argument_group("fault injection (docs/serving.md, 'Fault responses')")
+    f.add_argument(
+        "--inject-faults",
+        metavar="CLASS:RATE,...",
+        help="inject faults per step, e.g. deadline_miss:0.05,invalid:0.01, answered as the node map says",
+    )
+    f.add_argument("--map", help="node map whose fault_response, hold_ms, ramp_rate and safe_action apply")
+    f.add_argument(
+        "--period-ms",
+        type=float,
+        default=20.0,
+        help="the plant's step, the clock of hold_ms and ramp_rate (20)",
+    )
+    f.add_argument("--fault-seed", type=int, default=0, help="seed of the injected faults (default: 0)")
     v.set_defaults(func=run)
 
 
@@ -60,7 +74,13 @@ def run(args: argparse.Namespace) -> int:
     if args.env is None:
         args.env = _trained_env(policy.manifest.data, args.artifact)
         check_env_id(args.env)
-    result = evaluate(policy.predict, args.env, args.episodes, args.seed)
+    act, on_reset, faults = policy.predict, None, None
+    if args.inject_faults:
+        faults = _injected(policy, args)
+        act, on_reset = faults, faults.reset
+    elif args.map:
+        raise ConfigError("--map applies with --inject-faults (the fault responses it chooses)")
+    result = evaluate(act, args.env, args.episodes, args.seed, on_reset=on_reset)
     out = {
         "artifact": str(args.artifact),
         "env_id": args.env,
@@ -73,6 +93,13 @@ def run(args: argparse.Namespace) -> int:
         "returns": result.returns,
         "lengths": result.lengths,
     }
+    if faults is not None:
+        out["faults"] = {
+            "injected": args.inject_faults,
+            "responses": faults.responder.responses,
+            "period_ms": args.period_ms,
+            **faults.counts(),
+        }
     if args.json:
         print(json.dumps(out))
     else:
@@ -91,6 +118,22 @@ def run(args: argparse.Namespace) -> int:
             )
         )
     return 0
+
+
+def _injected(policy: Any, args: argparse.Namespace) -> Any:
+    """policy.predict with the faults of --inject-faults, answered as --map's fault responses say."""
+    from rl2edge.plc_bridge.fault_injection import FaultInjector, InjectedFaults, parse_injection
+    from rl2edge.plc_bridge.fault_response import FaultResponder
+    from rl2edge.plc_bridge.nodemap import default_node_map, load_node_map
+    from rl2edge.plc_bridge.observation_guard import resolve_safe_action
+
+    if not 1 <= args.period_ms <= 60_000:
+        raise ConfigError(f"--period-ms {args.period_ms:g}: choose a period from 1 to 60000 ms")
+    node_map = load_node_map(args.map) if args.map else default_node_map()
+    safe = resolve_safe_action(policy, node_map.safe_action)
+    responder = FaultResponder(node_map.fault_responses, safe, policy.discrete)
+    injector = FaultInjector(parse_injection(args.inject_faults, args.fault_seed))
+    return InjectedFaults(policy.predict, responder, injector, args.period_ms / 1e3)
 
 
 def _trained_env(manifest: dict[str, Any], artifact: str) -> str:

@@ -19,6 +19,7 @@ from rl2edge.commands.common import (
 )
 from rl2edge.commands.config_file import add_config_option
 from rl2edge.errors import ConfigError
+from rl2edge.plc_bridge.fault_injection import parse_injection
 from rl2edge.plc_bridge.realtime import (
     DEFAULT_PRIORITY,
     RealtimeConfig,
@@ -95,6 +96,12 @@ def add_parser(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
         "after start-up and run after each write; needs CAP_SYS_NICE or an rtprio limit, and a memlock limit",
     )
     r.add_argument("--cpu-affinity", metavar="CPUS", help="run on these CPUs only: 3, 2,3 or 2-3")
+    r.add_argument(
+        "--inject-faults",
+        metavar="CLASS:RATE,...",
+        help="commissioning only: inject faults per cycle (e.g. deadline_miss:0.05), answered as the map says",
+    )
+    r.add_argument("--fault-seed", type=int, default=0, help="seed of --inject-faults (default: 0)")
 
     u = s.add_argument_group("policy updates (SIGHUP, --watch)")
     u.add_argument(
@@ -202,8 +209,15 @@ def run(args: argparse.Namespace) -> int:
         mode=args.mode,
         spin_ms=args.spin_ms,
         gc_after_write=args.realtime is not None,
+        inject_faults=parse_injection(args.inject_faults, args.fault_seed) if args.inject_faults else None,
         realtime=rt_state.to_json(),
     )
+    if cfg.inject_faults is not None:
+        _logger.warning(
+            "COMMISSIONING: injecting faults (%s, seed %d); never in production",
+            args.inject_faults,
+            args.fault_seed,
+        )
     service = ServeService(
         policy,
         bridge,

@@ -34,16 +34,20 @@ def evaluate(
     seed: int,
     max_steps: int | None = None,
     on_step: Callable[[np.ndarray], None] | None = None,
+    on_reset: Callable[[], None] | None = None,
 ) -> EvalResult:
     """Run `act` (raw observation in, env action out) for `episodes` episodes; episode i uses seed+i.
 
-    `on_step` sees every raw observation (export uses it to collect calibration data).
+    `on_step` sees every raw observation (export uses it to collect calibration data); `on_reset` is called
+    at each episode's start (an act function that keeps state across steps resets it there).
     """
     env = make_env(env_id)
     returns, lengths = [], []
     try:
         for i in range(episodes):
             obs, _ = env.reset(seed=seed + i)
+            if on_reset is not None:
+                on_reset()
             done, total, steps = False, 0.0, 0
             while not done:
                 if on_step is not None:

@@ -38,7 +38,8 @@ def run_cell(
         result = evaluate(policy.predict, env_id, episodes, args.seed)
         return {"fault": "none", "rate": 0.0, "response": "-", "returns": result.returns, "injected": 0,
                 "held": 0, "ramped": 0}  # fmt: skip
-    responses = FaultResponses({fault: response}, args.hold_ms, tuple(args.ramp_rate))
+    rate_limit = None if policy.discrete else tuple(args.ramp_rate)
+    responses = FaultResponses({fault: response}, args.hold_ms, rate_limit)
     responder = FaultResponder(responses, resolve_safe_action(policy, None), policy.discrete)
     injector = FaultInjector(FaultInjection(((fault, rate),), args.fault_seed))
     act = InjectedFaults(policy.predict, responder, injector, args.period_ms / 1e3)

@@ -109,9 +109,9 @@ class FaultResponder:
         self.by_status = {code: responses.response(name, discrete) for name, code in FAULT_CLASSES.items()}
         self.hold_s = responses.hold_ms / 1e3
         self.rate: np.ndarray | None = None
-        if responses.ramp_rate is not None:
-            if discrete and "ramp" in self.by_status.values():
-                raise ConfigError("a ramp response needs Box actions; a Discrete action can hold or go safe")
+        if discrete and "ramp" in self.by_status.values():
+            raise ConfigError("a ramp response needs Box actions; a Discrete action can hold or go safe")
+        if responses.ramp_rate is not None and not discrete:
             rate = np.asarray(responses.ramp_rate, np.float64)
             if rate.size not in (1, self.safe.size):
                 raise ConfigError(

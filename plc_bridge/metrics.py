@@ -318,7 +318,15 @@ class ServeMetrics:
             by_status.add_metric([status.name.lower()], n[field])
         yield by_status
         for name, doc in (
-            ("deadline_misses", "Cycles past their deadline (the safe action was written)"),
+            (
+                "deadline_misses",
+                "Cycles past their deadline (answered as the node map's fault_response says)",
+            ),
+            ("held", "Fault cycles that repeated the last action (fault_response: hold)"),
+            (
+                "ramped",
+                "Fault cycles that wrote a step of the ramp toward the safe action (fault_response: ramp)",
+            ),
             ("write_rejected", "Cycles whose write the PLC refused"),
             ("bad_quality", "Cycles whose observation or sequence number had Bad/Uncertain quality"),
             ("skipped_slots", "Periods skipped because a cycle overran"),

@@ -65,6 +65,8 @@ COUNTERS = {  # summary key -> metric sample
     "deadline_misses": ("rl2edge_deadline_misses_total", ()),
     "inference_errors": ("rl2edge_cycles_total", (("status", "inference_error"),)),
     "write_rejected": ("rl2edge_write_rejected_total", ()),
+    "held": ("rl2edge_held_total", ()),
+    "ramped": ("rl2edge_ramped_total", ()),
     "reconnects": ("rl2edge_reconnects_total", ()),
     "connection_losses": ("rl2edge_connection_losses_total", ()),
     "skipped_slots": ("rl2edge_skipped_slots_total", ()),

@@ -100,13 +100,27 @@ def serve_once(
         "latency_ms": s["latency_ms"],
         "cpu_ms_per_cycle": s["cpu_ms_per_cycle"],
         "scheduler": s["realtime"]["scheduler"],
+        "stale": s["stale"],
+        "stale_after": s["stale_after"],
     }
 
 
-def measure(artifact: Path, period_ms: float, load: str, cycles: int, realtime: bool) -> dict[str, Any]:
-    with tempfile.TemporaryDirectory() as tmp, plc(period_ms, Path(tmp)) as url, neighbours(load):
+def measure(
+    artifact: Path,
+    period_ms: float,
+    load: str,
+    cycles: int,
+    realtime: bool,
+    plc_period_ms: float | None = None,
+) -> dict[str, Any]:
+    """One serve run; the plant publishes every `plc_period_ms` (default: serve's period)."""
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        plc(plc_period_ms or period_ms, Path(tmp)) as url,
+        neighbours(load),
+    ):
         row = serve_once(artifact, url, period_ms, cycles, realtime, Path(tmp))
-    row.update(period_ms=period_ms, load=load, realtime=realtime)
+    row.update(period_ms=period_ms, load=load, realtime=realtime, plc_period_ms=plc_period_ms or period_ms)
     _logger.info(
         "%g ms, load %s, realtime %s: %d misses of %d, p99 %.2f ms, max %.2f ms",
         period_ms, load, realtime, row["deadline_misses"], row["cycles"], row["latency_ms"]["p99"],
@@ -150,6 +164,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--periods", default="10,20")
     p.add_argument("--loads", default="0,1,2,2+mem")
     p.add_argument("--must-show-cycles", type=int, default=0)
+    p.add_argument(
+        "--slow-plant-cycles",
+        type=int,
+        default=0,
+        help="also serve a 10 Hz plant at 20 ms this long (stale count)",
+    )
     p.add_argument("--out", default=str(RESULTS))
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
@@ -169,11 +189,20 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         if args.must_show_cycles
         else []
     )
+    slow = (
+        [measure(artifact, 20.0, "0", args.slow_plant_cycles, False, 100.0)] if args.slow_plant_cycles else []
+    )
     md = table(rows)
     if must_show:
         md += f"\n\nThe issue's pair: 10 ms period and deadline, two busy cores, {args.must_show_cycles} cycles.\n\n"
         md += table(must_show)
-    data = {"rows": rows, "must_show": must_show, "cycles": args.cycles, "plc_sim_fifo": bool(_fifo(40)),
+    if slow:
+        r = slow[0]
+        md += (
+            f"\n\nA 10 Hz plant (plc-sim publishing every 100 ms) served at a 20 ms period for {r['cycles']} cycles: "
+            f"{r['stale']} stale, {r['deadline_misses']} deadline misses; staleness rule in force: {r['stale_after']}."
+        )
+    data = {"rows": rows, "must_show": must_show, "slow_plant": slow, "cycles": args.cycles, "plc_sim_fifo": bool(_fifo(40)),
             "cores": os.cpu_count()}  # fmt: skip
     out = Path(args.out)
     write_results("loop_under_load", data, md, out)

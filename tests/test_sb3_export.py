@@ -388,11 +388,8 @@ def test_multi_input_ppo_with_a_camera_key_matches_sb3_predict_in_every_mode(tmp
         {"name": "rate", "shape": [1, 1]},
     ]
     assert m["verification"]["tflite_vs_source"]["max_abs_error"] <= 1e-4
-    for mode in (
-        "fp16",
-        "dynamic",
-        "int8",
-    ):  # the export's own return criterion held, or it would have failed
+    # the export's own return criterion held in every mode, or it would have failed
+    for mode in ("fp16", "dynamic", "int8"):
         closed = load_manifest(tmp_path / "art" / mode).data["verification"]["closed_loop"]
         assert len(closed["this_file"]["returns"]) == OPTS["eval_episodes"], mode
 

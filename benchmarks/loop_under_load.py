@@ -33,6 +33,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.common import RESULTS, markdown_table, pyplot, save_figure, write_results
+from rl2edge.plc_bridge.realtime import may_lock_memory
 from rl2edge.plc_bridge.sim import free_port
 from testkit.plc import wait_for_server
 
@@ -176,9 +177,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     logging.getLogger("asyncua").setLevel(logging.WARNING)  # the readiness probe's client
     artifact = Path(args.artifact)
     # where this process may not use SCHED_FIFO, --realtime is refused (one line): the default arm alone
-    arms = (False, True) if _fifo(1) else (False,)
+    arms = (False, True) if _fifo(1) and may_lock_memory() else (False,)
     if len(arms) == 1:
-        _logger.warning("this process may not use SCHED_FIFO: measuring without --realtime only")
+        _logger.warning(
+            "this process may not use SCHED_FIFO or lock its memory: measuring without --realtime only"
+        )
     rows = []
     for period in (float(x) for x in args.periods.split(",")):
         for load in args.loads.split(","):

@@ -144,8 +144,12 @@ class FaultResponder:
         """Continue another policy's record of what was written (a policy swap is no new session)."""
         self.last, self.fault_since, self._last_t = other.last, other.fault_since, other._last_t
 
-    def respond(self, status: CycleStatus, action: Sequence[float], now: float) -> tuple[list[float], int]:
-        """(the action to write, the status code to write) for this cycle."""
+    def respond(
+        self, status: CycleStatus, action: Sequence[float], now: float, fault_began: float | None = None
+    ) -> tuple[list[float], int]:
+        """(the action to write, the status code to write) for this cycle. `fault_began`: when this cycle's
+        fault began, if earlier than `now` (a deadline miss begins at the deadline, not when the late reply
+        arrives): a hold never outlasts `hold_ms` of the fault."""
         if status == CycleStatus.OK:
             self.last, self.fault_since, self._last_t = np.asarray(action, np.float64), None, now
             return list(action), int(status)
@@ -156,7 +160,7 @@ class FaultResponder:
             self.last, self.fault_since, self._last_t = None, None, now
             return self.safe.tolist(), int(status)
         if self.fault_since is None:
-            self.fault_since = now
+            self.fault_since = now if fault_began is None else min(now, fault_began)
         out, code = self.safe, int(status)
         if self.last is not None:
             if response == "hold" and now - self.fault_since <= self.hold_s:

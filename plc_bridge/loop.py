@@ -6,8 +6,10 @@ status with the sequence number they answer. Latency is measured from the cycle'
 cycle counts as late.
 
 What goes wrong is sorted by what it means:
-- the data (Bad/Uncertain quality, NaN, out of range, stale, a deadline miss, an inference error): the
-  safe action and a status code, logged on each transition and counted; the loop keeps cycling;
+- the data (Bad/Uncertain quality, NaN, out of range, stale, a deadline miss, an inference error): what
+  the node map's fault response chooses (the safe action, the last action held, or a ramp to the safe
+  action; plc_bridge.fault_response) and a status code, logged on each transition and counted; the loop
+  keeps cycling;
 - the PLC refusing a written value (WRITE_REJECTED): the safe action where it can still be written, no
   answered sequence number (the PLC does not step), counted; not a reconnect;
 - the connection lost: reconnect with a backoff that grows until a cycle completes again;
@@ -15,8 +17,8 @@ What goes wrong is sorted by what it means:
   connect, a `ConfigError` (one line, exit 2); after the loop has run, retried with backoff and logged,
   since a PLC whose program is being downloaded loses its nodes for a while.
 
-Every cycle that read a valid sequence number answers it, with the policy's action (OK) or the safe one
-(any fault status). STARTUP and SHUTDOWN answer nothing: they write the safe action and the status and
+Every cycle that read a valid sequence number answers it, with the policy's action (OK) or the fault
+response's (any fault status). STARTUP and SHUTDOWN answer nothing: they write the safe action and the status and
 leave the answered sequence number as it is.
 """
 
@@ -245,8 +247,8 @@ class ControlLoop:
             self.install(serving)
         # A PLC that stops answering (TCP open, no replies) holds the read or the write until the request
         # timeout, far past the deadline: the miss is counted and logged when the deadline passes, and the
-        # safe action goes out with the first write that gets through (this cycle's, late, or STARTUP's
-        # after a reconnect).
+        # fault response (a hold counted from the deadline) goes out with the first write that gets through
+        # (this cycle's, late, or STARTUP's safe action after a reconnect).
         self._cycle_state.phase, self._cycle_state.missed = "read", False
         watchdog = loop.call_at(scheduled + self.cfg.deadline_ms / 1e3, self._deadline_passed)
         try:
@@ -267,7 +269,7 @@ class ControlLoop:
             )
         )
         if self._gc is not None:
-            self._gc.after_write()
+            self._gc.collect_if_due()
 
     def _deadline_passed(self) -> None:
         self.link.progress_at = time.monotonic()  # the loop noticed: alive, whatever the PLC does
@@ -297,21 +299,18 @@ class ControlLoop:
                 injected = self._injector.draw()
                 if injected is not None:  # the policy's action stands as the decision the fault overtook
                     status, detail = injected, "injected by --inject-faults"
-                    if injected == CycleStatus.DEADLINE_MISS:
-                        self.counters.deadline_misses += 1
-        late_ms = (loop.time() - scheduled) * 1e3
+        now = loop.time()
+        late_ms = (now - scheduled) * 1e3
+        fault_began = now
         if late_ms > self.cfg.deadline_ms:
             status, action, detail = (
                 CycleStatus.DEADLINE_MISS,
                 self.safe_action,
                 f"inference done {late_ms:.1f} ms after the cycle start",
             )
+            fault_began = scheduled + self.cfg.deadline_ms / 1e3  # a hold counts from the deadline
         # the map's response to a fault: the safe action, the last action held, or a ramp toward safe
-        action, code = self.serving.faults.respond(status, action, loop.time())
-        if code & HELD:
-            self.counters.held += 1
-        elif code & RAMPING:
-            self.counters.ramped += 1
+        action, code = self.serving.faults.respond(status, action, now, fault_began)
         seq = reading.sequence
         self._cycle_state.phase = "write"
         try:
@@ -322,6 +321,10 @@ class ControlLoop:
             problem = f"the PLC refused {', '.join(result.refused)}" if result.refused else ""
         except ValueError as exc:  # a value that does not fit its node's type (ranges are checked at connect)
             problem = f"a value does not fit its node: {exc}"
+        if not problem and code & HELD:
+            self.counters.held += 1
+        elif not problem and code & RAMPING:
+            self.counters.ramped += 1
         if problem:
             status, detail = CycleStatus.WRITE_REJECTED, problem
             self.serving.faults.forget()
@@ -339,7 +342,8 @@ class ControlLoop:
             status = CycleStatus.DEADLINE_MISS
         else:
             self.counters.cycles += 1
-            if latency_ms > self.cfg.deadline_ms:  # past the deadline before the watchdog's turn came
+            if latency_ms > self.cfg.deadline_ms or status == CycleStatus.DEADLINE_MISS:
+                # past the deadline before the watchdog's turn came, or a miss --inject-faults drew
                 self.counters.deadline_misses += 1
                 if status != CycleStatus.DEADLINE_MISS:
                     detail = f"cycle took {latency_ms:.1f} ms"
@@ -358,6 +362,8 @@ class ControlLoop:
                 break
             self.link.connected = True
             self.guard.reset()
+            if self._gc is not None:  # connected: what start-up made stays out of every collection
+                self._gc.freeze()
             cycles_before = self.counters.cycles
             try:
                 if self.cfg.mode == "subscription":
@@ -487,6 +493,8 @@ class ControlLoop:
                         attempt,
                         link.backoff_s,
                     )
+                if self._gc is not None:  # no cycles run while the PLC is away: collect in the wait
+                    self._gc.collect_if_due()
                 if await _wait(stop, link.backoff_s):
                     return None
                 link.progress_at = time.monotonic()

@@ -40,7 +40,8 @@ class NodeMap:
     heartbeat: str
     status: str
     safe_action: tuple[float, ...] | None = None
-    """Written on every fault and at shutdown; None: Box -> 0 clipped to bounds, Discrete -> first index."""
+    """Written at start-up, at shutdown and on faults whose response is (or ends in) safe; None: Box -> 0
+    clipped to bounds, Discrete -> first index."""
     obs_range_tolerance: float = 0.05
     """An observation may exceed its declared [low, high] by this fraction of the range width."""
     stale_ms: float | None = None

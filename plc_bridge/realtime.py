@@ -4,9 +4,10 @@
 - SCHED_FIFO at the given priority, set before serve starts its threads and its model process, which
   inherit it (as the unit's CPUSchedulingPolicy=fifo gives every thread of the service);
 - `mlockall(MCL_CURRENT | MCL_FUTURE)`: no page fault on the cycle's path after start-up;
-- the garbage collector kept out of the cycle: everything allocated at start-up frozen (`gc.freeze`), the
-  automatic collector off, and the young generations collected in the slack after each write when the
-  allocation counts say CPython would have (`GcPacer`), so a collection never lands between read and write;
+- the garbage collector kept out of the cycle: the automatic collector off, everything allocated by
+  start-up frozen (`gc.freeze`, again once connected, when the OPC UA client and the model are loaded),
+  and the generations collected after each write (and in a reconnect's backoff) when the allocation counts
+  say CPython would have (`GcPacer`), so a collection never lands between read and write;
 - optionally, the CPUs the process may run on (`--cpu-affinity`).
 
 Each step that the process may not take is one line that says what to grant. `RealtimeState` is what was
@@ -144,7 +145,21 @@ def _scheduler(requested: bool) -> str:
     return {os.SCHED_OTHER: "SCHED_OTHER"}.get(policy, f"policy {policy}")
 
 
+def may_lock_memory() -> bool:
+    """mlockall(MCL_FUTURE) holds for the whole run only without a memlock limit (or as root): with one,
+    a later allocation (a thread's stack at a reconnect) would fail long after start-up."""
+    import resource
+
+    soft, _ = resource.getrlimit(resource.RLIMIT_MEMLOCK)
+    return os.geteuid() == 0 or soft == resource.RLIM_INFINITY
+
+
 def _lock_memory() -> None:
+    if not may_lock_memory():
+        raise ConfigError(
+            "--realtime: the memlock limit is finite (ulimit -l), and locked memory would make allocations fail "
+            f"later in the run; {_GRANT_MEMLOCK}"
+        )
     libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
     if libc.mlockall(MCL_CURRENT | MCL_FUTURE) != 0:
         err = ctypes.get_errno()
@@ -154,29 +169,34 @@ def _lock_memory() -> None:
 
 
 def _freeze_gc() -> None:
-    """Start-up's objects out of every later collection's work, and the automatic collector off: GcPacer
-    collects in the slack instead."""
-    gc.collect()
-    gc.freeze()
+    """The automatic collector off (GcPacer collects in the slack instead), and start-up's objects so far
+    out of every later collection's work."""
     gc.disable()
+    GcPacer.freeze()
 
 
 class GcPacer:
     """The collections CPython would run, run where they cost no cycle: after the write. CPython collects
-    generation g when its count passes its threshold (700, 10, 10 by default); the pacer checks the counts
-    after each write and collects the oldest generation due."""
+    generation g when its count exceeds its threshold (700, 10, 10 by default); the pacer checks the counts
+    after each write and collects the oldest generation due. The objects frozen at start-up are in no
+    collection, so a full one costs what the run has allocated since, not the imports."""
 
     def __init__(self) -> None:
         self.thresholds = gc.get_threshold()
         self.collections = 0
 
-    def after_write(self) -> None:
+    @staticmethod
+    def freeze() -> None:
+        gc.collect()
+        gc.freeze()
+
+    def collect_if_due(self) -> None:
         counts = gc.get_count()
-        if counts[0] < self.thresholds[0]:
+        if counts[0] <= self.thresholds[0]:
             return
         generation = 0
         for g in (1, 2):
-            if self.thresholds[g] and counts[g] >= self.thresholds[g]:
+            if self.thresholds[g] and counts[g] > self.thresholds[g]:
                 generation = g
         gc.collect(generation)
         self.collections += 1

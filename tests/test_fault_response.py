@@ -151,3 +151,13 @@ def test_evaluate_injects_faults_and_answers_them_as_the_map_says(cartpole_all, 
     assert "faults" not in clean and len(clean["returns"]) == 3
     assert_clean_failure(rl2edge(*args, "--inject-faults", "late:0.1"), "give CLASS:RATE pairs")
     assert_clean_failure(rl2edge(*args, "--map", node_map), "--map applies with --inject-faults")
+
+
+def test_a_hold_counts_from_the_deadline_not_from_the_late_reply() -> None:
+    """A PLC that answers the read 300 ms late: the miss began at the deadline (20 ms), so by the time the
+    late reply is written a 100 ms hold is over: the safe action, never a 300 ms old action as HELD."""
+    responder = FaultResponder(FaultResponses({"deadline_miss": "hold"}, hold_ms=100), [0.0], discrete=False)
+    responder.respond(OK, [0.7], 0.0)
+    assert responder.respond(MISS, [0.7], 0.32, fault_began=0.02) == ([0.0], 3)
+    responder.respond(OK, [0.5], 1.0)
+    assert responder.respond(MISS, [0.5], 1.05, fault_began=1.02) == ([0.5], 3 + HELD)

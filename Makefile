@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed
 STANDIN := tests/opcua_standin
 NODE_STAMP := $(STANDIN)/node_modules/.installed
 
-.PHONY: install demo test test-integration test-all test-edge test-isa wheel lint bench bench-loop bench-returns bench-a2c-rainbow bench-ray bench-throughput clean
+.PHONY: install demo test test-integration test-all test-edge test-isa wheel lint bench bench-loop bench-loop-load bench-returns bench-a2c-rainbow bench-ray bench-throughput clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -92,6 +92,10 @@ bench-ray: install
 
 bench-loop: install
 	$(PY) benchmarks/loop_latency.py --artifact demo-out/artifacts/int8
+
+# serve under load (busy and memory-hungry neighbours), without and with --realtime (some 15 minutes)
+bench-loop-load: install
+	$(PY) benchmarks/loop_under_load.py --artifact demo-out/artifacts/int8 --must-show-cycles 6000 --slow-plant-cycles 5000
 
 # Training throughput next to SB3 with the roofline line: PPO with its profile, SAC (20k) and TD3 (13k)
 # at one and at two threads per op. About 40 minutes on 2 cores.

@@ -57,8 +57,8 @@ def _algo_of(path: Path) -> str:
     name = getattr(policy_class, "__name__", str(policy_class))
     if "Cnn" in name:
         raise ExportError(
-            f"{path}: {name} is not supported yet; MlpPolicy (Box) and MultiInputPolicy (Dict of vector "
-            "keys) models are"
+            f"{path}: {name} is not supported yet; MlpPolicy (Box) and MultiInputPolicy (Dict, camera keys "
+            "included) models are"
         )
     if module.endswith("common.policies"):
         return "ppo" if "clip_range" in data or "n_epochs" in data else "a2c"
@@ -175,8 +175,16 @@ def _dict_statistics(
         raise ConfigError(f"{path} normalizes keys {unknown} that the model's observation does not have")
     raw = np.ones(observation.shape, bool)
     counts = set()
+    shapes = {k.name: k.shape for k in observation.keys}
     for key, stats in rms.items():
         part = slices[key]
+        shape = tuple(np.shape(stats.mean))
+        if len(shape) == 3 and shape != shapes[key]:
+            raise ConfigError(
+                f"{path}: key {key!r} has statistics of shape {list(shape)}, the env's frame {list(shapes[key])}: "
+                "VecNormalize saw the frames transposed; normalize before VecTransposeImage, or leave the camera "
+                "out of norm_obs_keys (SB3 scales images by 1/255 itself)"
+            )
         if np.asarray(stats.mean).size != part.stop - part.start:
             raise ConfigError(
                 f"{path}: key {key!r} has statistics of {np.asarray(stats.mean).size} values, the model's key "
@@ -195,7 +203,7 @@ def _transposed(model_shape: tuple[int, ...], env_shape: tuple[int, ...]) -> boo
     if len(env_shape) != 3 or model_shape == env_shape:
         return False
     h, w, c = env_shape
-    return c <= 4 and model_shape == (c, h, w)
+    return model_shape == (c, h, w)  # more than 4 channels: image_layout refuses it with its own message
 
 
 def _same_spaces(model: Any, env: Any) -> bool:

@@ -86,9 +86,13 @@ def uint8_input_saved_model(saved_model: Path, out_dir: Path) -> Path:
 # ARG_MAX (left alone, the converter quantizes its input: Q-values of -100..0 in steps of 0.4) and the
 # RESHAPE between the output layers and the head.
 # A Dict observation's CONCATENATION of its keys, before the normalization, stays float32 too: quantized, the
-# raw keys (lidar in metres next to cos/sin of a bearing) would share one int8 scale.
+# raw keys (lidar in metres next to cos/sin of a bearing) would share one int8 scale. So do the ops that cut
+# a key back out of the normalized vector and lay it out for its extractor (an SB3 MultiInputPolicy's
+# STRIDED_SLICE, RESHAPE, TRANSPOSE): quantized there, a camera's pixels (0..255, raw) and a normalized
+# rate (+-5) shared one scale whose range the rate set, and every pixel above 1.7 was clipped.
 FLOAT_OPS = [
     "SUB", "MUL", "ADD", "MINIMUM", "MAXIMUM", "SOFTMAX", "SUM", "MEAN", "ARG_MAX", "RESHAPE", "CONCATENATION",
+    "STRIDED_SLICE", "SLICE", "SPLIT", "SPLIT_V", "GATHER", "TRANSPOSE",
 ]  # fmt: skip
 
 # The input layer and the output layers stay float32 as well; the hidden layers between them, where almost

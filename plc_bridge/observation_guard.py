@@ -168,7 +168,13 @@ class ObservationGuard:
 
 def _labels(spec: ObservationSpec) -> list[str]:
     """A Dict observation's value names, key and index within the key, in the concatenation's order."""
-    return [f"{k.name}[{j}]" for k in spec.keys for j in range(k.size)]
+    labels = []
+    for k in spec.keys:
+        if k.is_image:  # a pixel: camera[row, column, channel] in the key's own layout
+            labels += [f"{k.name}[{', '.join(map(str, ix))}]" for ix in np.ndindex(*k.shape)]
+        else:
+            labels += [f"{k.name}[{j}]" for j in range(k.size)]
+    return labels
 
 
 def resolve_safe_action(policy: Policy, configured: tuple[float, ...] | None) -> list[float]:

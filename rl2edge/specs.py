@@ -79,6 +79,18 @@ class ObservationKey:
         every key; the graph reshapes it for its CNN."""
         return len(self.shape) == 3
 
+    @property
+    def frame_shapes(self) -> tuple[tuple[int, ...], ...]:
+        """The shapes a frame of this key is taken in, all the same values in the same order: its own, flat,
+        and without a channel axis of 1 (a grayscale frame). A transposed frame of the same size is not
+        among them: its pixels would be scrambled."""
+        shapes = [self.shape, (self.size,)]
+        if self.shape[-1] == 1:
+            shapes.append(self.shape[:-1])
+        if self.shape[0] == 1:
+            shapes.append(self.shape[1:])
+        return tuple(shapes)
+
 
 def check_key_name(name: str) -> None:
     """A key becomes a tensor name in the ONNX and TFLite files and a node map entry: an identifier."""
@@ -191,10 +203,10 @@ class ObservationSpec:
         parts = []
         for k in self.keys:
             v = np.asarray(obs[k.name])
-            if k.is_image and v.shape != k.shape:
+            if k.is_image and v.shape not in k.frame_shapes:
                 raise ObservationError(
-                    f"Dict observation key {k.name!r} is a {k.shape} frame; got shape {v.shape}. Give the "
-                    "frame in the artifact's layout (see the manifest's observation.keys)"
+                    f"Dict observation key {k.name!r} is a {k.shape} frame; got shape {v.shape}. Give it in "
+                    f"that shape, or flat in that order ({k.size} values, as a PLC array holds it)"
                 )
             if v.size != k.size:
                 raise ObservationError(

@@ -302,6 +302,23 @@ def _camera_observations(env_name: str, n: int, seed: int) -> list[dict[str, np.
     return out
 
 
+def _check_int8_camera_path(art: Path) -> None:
+    """The int8 file keeps the camera float32 from its input to its first convolution (the ops that cut it
+    out of the keys' vector and scale it are denylisted): quantized there, the pixels (0..255) and the
+    normalized rate shared one scale and the frame was clipped to 1.7 (the export's own check missed it,
+    since the untrained net's response to the camera is a few 1e-3). Its error against SB3 stays under
+    1e-3, where the clipped file's was the camera's whole effect, 2.6e-3."""
+    import tensorflow as tf
+
+    interp = tf.lite.Interpreter(model_path=str(art / "policy.tflite"))
+    dtypes = {t["index"]: np.dtype(t["dtype"]).name for t in interp.get_tensor_details()}
+    ops = interp._get_ops_details()
+    first_conv = next(i for i, op in enumerate(ops) if op["op_name"] == "CONV_2D")
+    assert "QUANTIZE" not in [op["op_name"] for op in ops[:first_conv]]
+    assert dtypes[ops[first_conv]["inputs"][0]] == "float32"
+    assert load_manifest(art).data["verification"]["tflite_vs_source"]["max_abs_error"] < 1e-3
+
+
 def _serve_over_plc_sim(tmp_path: Path, art: Path, env_id: str, keys: list[str]) -> None:
     """plc-sim (--strict) lays the Dict out one array node per key (the camera: 3,888 values, row-major
     in its HWC shape); serve, mapped per key, gives `evaluate`'s returns on the same seeds."""
@@ -407,10 +424,13 @@ def test_multi_input_ppo_with_a_camera_key_matches_sb3_predict_in_every_mode(tmp
         policy = Policy.load(tmp_path / "art" / "fp32", backend=backend)
         got = np.stack([policy.predict(obs) for obs in observations])
         assert np.abs(got - expected).max() <= 1e-4, backend
+    _check_int8_camera_path(tmp_path / "art" / "int8")
     _serve_over_plc_sim(
         tmp_path, tmp_path / "art" / "int8", "testkit.dict_envs:CameraPendulum", ["camera", "rate"]
     )
     obs = observations[0]
+    flat = {"camera": obs["camera"].reshape(-1), "rate": obs["rate"]}  # as a PLC array holds it
+    assert np.array_equal(policy.predict(flat), policy.predict(obs))
     with pytest.raises(
         ObservationError, match=r"key 'camera' is a \(36, 36, 3\) frame; got shape \(3, 36, 36\)"
     ):

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 from tqdm.auto import tqdm
 
+from rl2edge.errors import ConfigError
 from rl2edge.fileio import write_json_atomic
 from rl2edge.specs import ActionSpec, ActionTransform, ObservationSpec
 from rl2edge.train.core.checkpoint import library_versions, write_checkpoint
@@ -163,7 +164,11 @@ class TrainingRun:
         self.stop_requested = False
         self.envs = make_vec_env(env_id, cfg.n_envs)
         self.obs_spec = vec_observation_spec(self.envs)
-        refuse_image_keys(self.obs_spec)
+        try:
+            refuse_image_keys(self.obs_spec)
+        except ConfigError:
+            self.envs.close()
+            raise
         self.act_spec = action_spec(self.envs.single_action_space)
         self.discrete = self.act_spec.discrete
         self.obs_shape = self.obs_spec.shape

@@ -56,8 +56,13 @@ class SimConfig:
     action the plant applied and the status serve wrote with it (what a PLC's trace buffer would hold)."""
     security: SecurityConfig = field(default_factory=SecurityConfig)
     strict: bool = False
+    invalid_rate: float = 0.0
+    """The share of published observations whose first value is NaN (a failing sensor; fault injection
+    seeded by `seed`): serve answers them as its node map's fault response says."""
 
     def check(self) -> None:
+        if not 0.0 <= self.invalid_rate <= 1.0:
+            raise ConfigError(f"--invalid-rate {self.invalid_rate:g}: choose a share from 0 to 1")
         if self.mode not in ("lockstep", "realtime"):
             raise ConfigError(f"--mode {self.mode!r}: choose lockstep or realtime")
         from rl2edge.plc_bridge.client import check_endpoint
@@ -84,6 +89,7 @@ class PlcSim:
         cfg.check()
         self.cfg = cfg
         self.env = make_env(cfg.env_id)
+        self._faults = np.random.default_rng([cfg.seed, 7])  # --invalid-rate's draws, apart from the env's
         space = self.env.action_space
         self.discrete = hasattr(space, "n")
         self.act_dim = 1 if self.discrete else int(np.prod(space.shape))
@@ -162,6 +168,10 @@ class PlcSim:
             values = [v for key_values in per_key for v in key_values]
         else:
             values = np.asarray(obs, np.float64).reshape(-1).tolist()
+        if self.cfg.invalid_rate and self._faults.random() < self.cfg.invalid_rate:  # a failing sensor
+            values[0] = float("nan")
+            if per_key:
+                per_key[0][0] = float("nan")
         await self.nodes.observation.write_value(ua.Variant(values, ua.VariantType.Double))
         for node, key_values in zip(self.nodes.observation_keys, per_key, strict=True):
             await node.write_value(ua.Variant(key_values, ua.VariantType.Double))

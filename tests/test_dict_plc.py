@@ -331,14 +331,17 @@ def test_a_manifest_whose_key_sizes_differ_from_the_models_inputs_is_refused_by_
         Policy.load(art, isolate=isolate)
 
 
-@pytest.mark.integration  # 2 x 10 s: the integration tier, which CI runs too
-@pytest.mark.parametrize("response", ["hold", "ramp"])
-def test_injected_deadline_misses_get_the_maps_response_in_the_plcs_trace(
-    agv_art: Path, tmp_path: Path, response: str
+@pytest.mark.integration  # 3 x 10 s: the integration tier, which CI runs too
+@pytest.mark.parametrize(
+    ("response", "fault"), [("hold", "deadline_miss"), ("ramp", "deadline_miss"), ("hold", "invalid")]
+)
+def test_injected_faults_get_the_maps_response_in_the_plcs_trace(
+    agv_art: Path, tmp_path: Path, response: str, fault: str
 ) -> None:
-    """serve --inject-faults deadline_miss:0.15 against plc-sim (lockstep, --trace): each plant step's
-    action and status as the PLC saw them. hold: the action of the step before, status 3 + 16, for at most
-    hold_ms of the fault, then the safe action with status 3. ramp: each step moves toward the safe action
+    """Deadline misses injected by serve (--inject-faults deadline_miss:0.15), or a failing sensor in plc-sim
+    (--invalid-rate 0.15: a NaN published), against plc-sim (lockstep, --trace): each plant step's action
+    and status as the PLC saw them. hold: the action of the step before, status fault + 16, for at most
+    hold_ms of the fault, then the safe action with the fault's status. ramp: each step moves toward the safe action
     by at most ramp_rate x the time between the plant's steps (+ 10 ms for the gap between serve's write and
     the plant's read), status 3 + 32 until it arrives. Healthy steps: status 0."""
     url = f"opc.tcp://127.0.0.1:{free_port()}"
@@ -346,23 +349,26 @@ def test_injected_deadline_misses_get_the_maps_response_in_the_plcs_trace(
     node_map = {
         **_plc_sim_map(_per_key()),
         "safe_action": [0.0, 0.0],
-        "fault_response": {"deadline_miss": response},
+        "fault_response": {fault: response},
     }
     node_map |= {"hold_ms": 30} if response == "hold" else {"ramp_rate": [1.0, 2.0]}
     (tmp_path / "map.yaml").write_text(yaml.safe_dump(node_map))
-    sim_args = ["plc-sim", "--env", AGV, "--endpoint", url, "--seed", str(SEED), "--episodes", "1",
+    code = 3 if fault == "deadline_miss" else 1
+    sim_args = ["plc-sim", "--env", AGV, "--endpoint", url, "--seed", str(SEED), "--episodes", "3",
                 "--trace", str(trace)]  # fmt: skip
+    serve_faults = ["--inject-faults", "deadline_miss:0.15", "--fault-seed", "3"]
+    if fault == "invalid":
+        sim_args, serve_faults = [*sim_args, "--invalid-rate", "0.15"], []
     with running(sim_args, tmp_path / "sim.log", SIM_ENV) as sim:
         wait_for_server(url)
-        serve = _serve(agv_art, url, summary, "--map", str(tmp_path / "map.yaml"), "--inject-faults",
-                       "deadline_miss:0.15", "--fault-seed", "3")  # fmt: skip
+        serve = _serve(agv_art, url, summary, "--map", str(tmp_path / "map.yaml"), *serve_faults)
         with running(serve, tmp_path / "serve.log") as proc:
             assert sim.wait(timeout=180) == 0, (tmp_path / "sim.log").read_text()
             assert stop(proc) == 0, (tmp_path / "serve.log").read_text()
     rows = [json.loads(line) for line in trace.read_text().splitlines()]
     statuses = [r["status"] for r in rows]
-    assert set(statuses) <= {0, 3, 3 + 16, 3 + 32}, sorted(set(statuses))
-    flagged = 3 + (16 if response == "hold" else 32)
+    assert set(statuses) <= {0, code, code + 16, code + 32}, sorted(set(statuses))
+    flagged = code + (16 if response == "hold" else 32)
     assert statuses.count(flagged) >= 5, statuses  # the response ran, not only the safe action
     s = json.loads(summary.read_text())
     assert s[{"hold": "held", "ramp": "ramped"}[response]] >= statuses.count(flagged)
@@ -373,10 +379,10 @@ def test_injected_deadline_misses_get_the_maps_response_in_the_plcs_trace(
             run_start = None
             continue
         run_start = row["t"] if run_start is None else run_start
-        if row["status"] == 3 + 16:  # held: exactly the action the plant had
+        if row["status"] == code + 16:  # held: exactly the action the plant had
             assert np.array_equal(b, a), (prev, row)
             assert row["t"] - run_start <= 0.030 + 0.010, (row["t"] - run_start, row)
-        elif row["status"] == 3 + 32:  # ramping: within the rate, toward zero
+        elif row["status"] == code + 32:  # ramping: within the rate, toward zero
             bound = np.array([1.0, 2.0]) * (row["t"] - prev["t"] + 0.010)
             assert (np.abs(b - a) <= bound + 1e-6).all() and (np.abs(b) <= np.abs(a) + 1e-6).all(), (
                 prev,

@@ -35,7 +35,13 @@ def add_parser(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
     ps.add_argument("--episodes", type=int, help="stop after N episodes")
     ps.add_argument("--record", help='write {"returns": [...]} here when stopping')
     ps.add_argument(
-        "--trace", help="write one JSON line per plant step here: seq, observation, applied action"
+        "--trace", help="write one JSON line per plant step here: seq, observation, applied action, status"
+    )
+    ps.add_argument(
+        "--invalid-rate",
+        type=float,
+        default=0.0,
+        help="publish a NaN in this share of the observations (a failing sensor), seeded by --seed",
     )
     ps.add_argument(
         "--strict",
@@ -63,6 +69,7 @@ def run(args: argparse.Namespace) -> int:
         trace=Path(args.trace) if args.trace else None,
         security=security_config(args, "server"),
         strict=args.strict,
+        invalid_rate=args.invalid_rate,
     )
     sim = PlcSim(cfg)
     returns = run_until_signal(sim.run)

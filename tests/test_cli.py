@@ -201,8 +201,8 @@ def test_bad_values_are_one_line_errors_before_anything_runs(cartpole_all, tmp_p
     for args, fragment in cases:
         bad_map.write_text(ok_map.replace("obs_range_tolerance: 0.05", "obs_range_tolerance: abc"))
         assert_clean_failure(rl2edge(*args), fragment)
-    bad_map.write_text(ok_map.replace("stale_cycles: 5", "stale_cycles: true"))
-    assert_clean_failure(rl2edge(*serve, "--map", bad_map), "stale_cycles must be a positive integer")
+    bad_map.write_text(ok_map + "stale_ms: true\n")
+    assert_clean_failure(rl2edge(*serve, "--map", bad_map), "stale_ms must be a time in milliseconds")
     assert rl2edge("certs", "--out", tmp_path, "--name", "plc", "--host", "localhost").returncode == 0
     assert_clean_failure(rl2edge("certs", "--out", tmp_path, "--name", "plc"), "a key is never overwritten")
 

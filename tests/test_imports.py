@@ -87,6 +87,7 @@ def _modules() -> list[str]:
     return names
 
 
+@pytest.mark.integration  # 2 x 11 s: the integration tier, which CI runs too (make test stays under 15 min)
 @pytest.mark.parametrize("seed", [0, 1])
 def test_no_import_cycle_whatever_the_order(seed: int) -> None:
     """Every module of the five packages, imported in a random order in one fresh interpreter: a cycle

@@ -313,6 +313,7 @@ def test_export_freezes_the_mean_weights_and_says_so(tmp_path: Path) -> None:
 
 
 # ------------------------------------------------------------------------------------- the whole
+@pytest.mark.integration  # 25 s: the integration tier, which CI runs too (make test stays under 15 min)
 def test_tf_rainbow_traces_once_with_every_component_on_and_memory_stays_flat(tmp_path: Path) -> None:
     import psutil
 

@@ -27,6 +27,7 @@ from rl2edge.errors import CheckpointError, ExportError
 from rl2edge.export.graph_spec import HEADS, head_for
 from rl2edge.specs import ActionSpec, ActionTransform, ObservationSpec
 from rl2edge.train.core.checkpoint import Checkpoint
+from rl2edge.train.core.encoder_spec import checkpoint_normalizer
 from rl2edge.train.core.normalization import RunningNormalizer
 
 
@@ -161,7 +162,7 @@ def build_deployable(ckpt: Checkpoint, agent: Any) -> tuple[DeployablePolicy, Ru
     actor = load_actor(ckpt, agent).eval()
     observation = ObservationSpec.from_json(meta["observation_space"])
     action = ActionSpec.from_json(meta["action_space"])
-    norm = RunningNormalizer.from_dict(observation.shape, meta["normalization"])
+    norm = checkpoint_normalizer(observation, meta["normalization"])
     head = head_for(ckpt.algo, action.discrete)
     policy = DeployablePolicy(actor, norm, action, head).eval()
     return policy, norm

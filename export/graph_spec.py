@@ -56,7 +56,10 @@ def folded_description(norm: RunningNormalizer, action: ActionSpec, head: str) -
     if norm.enabled and norm.raw is not None:
         normalization["raw"] = {
             "indices": np.flatnonzero(norm.raw.reshape(-1)).tolist(),
-            "why": "left as they are (mean 0, inv_std 1, no clip): keys outside VecNormalize's norm_obs_keys",
+            "why": (
+                "left as they are (mean 0, inv_std 1, no clip): image keys, which the network scales, and "
+                "keys outside VecNormalize's norm_obs_keys"
+            ),
         }
     return {
         "normalization": normalization,

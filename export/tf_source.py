@@ -14,25 +14,11 @@ from rl2edge.errors import CheckpointError
 from rl2edge.export.source import ExportSource
 from rl2edge.specs import ActionSpec, ActionTransform, NoiseSpec, ObservationSpec
 from rl2edge.train.core.checkpoint import Checkpoint
+from rl2edge.train.core.encoder_spec import checkpoint_normalizer
 from rl2edge.train.core.normalization import RunningNormalizer
 
 if TYPE_CHECKING:
     from rl2edge.train.tf_backend.nets import DeployParts
-
-
-def _frozen_actor(dense: list[Any]) -> Any:
-    """A chain of Dense layers with its weights as graph constants. A SavedModel whose Keras 3 variables
-    are left as variables converts to a TFLite file that reads them as zeros; constants convert exactly."""
-    import tensorflow as tf
-
-    layers = [(tf.constant(d.kernel.numpy()), tf.constant(d.bias.numpy()), d.activation) for d in dense]
-
-    def actor(x):
-        for kernel, bias, activation in layers:
-            x = activation(tf.matmul(x, kernel) + bias)
-        return x
-
-    return actor
 
 
 @dataclass
@@ -58,16 +44,18 @@ def _deployable_module(parts: GraphParts, noise: NoiseSpec | None = None) -> Any
 
     from rl2edge.export.graph_spec import NOISE_INPUT, STATE_INPUT, STATE_OUTPUT
     from rl2edge.specs import ou_constants
+    from rl2edge.train.tf_backend.nets import frozen_dense
 
     net = parts.net
     mean, inv_std = (c.reshape(-1) for c in parts.norm.constants())
     clip = float(parts.norm.clip) if parts.norm.enabled else None
+    bounds = parts.norm.clip_bounds()  # per element where some are left raw (image keys): never clip pixels
     transform = ActionTransform(parts.action)
     head, obs_dim = parts.head, parts.obs_dim
-    latent = _frozen_actor(net.dense[: net.latent_depth]) if net.log_std_dense is not None else None
-    mu = _frozen_actor(net.dense[net.latent_depth :]) if latent is not None else None
-    actor = net.actor_fn if net.actor_fn is not None else _frozen_actor(net.dense)
-    log_std_layer = _frozen_actor([net.log_std_dense]) if net.log_std_dense is not None else None
+    latent = frozen_dense(net.dense[: net.latent_depth]) if net.log_std_dense is not None else None
+    mu = frozen_dense(net.dense[net.latent_depth :]) if latent is not None else None
+    actor = net.actor_fn if net.actor_fn is not None else frozen_dense(net.dense)
+    log_std_layer = frozen_dense([net.log_std_dense]) if net.log_std_dense is not None else None
     act_dim = parts.action.size
     obs_spec = lambda n, name=None: tf.TensorSpec([n, obs_dim], tf.float32, name=name)  # noqa: E731
     act_spec = lambda n, name=None: tf.TensorSpec([n, act_dim], tf.float32, name=name)  # noqa: E731
@@ -105,6 +93,9 @@ def _deployable_module(parts: GraphParts, noise: NoiseSpec | None = None) -> Any
 
         def _normalized(self, obs):
             x = (obs - tf.constant(mean)) * tf.constant(inv_std)
+            if bounds is not None:
+                limit = tf.constant(bounds.reshape(-1))
+                return tf.minimum(tf.maximum(x, -limit), limit)
             return tf.clip_by_value(x, -clip, clip) if clip is not None else x
 
         def _pre_head(self, obs):
@@ -220,7 +211,7 @@ def tf_source(ckpt: Checkpoint, agent: Any, description: dict[str, Any]) -> TFSo
     net = agent.deploy_parts(meta["network"], load)
     observation = ObservationSpec.from_json(meta["observation_space"])
     action = ActionSpec.from_json(meta["action_space"])
-    norm = RunningNormalizer.from_dict(observation.shape, meta["normalization"])
+    norm = checkpoint_normalizer(observation, meta["normalization"])
     head = head_for(ckpt.algo, action.discrete)
     keys = tuple((k.name, k.size) for k in observation.keys)
     parts = GraphParts(net, norm, action, observation.size, head, keys)

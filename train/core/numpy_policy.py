@@ -19,6 +19,8 @@ from typing import Any
 
 import numpy as np
 
+from rl2edge.train.core.numpy_encoder import EncoderWeights, NumpyEncoder
+
 LOG_2PI = math.log(2.0 * math.pi)
 
 # kernel [in, out] and bias [out] per dense layer, the head last
@@ -32,6 +34,7 @@ class RolloutWeights:
     actor: Layers
     critic: Layers
     log_std: np.ndarray | None  # Gaussian policies' state-independent log std, [act_dim]
+    encoder: EncoderWeights | None = None  # image keys' CNNs (train.core.numpy_encoder), shared by both
 
 
 class NumpyActorCritic:
@@ -44,6 +47,7 @@ class NumpyActorCritic:
         self.discrete = bool(network["discrete"])
         self._tanh = network["activation"] == "tanh"
         self._w: RolloutWeights | None = None
+        self._encoder = NumpyEncoder(network["encoder"]) if network.get("encoder") else None
 
     def load(self, weights: RolloutWeights) -> None:
         """Take a copy (the framework's arrays may be views its optimizer updates in place), contiguous and
@@ -53,6 +57,9 @@ class NumpyActorCritic:
         ]
         std = None if weights.log_std is None else np.array(weights.log_std, np.float32)
         self._w = RolloutWeights(copy(weights.actor), copy(weights.critic), std)
+        if self._encoder is not None:
+            assert weights.encoder is not None, "the network has an encoder: its weights are needed"
+            self._encoder.load(weights.encoder)
         if std is not None:
             self._std = np.exp(std)
             self._logp_const = np.float32(-std.sum() - 0.5 * LOG_2PI * std.size)
@@ -73,7 +80,8 @@ class NumpyActorCritic:
         """(action, log-prob, value) per row; `noise` [rows, width] as train.core.rollout_collector draws it."""
         w = self._w
         assert w is not None, "load() the weights first"
-        out = self._mlp(w.actor, obs)
+        h = self._features(obs)
+        out = self._mlp(w.actor, h)
         if self.discrete:
             action = (out + noise).argmax(-1)
             shifted = out - out.max(-1, keepdims=True)
@@ -83,9 +91,15 @@ class NumpyActorCritic:
             action = out + self._std * noise
             # log N(action; out, std) with (action - out) / std = noise
             logp = self._logp_const - 0.5 * np.einsum("ij,ij->i", noise, noise)
-        return action, logp.astype(np.float32, copy=False), self.value(obs)
+        return action, logp.astype(np.float32, copy=False), self._value(h)
 
     def value(self, obs: np.ndarray) -> np.ndarray:
+        return self._value(self._features(obs))
+
+    def _features(self, obs: np.ndarray) -> np.ndarray:
+        return obs if self._encoder is None else self._encoder(obs)
+
+    def _value(self, h: np.ndarray) -> np.ndarray:
         w = self._w
         assert w is not None, "load() the weights first"
-        return self._mlp(w.critic, obs)[:, 0]
+        return self._mlp(w.critic, h)[:, 0]

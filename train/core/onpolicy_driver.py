@@ -15,6 +15,7 @@ import numpy as np
 
 from rl2edge.specs import ActionSpec
 from rl2edge.train.core.config import OnPolicyConfig
+from rl2edge.train.core.encoder_spec import encoder_spec
 from rl2edge.train.core.evaluation import EvalResult
 from rl2edge.train.core.normalization import RewardScaler, RunningNormalizer
 from rl2edge.train.core.numpy_policy import RolloutWeights
@@ -93,6 +94,9 @@ def train_onpolicy(
         "activation": cfg.activation,
         "log_std_init": cfg.log_std_init,
     }
+    encoder = encoder_spec(obs_spec)
+    if encoder is not None:  # image keys: a Nature-CNN each (train.core.encoder_spec)
+        network["encoder"] = encoder
     agent = make_agent(network, cfg, seed, device)
     buffer = RolloutBuffer(cfg.n_steps, cfg.n_envs, obs_shape, discrete, act_spec.output_width)
 

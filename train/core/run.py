@@ -21,11 +21,12 @@ from rl2edge.fileio import write_json_atomic
 from rl2edge.specs import ActionSpec, ActionTransform, ObservationSpec
 from rl2edge.train.core.checkpoint import library_versions, write_checkpoint
 from rl2edge.train.core.config import RunConfig
+from rl2edge.train.core.encoder_spec import image_mask, refuse_image_keys
 from rl2edge.train.core.envs import make_vec_env, vec_observation_spec
 from rl2edge.train.core.evaluation import EvalResult, evaluate
 from rl2edge.train.core.metrics import MetricsLogger
 from rl2edge.train.core.normalization import RunningNormalizer
-from rl2edge.train.core.spaces import action_spec, refuse_image_keys
+from rl2edge.train.core.spaces import action_spec
 
 _logger = logging.getLogger(__name__)
 
@@ -165,7 +166,7 @@ class TrainingRun:
         self.envs = make_vec_env(env_id, cfg.n_envs)
         self.obs_spec = vec_observation_spec(self.envs)
         try:
-            refuse_image_keys(self.obs_spec)
+            refuse_image_keys(self.obs_spec, cfg.algo)
         except ConfigError:
             self.envs.close()
             raise
@@ -174,6 +175,7 @@ class TrainingRun:
         self.obs_shape = self.obs_spec.shape
         self.to_env = ActionTransform(self.act_spec).to_env
         self.norm = RunningNormalizer(self.obs_shape, clip=cfg.norm_obs_clip, enabled=cfg.normalize_obs)
+        self.norm.raw = image_mask(self.obs_spec)  # pixels: scaled in the network, never normalized
         self.act_fn = deterministic_fn(self.to_env, self.obs_spec.flatten)
         self.keeper = BestKeeper(cfg.keep_best)
         self.recent_returns: list[float] = []

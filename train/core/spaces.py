@@ -69,21 +69,6 @@ def _dict_spec(space: gym.spaces.Dict, units: Mapping[str, str]) -> ObservationS
     return ObservationSpec.of_keys(keys)
 
 
-def refuse_image_keys(spec: ObservationSpec) -> None:
-    """rl2edge's own networks are MLPs: an image key would be flattened into the first dense layer. The
-    artifact, the runtime and the PLC side do take image keys, from SB3's MultiInputPolicy (a Nature-CNN
-    per image key), so that is the route offered."""
-    images = [k for k in spec.keys if k.is_image]
-    if images:
-        k = images[0]
-        raise ConfigError(
-            f"Dict observation key {k.name!r} is an image {k.shape}: rl2edge's own networks do not train "
-            "image keys yet (they are MLPs). Train the policy with Stable-Baselines3's MultiInputPolicy (a "
-            "Nature-CNN per image key) and export the .zip: `rl2edge export model.zip --env ENV_ID` "
-            '(docs/export.md, "Stable-Baselines3 models")'
-        )
-
-
 def flat_space(spec: ObservationSpec) -> gym.spaces.Box:
     """The Box the network sees for a Dict observation: its keys' values, concatenated."""
     low = np.array([-np.inf if v is None else v for v in spec.low], np.float32)

@@ -18,8 +18,8 @@ def make_a2c_loss_fn(model: Any, cfg: A2CConfig) -> Any:
     import tensorflow as tf
 
     def loss_fn(obs, actions, old_logp, old_values, adv, returns, clip):
-        logp, entropy = model.log_prob_entropy(model.actor(obs), actions)
-        values = model.value(obs)
+        out, values = model.outputs(obs)
+        logp, entropy = model.log_prob_entropy(out, actions)
         pg_loss = -tf.reduce_mean(adv * logp)
         v_loss = tf.reduce_mean(tf.square(returns - values))
         ent = tf.reduce_mean(entropy)

@@ -23,6 +23,9 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from rl2edge.train.core.encoder_spec import features_dim
+from rl2edge.train.tf_backend.encoder import TFObsEncoder, copy_value
+
 LOG_2PI = math.log(2 * math.pi)
 
 
@@ -84,11 +87,14 @@ class TFActorCritic(keras.Model):
         activation: str = "tanh",
         log_std_init: float = 0.0,
         seed: int = 0,
+        encoder: dict[str, Any] | None = None,
     ):
+        """`encoder`: image keys' CNNs (train.core.encoder_spec), shared by the actor and the critic."""
         super().__init__()
         self.discrete, self.act_dim = discrete, act_dim
+        in_dim = obs_dim if encoder is None else features_dim(encoder)
         self.actor = mlp(
-            obs_dim,
+            in_dim,
             net_arch,
             activation,
             act_dim,
@@ -97,7 +103,7 @@ class TFActorCritic(keras.Model):
             orthogonal_gain=0.01,
         )
         self.critic = mlp(
-            obs_dim,
+            in_dim,
             net_arch,
             activation,
             1,
@@ -112,6 +118,9 @@ class TFActorCritic(keras.Model):
                 shape=(act_dim,), initializer=keras.initializers.Constant(log_std_init), name="log_std"
             )
         )
+        self.encoder = (
+            None if encoder is None else TFObsEncoder(encoder, iter(range(seed + 2000, seed + 2100)))
+        )
         self.built = True  # the sublayers are built from their Input shapes; nothing is deferred
 
     @classmethod
@@ -124,10 +133,22 @@ class TFActorCritic(keras.Model):
             spec["activation"],
             spec.get("log_std_init", 0.0),
             seed,
+            spec.get("encoder"),
         )
 
+    def features(self, obs: tf.Tensor) -> tf.Tensor:
+        return obs if self.encoder is None else self.encoder(obs)
+
+    def outputs(self, obs: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        """The actor's output (logits, or the Gaussian's mean) and the value, on one pass of the encoder."""
+        h = self.features(obs)
+        return self.actor(h), self.critic(h)[:, 0]
+
+    def actor_out(self, obs: tf.Tensor) -> tf.Tensor:
+        return self.actor(self.features(obs))
+
     def value(self, obs: tf.Tensor) -> tf.Tensor:
-        return self.critic(obs)[:, 0]
+        return self.critic(self.features(obs))[:, 0]
 
     def log_prob_entropy(self, out: tf.Tensor, actions: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
         """Log-probability of `actions` and the entropy, under the distribution the actor's output defines."""
@@ -151,6 +172,8 @@ class TFActorCritic(keras.Model):
                 pairs += [(f"{prefix}.{2 * i}.weight", layer.kernel), (f"{prefix}.{2 * i}.bias", layer.bias)]
         if self.log_std is not None:
             pairs.append(("log_std", self.log_std))
+        if self.encoder is not None:
+            pairs += self.encoder.pairs("encoder")
         return pairs
 
     def copy_from_torch(self, state: dict[str, Any]) -> None:
@@ -158,11 +181,24 @@ class TFActorCritic(keras.Model):
             value = np.asarray(
                 state[name].detach().cpu().numpy() if hasattr(state[name], "detach") else state[name]
             )
-            var.assign(value.T if name.endswith(".weight") else value)
+            var.assign(copy_value(name, value))
 
 
 def dense_layers(model: keras.Sequential) -> list[keras.layers.Dense]:
     return [layer for layer in model.layers if isinstance(layer, keras.layers.Dense)]
+
+
+def frozen_dense(dense: list[keras.layers.Dense]) -> Callable[[tf.Tensor], tf.Tensor]:
+    """A chain of Dense layers with its weights as graph constants. A SavedModel whose Keras 3 variables
+    are left as variables converts to a TFLite file that reads them as zeros; constants convert exactly."""
+    layers = [(tf.constant(d.kernel.numpy()), tf.constant(d.bias.numpy()), d.activation) for d in dense]
+
+    def actor(x):
+        for kernel, bias, activation in layers:
+            x = activation(tf.matmul(x, kernel) + bias)
+        return x
+
+    return actor
 
 
 @dataclass

@@ -35,6 +35,10 @@ class ActorCriticGrad:
     (allocated on first use), ready for gradient clipping and the optimizer step."""
 
     def __init__(self, policy: ActorCritic):
+        if policy.encoder is not None:  # convolutions: their arithmetic outweighs autograd's per-op cost
+            raise ValueError(
+                "the network has an image encoder (a Nature-CNN), which has no written-out backward"
+            )
         self.policy = policy
         activation = activation_of(policy.actor, policy.critic)  # one for both, as ActorCritic builds them
         self.actor = MLPGrad(policy.actor, activation)

@@ -23,6 +23,9 @@ import torch
 from torch import nn
 from torch.distributions import Categorical, Normal
 
+from rl2edge.train.core.encoder_spec import features_dim
+from rl2edge.train.torch_backend.encoder import ObsEncoder
+
 _ACTIVATIONS: dict[str, type[nn.Module]] = {"tanh": nn.Tanh, "relu": nn.ReLU}
 LOG_2PI = math.log(2 * math.pi)
 
@@ -91,13 +94,20 @@ class ActorCritic(nn.Module):
         net_arch: list[int],
         activation: str = "tanh",
         log_std_init: float = 0.0,
+        encoder: dict[str, Any] | None = None,
     ):
+        """`encoder`: the network spec's encoder (image keys, train.core.encoder_spec), shared by the actor
+        and the critic as SB3's on-policy policies share their features extractor; None: the MLPs take
+        the observation itself."""
         super().__init__()
         self.discrete = discrete
-        self.actor = mlp(obs_dim, net_arch, activation, act_dim, orthogonal_gain=0.01)
-        self.critic = mlp(obs_dim, net_arch, activation, 1, orthogonal_gain=1.0)
+        in_dim = obs_dim if encoder is None else features_dim(encoder)
+        self.actor = mlp(in_dim, net_arch, activation, act_dim, orthogonal_gain=0.01)
+        self.critic = mlp(in_dim, net_arch, activation, 1, orthogonal_gain=1.0)
         if not discrete:
             self.log_std = nn.Parameter(torch.full((act_dim,), float(log_std_init)))
+        # made last: the MLPs draw their initial weights as they always have for a seed
+        self.encoder = None if encoder is None else ObsEncoder(encoder, orthogonal=True)
 
     @classmethod
     def from_network_spec(cls, spec: dict[str, Any]) -> ActorCritic:
@@ -108,23 +118,32 @@ class ActorCritic(nn.Module):
             list(spec["net_arch"]),
             spec["activation"],
             spec.get("log_std_init", 0.0),
+            spec.get("encoder"),
         )
 
+    def features(self, obs: torch.Tensor) -> torch.Tensor:
+        """What the actor and the critic take: the observation, or its encoder's features."""
+        return obs if self.encoder is None else self.encoder(obs)
+
     def distribution(self, obs: torch.Tensor) -> Categorical | Normal:
-        out = self.actor(obs)
+        out = self.actor(self.features(obs))
         if self.discrete:
             return Categorical(logits=out, validate_args=False)
         return Normal(out, self.log_std.exp().expand_as(out), validate_args=False)
 
     def value(self, obs: torch.Tensor) -> torch.Tensor:
-        return run_mlp(self.critic, obs).squeeze(-1)
+        return self._value(self.features(obs))
+
+    def _value(self, features: torch.Tensor) -> torch.Tensor:
+        return run_mlp(self.critic, features).squeeze(-1)
 
     @torch.no_grad()
     def act(self, obs: torch.Tensor, noise: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Sample during the rollout, returning what the update needs: action, log-prob, value. `noise` is
         the sample's randomness, drawn per env by the caller (train.core.rollout_collector): Gumbel noise
         (argmax(logits + g) samples the softmax) or standard normal (mean + std * eps)."""
-        out = run_mlp(self.actor, obs)
+        h = self.features(obs)
+        out = run_mlp(self.actor, h)
         if self.discrete:
             action = (out + noise).argmax(-1)
             logp = out.log_softmax(-1).gather(-1, action[:, None])[:, 0]
@@ -133,13 +152,14 @@ class ActorCritic(nn.Module):
             logp = (
                 Normal(out, self.log_std.exp().expand_as(out), validate_args=False).log_prob(action).sum(-1)
             )
-        return action, logp, self.value(obs)
+        return action, logp, self._value(h)
 
     def evaluate_actions(
         self, obs: torch.Tensor, actions: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        terms = self.action_terms(run_mlp(self.actor, obs), actions)
-        return terms.logp, terms.entropy, self.value(obs)
+        h = self.features(obs)
+        terms = self.action_terms(run_mlp(self.actor, h), actions)
+        return terms.logp, terms.entropy, self._value(h)
 
     def action_terms(self, out: torch.Tensor, actions: torch.Tensor) -> ActionTerms:
         """Log-prob and entropy of `actions` under the distribution of the actor's output `out`, with
@@ -158,8 +178,19 @@ class ActorCritic(nn.Module):
 
     def deterministic(self, obs: torch.Tensor) -> torch.Tensor:
         """Argmax index (discrete) or the Gaussian mean in scaled units (Box): the exported head's input."""
-        out = self.actor(obs)
+        out = self.actor(self.features(obs))
         return out.argmax(-1) if self.discrete else out
+
+
+class EncodedActor(nn.Module):
+    """An actor-critic's deployable actor when it has an encoder: the encoder, then the actor's MLP."""
+
+    def __init__(self, encoder: nn.Module, actor: nn.Sequential):
+        super().__init__()
+        self.encoder, self.actor = encoder, actor
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.actor(self.encoder(obs))
 
 
 @torch.no_grad()

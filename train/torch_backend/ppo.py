@@ -16,8 +16,9 @@ from rl2edge.train.core.config import PPOConfig
 from rl2edge.train.core.numpy_policy import RolloutWeights
 from rl2edge.train.core.rollout import Minibatch
 from rl2edge.train.torch_backend.actor_critic_grad import ActorCriticGrad, ForwardPass
+from rl2edge.train.torch_backend.encoder import encoder_weights
 from rl2edge.train.torch_backend.matmul_precision import training_phase
-from rl2edge.train.torch_backend.nets import ActorCritic, clip_grad_norm
+from rl2edge.train.torch_backend.nets import ActorCritic, EncodedActor, clip_grad_norm
 from rl2edge.train.torch_backend.optim_step import clear_grads, fused_adam_step
 from rl2edge.train.torch_backend.setup import setup_torch
 from rl2edge.train.torch_backend.weights import save_safetensors, state_copy
@@ -117,7 +118,7 @@ class TorchPPO:
         samples with."""
         net = ActorCritic.from_network_spec(spec)
         load(net, "")
-        actor = net.actor
+        actor: nn.Module = net.actor if net.encoder is None else EncodedActor(net.encoder, net.actor)
         if hasattr(net, "log_std"):
             actor.register_buffer("log_std", net.log_std.detach().clone())
         return actor
@@ -176,7 +177,7 @@ class TorchPPO:
         ]
         p = self.policy
         log_std = None if p.discrete else p.log_std.detach().cpu().numpy()
-        return RolloutWeights(layers(p.actor), layers(p.critic), log_std)
+        return RolloutWeights(layers(p.actor), layers(p.critic), log_std, encoder_weights(p.encoder))
 
     @torch.no_grad()
     def deterministic(self, obs: np.ndarray) -> np.ndarray:

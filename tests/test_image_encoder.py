@@ -1,0 +1,246 @@
+"""Image keys in rl2edge's own PPO and A2C: the Nature-CNN encoder (train.core.encoder_spec) in torch,
+TensorFlow and the numpy rollout, and a camera key from `train` to an int8 file.
+
+Tolerances: a convolution sums 64-1,600 float32 products, and each backend sums them in its own order
+(oneDNN, Eigen, numpy's BLAS), so outputs agree to a few 1e-7 relative, never bit for bit; the gradients of
+a conv weight sum over the batch and every output position as well (thousands of terms): 1e-5 absolute on
+gradients of order 1e-2..1. No test compares a discrete choice where the two best logits are close.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+from rl2edge.cli import main
+from rl2edge.errors import ConfigError
+from rl2edge.runtime.policy import Policy
+from rl2edge.specs import ActionTransform, ObservationSpec
+from rl2edge.train.core.encoder_spec import encoder_spec, image_mask
+from rl2edge.train.core.numpy_policy import NumpyActorCritic
+from rl2edge.train.core.rollout import Minibatch
+from rl2edge.train.core.spaces import observation_spec
+from testkit.agents import make_agent, network
+
+pytestmark = pytest.mark.integration  # TensorFlow and training runs: the integration tier
+
+CAMERA_CARTPOLE = "testkit.dict_envs:CameraCartPole"  # 36x36x1 uint8, channel-last, and a vector key
+CAMERA_PENDULUM = "testkit.dict_envs:CameraPendulum"  # 36x36x3 uint8, channel-last, Box action
+
+# A channel-first float frame (not scaled: SB3 scales uint8 frames only) between two vector keys.
+CHW_SPACE = gym.spaces.Dict(
+    [
+        ("imu", gym.spaces.Box(-1.0, 1.0, (3,), np.float32)),
+        ("depth", gym.spaces.Box(0.0, 10.0, (2, 40, 44), np.float32)),
+        ("speed", gym.spaces.Box(-2.0, 2.0, (1,), np.float32)),
+    ]
+)
+
+
+def _samples(space: gym.Space, n: int, seed: int) -> np.ndarray:
+    space.seed(seed)
+    spec = observation_spec(space)
+    return np.stack([spec.flatten(space.sample()) for _ in range(n)]).astype(np.float32)
+
+
+def _spec_and_obs(which: str, n: int = 16) -> tuple[ObservationSpec, np.ndarray]:
+    if which == "chw":
+        return observation_spec(CHW_SPACE), _samples(CHW_SPACE, n, 0)
+    from testkit import dict_envs
+
+    env = dict_envs.CameraPendulum() if which == "hwc3" else dict_envs.CameraCartPole()
+    return observation_spec(env.observation_space), _samples(env.observation_space, n, 0)
+
+
+def _agents(spec: ObservationSpec, discrete: bool, algo: str = "ppo", **cfg: object):
+    """Torch and TF agents of one network, the TF one holding the torch one's weights."""
+    net = network(algo, spec.size, 2 if discrete else 1, discrete=discrete, encoder=encoder_spec(spec), **cfg)
+    torch_agent = make_agent(algo, "torch", net, "CartPole-v1" if discrete else "Pendulum-v1", 0)
+    tf_agent = make_agent(algo, "tf", net, "CartPole-v1" if discrete else "Pendulum-v1", 0)
+    tf_agent.policy.copy_from_torch(torch_agent.policy.state_dict())
+    return net, torch_agent, tf_agent
+
+
+@pytest.mark.parametrize(("which", "discrete"), [("hwc1", True), ("hwc3", False), ("chw", False)])
+def test_torch_tf_and_the_numpy_rollout_act_alike(which: str, discrete: bool) -> None:
+    """The rollout's numpy encoder (what PPO acts with, here and in Ray workers) against both frameworks'
+    `act` on the same weights: the same sampled actions, log-probs and values within float32 rounding."""
+    spec, obs = _spec_and_obs(which)
+    net, torch_agent, tf_agent = _agents(spec, discrete)
+    noise_rng = np.random.default_rng(1)
+    noise = noise_rng.gumbel(size=(len(obs), 2)) if discrete else noise_rng.standard_normal((len(obs), 1))
+    noise = noise.astype(np.float32)
+    numpy_policy = NumpyActorCritic(net)
+    results = {}
+    for name, agent in (("torch", torch_agent), ("tf", tf_agent)):
+        numpy_policy.load(agent.rollout_weights())
+        results[name] = agent.act(obs, noise)
+        results[f"numpy<-{name}"] = numpy_policy.act(obs, noise)
+    ref = results["torch"]
+    if discrete:  # the choice: no row may be a near tie (then a 1e-7 difference could flip it)
+        numpy_policy.load(torch_agent.rollout_weights())
+        w = numpy_policy._w
+        assert w is not None
+        perturbed = np.sort(numpy_policy._mlp(w.actor, numpy_policy._features(obs)) + noise, axis=-1)
+        assert (perturbed[:, -1] - perturbed[:, -2]).min() > 1e-3
+    for name, (action, logp, value) in results.items():
+        if discrete:
+            np.testing.assert_array_equal(action, ref[0], err_msg=name)
+        else:
+            np.testing.assert_allclose(action, ref[0], atol=1e-5, err_msg=name)
+        np.testing.assert_allclose(logp, ref[1], atol=1e-5, err_msg=name)
+        np.testing.assert_allclose(value, ref[2], atol=1e-5, err_msg=name)
+    # the encoder matters: the camera changes the value (an encoder that ignored it would pass the above)
+    moved = obs.copy()
+    moved[:, image_mask(spec)] = 0.0
+    assert np.abs(torch_agent.act(moved, noise)[2] - ref[2]).max() > 1e-4
+
+
+@pytest.mark.parametrize("algo", ["ppo", "a2c"])
+def test_torch_and_tf_give_the_same_loss_and_gradients_through_the_cnn(algo: str) -> None:
+    """The loss (PPO's clipped surrogate, A2C's) on copied weights, and every gradient, the encoder's
+    convolutions included, in both frameworks."""
+    import tensorflow as tf
+
+    spec, obs = _spec_and_obs("hwc3", 32)
+    _, torch_agent, tf_agent = _agents(spec, discrete=False, algo=algo, log_std_init=-0.3)
+    rng = np.random.default_rng(2)
+    f = lambda *s: rng.normal(size=s).astype(np.float32)  # noqa: E731
+    mb = Minibatch(obs, f(32, 1), f(32) - 1.0, f(32), f(32), f(32))
+
+    assert torch_agent.autograd, "an encoder trains through autograd (no written-out backward)"
+    loss_t, _ = torch_agent.loss(mb, 0.2)
+    torch_agent.policy.zero_grad()
+    loss_t.backward()
+    grads_t = {k: p.grad.numpy() for k, p in torch_agent.policy.named_parameters()}
+
+    with tf.GradientTape() as tape:
+        loss_f, _ = tf_agent.loss_fn(
+            mb.obs, mb.actions, mb.old_logprobs, mb.old_values, mb.advantages, mb.returns, tf.constant(0.2)
+        )
+    pairs = tf_agent.policy._pairs()
+    grads_f = tape.gradient(loss_f, [v for _, v in pairs])
+    assert sorted(name for name, _ in pairs) == sorted(grads_t)  # every parameter, the encoder's too
+    assert abs(float(loss_f) - loss_t.item()) < 1e-5
+    conv = "encoder.cnns.camera.cnn.0.weight"
+    assert np.abs(grads_t[conv]).max() > 1e-4  # the first conv learns: its gradient is not zero
+    for (name, _), g in zip(pairs, grads_f, strict=True):
+        g = g.numpy()
+        if name.endswith(".weight"):
+            g = g.transpose(3, 2, 0, 1) if g.ndim == 4 else g.T
+        np.testing.assert_allclose(g, grads_t[name], atol=1e-5, rtol=0, err_msg=name)
+
+
+def test_tf_traces_once_over_a_camera_run(tmp_path: Path) -> None:
+    """The TF agent with an encoder over a run of several updates: one trace per compiled function."""
+    from rl2edge.train.algos import build_config, train
+
+    cfg = build_config(CAMERA_CARTPOLE, overrides={"n_timesteps": 1024, "n_steps": 64, "n_envs": 4,
+                                                   "batch_size": 64, "n_epochs": 2, "eval_freq": 512,
+                                                   "eval_episodes": 1}, algo="ppo")  # fmt: skip
+    agents: list = []
+    train("tf", CAMERA_CARTPOLE, cfg, 0, tmp_path / "run", device="cpu", progress=False, agent_out=agents)
+    assert agents[0].trace_counts() == {"act": 1, "deterministic": 1, "train_step": 0, "train_many": 1}
+    assert int(agents[0].updates.numpy()) == 4 * 2 * 4  # 4 updates x 2 epochs x 4 minibatches
+
+
+def test_off_policy_algorithms_refuse_an_image_key_by_name(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """SAC (and TD3, DQN, Rainbow) have no encoder yet: refused before anything is written, naming the key
+    and the routes that work (PPO/A2C, or SB3's MultiInputPolicy)."""
+    argv = [
+        "train",
+        "--algo",
+        "sac",
+        "--env",
+        CAMERA_PENDULUM,
+        "--steps",
+        "64",
+        "--out",
+        str(tmp_path / "run"),
+    ]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert (
+        "key 'camera' is an image (36, 36, 3)" in err and "PPO and A2C" in err and "MultiInputPolicy" in err
+    )
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_frame_too_small_for_the_nature_cnn_is_refused() -> None:
+    space = gym.spaces.Dict([("cam", gym.spaces.Box(0, 255, (24, 24, 1), np.uint8))])
+    with pytest.raises(ConfigError, match=r"'cam' is a 24x24 image: .* at least 36x36"):
+        encoder_spec(observation_spec(space))
+
+
+@pytest.mark.parametrize("framework", ["torch", "tf"])
+def test_a_camera_policy_trained_here_is_the_policy_the_artifact_runs(tmp_path: Path, framework: str) -> None:
+    """Through the real main(): PPO on the colour camera and the rate gyro, exported int8. The fp32 file's
+    actions equal the trained agent's on observations it never saw, normalized by hand from the
+    checkpoint's statistics with the pixels raw (the artifact must not normalize them: training did not);
+    the int8 file keeps the frame float32 up to the first convolution; the manifest says which values are
+    left raw; the file takes the camera as one input."""
+    from rl2edge.train.algos import build_config, train
+    from rl2edge.train.core.checkpoint import load_checkpoint
+
+    run, art = tmp_path / "run", tmp_path / "art"
+    cfg = build_config(CAMERA_PENDULUM, overrides={"n_timesteps": 1024, "n_steps": 256, "n_envs": 2,
+                                                   "batch_size": 128, "n_epochs": 2, "eval_freq": 0,
+                                                   "eval_episodes": 1}, algo="ppo")  # fmt: skip
+    agents: list = []
+    run.mkdir()
+    train(framework, CAMERA_PENDULUM, cfg, 0, run, device="cpu", progress=False, agent_out=agents)
+    assert main(["export", str(run), "--quantize", "all", "--out", str(art), "--calib-episodes", "2",
+                 "--eval-episodes", "2", "--no-progress"]) == 0  # fmt: skip
+
+    meta = load_checkpoint(run).meta
+    assert meta["network"]["encoder"]["keys"][0]["image"] is True
+    spec = ObservationSpec.from_json(meta["observation_space"])
+    pixels = image_mask(spec)
+    assert pixels is not None and pixels.sum() == 36 * 36 * 3
+    stats = meta["normalization"]
+    mean, var = np.asarray(stats["mean"]), np.asarray(stats["var"])
+    assert (
+        var[pixels].std() > 0
+    )  # the statistics did move over the pixels: a file that used them would differ
+
+    from testkit import dict_envs
+
+    env = dict_envs.CameraPendulum()
+    obs = _samples(env.observation_space, 24, seed=7)
+    normalized = obs.copy()
+    vec = ~pixels
+    normalized[:, vec] = np.clip(
+        (obs[:, vec] - mean[vec]) / np.sqrt(var[vec] + stats["eps"]), -stats["clip"], stats["clip"]
+    )
+    assert meta["action_space"]["type"] == "box"
+    expected = ActionTransform(meta["action_space"]).to_env(agents[0].deterministic(normalized))
+    fp32 = Policy.load(art / "fp32")
+    for row, want in zip(obs, expected, strict=True):
+        got = fp32.predict(spec.split(row))
+        np.testing.assert_allclose(got, want, atol=1e-4)  # float32 convs in two engines; actions span +-2
+
+    manifest = json.loads((art / "int8" / "manifest.json").read_text())
+    raw = manifest["folded"]["normalization"]["raw"]["indices"]
+    assert raw == np.flatnonzero(pixels).tolist()
+    assert [k["name"] for k in manifest["model"]["input"]["keys"]] == ["camera", "rate"]
+    _assert_float_until_first_conv(art / "int8" / "policy.tflite")
+    assert manifest["verification"]["tflite_vs_source"]["max_abs_error"] < 1e-2
+
+
+def _assert_float_until_first_conv(model: Path) -> None:
+    """No QUANTIZE before the first convolution, whose input is float32: pixels (0..255, raw) and the
+    normalized rate would otherwise share one int8 scale."""
+    import tensorflow as tf
+
+    interp = tf.lite.Interpreter(model_path=str(model))
+    dtypes = {t["index"]: np.dtype(t["dtype"]).name for t in interp.get_tensor_details()}
+    ops = interp._get_ops_details()
+    first_conv = next(i for i, op in enumerate(ops) if op["op_name"] == "CONV_2D")
+    assert "QUANTIZE" not in [op["op_name"] for op in ops[:first_conv]]
+    assert dtypes[ops[first_conv]["inputs"][0]] == "float32"

@@ -1,0 +1,118 @@
+"""The observation encoder of a Dict observation with camera keys: what the network spec records of it,
+and which values of the flat observation are pixels.
+
+rl2edge's networks see one flat float32 vector, the keys concatenated in the declared order. Vector keys
+go to the MLP as they are (normalized); each image key goes through its own Nature-CNN (Mnih et al. 2015:
+conv 8x8/4 32, conv 4x4/2 64, conv 3x3/1 64, ReLU after each, then a linear layer and ReLU), as SB3's
+`MultiInputPolicy` (CombinedExtractor, `cnn_output_dim` 256) does, and the features are concatenated in
+the key order. Pixels are not normalized (the normalizer leaves them raw, as SB3's VecNormalize leaves
+image keys out of `norm_obs_keys`); a uint8 frame bounded [0, 255] is scaled by 1/255 inside the network,
+as SB3's `preprocess_obs` does. The three backends (torch, TensorFlow, the numpy rollout) build the same
+encoder from this spec.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from rl2edge.errors import ConfigError
+from rl2edge.specs import ObservationKey, ObservationSpec
+from rl2edge.train.core.normalization import RunningNormalizer
+from rl2edge.train.core.spaces import image_layout
+
+CNN_OUTPUT_DIM = 256  # SB3's CombinedExtractor default
+NATURE_CNN = ((32, 8, 4), (64, 4, 2), (64, 3, 1))  # (channels, kernel, stride) per conv layer
+IMAGE_ALGOS = ("ppo", "a2c")  # the algorithms whose networks take an encoder (train.algos names)
+
+
+def conv_out(size: int) -> int:
+    """The Nature-CNN's output height (or width) for an input of `size` (no padding)."""
+    for _, kernel, stride in NATURE_CNN:
+        size = (size - kernel) // stride + 1
+    return size
+
+
+def _is_uint8_image(k: ObservationKey) -> bool:
+    """SB3's is_image_space: uint8 with every bound 0 and 255 (then it scales by 1/255)."""
+    return k.dtype == "uint8" and all(v == 0 for v in k.low) and all(v == 255 for v in k.high)
+
+
+def chw(k: ObservationKey) -> tuple[int, int, int]:
+    """An image key's (channels, height, width): channels are the axis of 1-4 (first or last)."""
+    if image_layout(k.shape) == "HWC":
+        return k.shape[2], k.shape[0], k.shape[1]
+    return k.shape[0], k.shape[1], k.shape[2]
+
+
+def encoder_spec(spec: ObservationSpec, cnn_output_dim: int = CNN_OUTPUT_DIM) -> dict[str, Any] | None:
+    """The network spec's `encoder` entry, or None when no key is an image (the MLP takes the flat vector)."""
+    if not any(k.is_image for k in spec.keys):
+        return None
+    keys: list[dict[str, Any]] = []
+    for k in spec.keys:
+        entry: dict[str, Any] = {"name": k.name, "size": k.size}
+        if k.is_image:
+            _, h, w = chw(k)
+            if conv_out(h) < 1 or conv_out(w) < 1:
+                raise ConfigError(
+                    f"Dict observation key {k.name!r} is a {h}x{w} image: the Nature-CNN (8x8/4, 4x4/2, 3x3/1) "
+                    "needs at least 36x36 pixels. Render the camera larger, or give it as a vector key"
+                )
+            entry.update(
+                image=True,
+                shape=list(k.shape),
+                channels_last=image_layout(k.shape) == "HWC",
+                scale=1.0 / 255.0 if _is_uint8_image(k) else 1.0,
+            )
+        keys.append(entry)
+    return {"type": "nature_cnn", "keys": keys, "cnn_output_dim": int(cnn_output_dim)}
+
+
+def features_dim(encoder: dict[str, Any]) -> int:
+    """The width of the encoder's output: vector keys' sizes plus cnn_output_dim per image key."""
+    return sum(encoder["cnn_output_dim"] if k.get("image") else k["size"] for k in encoder["keys"])
+
+
+def cnn_flat_dim(key: dict[str, Any]) -> int:
+    """The flattened size of an image key's last conv layer."""
+    shape = key["shape"]
+    h, w = (shape[0], shape[1]) if key["channels_last"] else (shape[1], shape[2])
+    return NATURE_CNN[-1][0] * conv_out(h) * conv_out(w)
+
+
+def in_channels(key: dict[str, Any]) -> int:
+    return int(key["shape"][-1] if key["channels_last"] else key["shape"][0])
+
+
+def image_mask(spec: ObservationSpec) -> np.ndarray | None:
+    """The flat observation's pixels (a bool mask), which the normalizer leaves raw; None without images."""
+    if not any(k.is_image for k in spec.keys):
+        return None
+    mask = np.zeros(spec.size, bool)
+    for k, (_, part) in zip(spec.keys, spec.key_slices, strict=True):
+        mask[part] = k.is_image
+    return mask
+
+
+def checkpoint_normalizer(observation: ObservationSpec, d: dict[str, Any]) -> RunningNormalizer:
+    """A checkpoint's normalizer as training used it: its statistics, with the pixels left raw."""
+    norm = RunningNormalizer.from_dict(observation.shape, d)
+    norm.raw = image_mask(observation)
+    return norm
+
+
+def refuse_image_keys(spec: ObservationSpec, algo: str) -> None:
+    """Image keys train with the algorithms whose networks take the encoder (IMAGE_ALGOS); the others say
+    so, and name the routes that work."""
+    images = [k for k in spec.keys if k.is_image]
+    if images and algo not in IMAGE_ALGOS:
+        k = images[0]
+        raise ConfigError(
+            f"Dict observation key {k.name!r} is an image {k.shape}: rl2edge trains image keys with "
+            f"{' and '.join(a.upper() for a in IMAGE_ALGOS)} (a Nature-CNN per image key); {algo} does not "
+            "take them yet. Train with --algo ppo, or train with Stable-Baselines3's MultiInputPolicy and "
+            'export the .zip: `rl2edge export model.zip --env ENV_ID` (docs/export.md, "Stable-Baselines3 '
+            'models")'
+        )

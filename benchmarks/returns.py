@@ -8,6 +8,7 @@ numbers.
     python benchmarks/returns.py --cells sac:Pendulum-v1 --frameworks torch --seeds 0,1,2
     python benchmarks/returns.py --suite a2c-rainbow --name returns_a2c_rainbow   # A2C, Rainbow: 3 seeds
     python benchmarks/returns.py --suite agv --name returns_agv   # the AGV example (Dict), + its references
+    python benchmarks/returns.py --suite camera --name returns_camera   # a camera key (Nature-CNN), PPO
 
 Each training and each export runs in its own process (`rl2edge train`, `rl2edge export`), one at a time.
 Finished runs and artifacts under --runs-dir are reused, so an interrupted benchmark resumes where it
@@ -48,15 +49,22 @@ ZOO: dict[tuple[str, str], tuple[int, float | None]] = {
     ("sac", "MountainCarContinuous-v0"): (50_000, 94.7),
     ("ppo", "examples.agv:AgvDictEnv"): (1_000_000, None),
     ("sac", "examples.agv:AgvDictEnv"): (60_000, None),
+    ("ppo", "testkit.dict_envs:CameraCartPole"): (60_000, None),
 }
 AGV = "examples.agv:AgvDictEnv"
+CAMERA = "testkit.dict_envs:CameraCartPole"
 # Cells trained on a config file of their own instead of a preset (the example's hyperparameters).
-CONFIGS = {("ppo", AGV): "examples/agv/ppo.yml", ("sac", AGV): "examples/agv/sac.yml"}
+CONFIGS = {
+    ("ppo", AGV): "examples/agv/ppo.yml",
+    ("sac", AGV): "examples/agv/sac.yml",
+    ("ppo", CAMERA): "benchmarks/configs/ppo_camera_cartpole.yml",
+}
 SUITES = {
     "must-show": [("sac", "Pendulum-v1"), ("td3", "Pendulum-v1"), ("dqn", "CartPole-v1")],
     "zoo": [c for c in ZOO if c[0] not in ("a2c", "rainbow")],
     # A2C and Rainbow (issue #15); LunarLander's 500k Rainbow steps run as their own cell, one seed
     "agv": [("ppo", AGV), ("sac", AGV)],
+    "camera": [("ppo", CAMERA)],  # a camera key through rl2edge's own Nature-CNN
     "a2c-rainbow": [
         ("a2c", "CartPole-v1"),
         ("a2c", "Acrobot-v1"),

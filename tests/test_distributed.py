@@ -315,6 +315,8 @@ ROLLOUT_CASES = [
     ("a2c", "tf", "Pendulum-v1", {"n_envs": 3, "n_steps": 16}),  # uneven shares: 2 + 1 envs
     # some envs truncated at a step, not all: the bootstrap values' rows (2 + 1 envs)
     ("ppo", "torch", "testkit.short_envs:ShortCartPole", {"n_envs": 3, "n_steps": 32}),
+    # a camera key: the workers run the Nature-CNN in numpy (train.core.numpy_encoder), 2 + 1 envs
+    ("ppo", "torch", "testkit.dict_envs:CameraCartPole", {"n_envs": 3, "n_steps": 32}),
 ]
 
 

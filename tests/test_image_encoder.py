@@ -25,6 +25,7 @@ from rl2edge.train.core.numpy_policy import NumpyActorCritic
 from rl2edge.train.core.rollout import Minibatch
 from rl2edge.train.core.spaces import observation_spec
 from testkit.agents import make_agent, network
+from testkit.tflite_ops import assert_float_until_first_conv
 
 pytestmark = pytest.mark.integration  # TensorFlow and training runs: the integration tier
 
@@ -229,18 +230,5 @@ def test_a_camera_policy_trained_here_is_the_policy_the_artifact_runs(tmp_path: 
     raw = manifest["folded"]["normalization"]["raw"]["indices"]
     assert raw == np.flatnonzero(pixels).tolist()
     assert [k["name"] for k in manifest["model"]["input"]["keys"]] == ["camera", "rate"]
-    _assert_float_until_first_conv(art / "int8" / "policy.tflite")
+    assert_float_until_first_conv(art / "int8" / "policy.tflite")
     assert manifest["verification"]["tflite_vs_source"]["max_abs_error"] < 1e-2
-
-
-def _assert_float_until_first_conv(model: Path) -> None:
-    """No QUANTIZE before the first convolution, whose input is float32: pixels (0..255, raw) and the
-    normalized rate would otherwise share one int8 scale."""
-    import tensorflow as tf
-
-    interp = tf.lite.Interpreter(model_path=str(model))
-    dtypes = {t["index"]: np.dtype(t["dtype"]).name for t in interp.get_tensor_details()}
-    ops = interp._get_ops_details()
-    first_conv = next(i for i, op in enumerate(ops) if op["op_name"] == "CONV_2D")
-    assert "QUANTIZE" not in [op["op_name"] for op in ops[:first_conv]]
-    assert dtypes[ops[first_conv]["inputs"][0]] == "float32"

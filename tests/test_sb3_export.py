@@ -13,6 +13,7 @@ from rl2edge.export.pipeline import ExportOptions, export_source
 from rl2edge.export.sb3 import source_from_sb3
 from rl2edge.runtime import Policy, load_manifest
 from rl2edge.train.core.evaluation import random_observations
+from testkit.tflite_ops import assert_float_until_first_conv
 
 pytest.importorskip("stable_baselines3")
 
@@ -308,14 +309,7 @@ def _check_int8_camera_path(art: Path) -> None:
     normalized rate shared one scale and the frame was clipped to 1.7 (the export's own check missed it,
     since the untrained net's response to the camera is a few 1e-3). Its error against SB3 stays under
     1e-3, where the clipped file's was the camera's whole effect, 2.6e-3."""
-    import tensorflow as tf
-
-    interp = tf.lite.Interpreter(model_path=str(art / "policy.tflite"))
-    dtypes = {t["index"]: np.dtype(t["dtype"]).name for t in interp.get_tensor_details()}
-    ops = interp._get_ops_details()
-    first_conv = next(i for i, op in enumerate(ops) if op["op_name"] == "CONV_2D")
-    assert "QUANTIZE" not in [op["op_name"] for op in ops[:first_conv]]
-    assert dtypes[ops[first_conv]["inputs"][0]] == "float32"
+    assert_float_until_first_conv(art / "policy.tflite")
     assert load_manifest(art).data["verification"]["tflite_vs_source"]["max_abs_error"] < 1e-3
 
 

@@ -59,6 +59,8 @@ class Algo:
     """framework -> why --compile has nothing to add there (its update is compiled already, say)."""
     preset: str | None = None
     """The preset file (YAML keyed by env id, Zoo style); None: train/presets/<name>.yml."""
+    image_keys: bool = False
+    """Its networks take a Dict observation's image keys (a Nature-CNN each, train.core.encoder_spec)."""
 
     @property
     def label(self) -> str:
@@ -115,6 +117,7 @@ ALGOS: dict[str, Algo] = {
             "clip_unscale",
             network="actor_critic_mlp",
             on_policy=True,
+            image_keys=True,
             compiled={"torch": _TORCH_ON_COMPILED},
             compile_notes={"tf": _TF_ON_NOTE},
         ),
@@ -127,6 +130,7 @@ ALGOS: dict[str, Algo] = {
             "clip_unscale",
             network="actor_critic_mlp",
             on_policy=True,
+            image_keys=True,
             compiled={"torch": _TORCH_ON_COMPILED},
             compile_notes={"tf": _TF_ON_NOTE},
         ),
@@ -214,19 +218,22 @@ def build_config(
     return configure(row.config_class()(), env_id, row.preset_file(), config_file, overrides)
 
 
-def _discrete(env_id: str) -> bool:
+def check_env(algo: str, env_id: str) -> None:
+    """The env can be made, and its action space and image keys suit the algorithm (a clear error before
+    any work)."""
+    from rl2edge.train.core.encoder_spec import refuse_image_keys
     from rl2edge.train.core.envs import make_env
+    from rl2edge.train.core.spaces import observation_spec
 
+    row = get(algo)
     env = make_env(env_id)
     try:
-        return hasattr(env.action_space, "n")
+        row.check_action_space(hasattr(env.action_space, "n"), env_id)
+        if not row.image_keys:
+            takes = [a.name for a in ALGOS.values() if a.image_keys]
+            refuse_image_keys(observation_spec(env.observation_space), row.name, takes)
     finally:
         env.close()
-
-
-def check_env(algo: str, env_id: str) -> None:
-    """The env can be made and its action space suits the algorithm (a clear error before any work)."""
-    get(algo).check_action_space(_discrete(env_id), env_id)
 
 
 def _by_framework(field: str) -> dict[str, dict[str, list[str]]]:

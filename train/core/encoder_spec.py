@@ -24,7 +24,6 @@ from rl2edge.train.core.spaces import image_layout
 
 CNN_OUTPUT_DIM = 256  # SB3's CombinedExtractor default
 NATURE_CNN = ((32, 8, 4), (64, 4, 2), (64, 3, 1))  # (channels, kernel, stride) per conv layer
-IMAGE_ALGOS = ("ppo", "a2c")  # the algorithms whose networks take an encoder (train.algos names)
 
 
 def conv_out(size: int) -> int:
@@ -103,16 +102,16 @@ def checkpoint_normalizer(observation: ObservationSpec, d: dict[str, Any]) -> Ru
     return norm
 
 
-def refuse_image_keys(spec: ObservationSpec, algo: str) -> None:
-    """Image keys train with the algorithms whose networks take the encoder (IMAGE_ALGOS); the others say
-    so, and name the routes that work."""
+def refuse_image_keys(spec: ObservationSpec, algo: str, takes: list[str]) -> None:
+    """Refuse an image key for `algo`, whose networks take no encoder, naming the algorithms that do
+    (`takes`, train.algos' rows with image_keys) and the SB3 route."""
     images = [k for k in spec.keys if k.is_image]
-    if images and algo not in IMAGE_ALGOS:
+    if images:
         k = images[0]
         raise ConfigError(
             f"Dict observation key {k.name!r} is an image {k.shape}: rl2edge trains image keys with "
-            f"{' and '.join(a.upper() for a in IMAGE_ALGOS)} (a Nature-CNN per image key); {algo} does not "
-            "take them yet. Train with --algo ppo, or train with Stable-Baselines3's MultiInputPolicy and "
-            'export the .zip: `rl2edge export model.zip --env ENV_ID` (docs/export.md, "Stable-Baselines3 '
+            f"{' and '.join(a.upper() for a in takes)} (a Nature-CNN per image key); {algo.upper()} does not "
+            f"take them yet. Train with --algo {takes[0]}, or train with Stable-Baselines3's MultiInputPolicy "
+            'and export the .zip: `rl2edge export model.zip --env ENV_ID` (docs/export.md, "Stable-Baselines3 '
             'models")'
         )

@@ -16,12 +16,11 @@ from typing import Any
 import numpy as np
 from tqdm.auto import tqdm
 
-from rl2edge.errors import ConfigError
 from rl2edge.fileio import write_json_atomic
 from rl2edge.specs import ActionSpec, ActionTransform, ObservationSpec
 from rl2edge.train.core.checkpoint import library_versions, write_checkpoint
 from rl2edge.train.core.config import RunConfig
-from rl2edge.train.core.encoder_spec import image_mask, refuse_image_keys
+from rl2edge.train.core.encoder_spec import image_mask
 from rl2edge.train.core.envs import make_vec_env, vec_observation_spec
 from rl2edge.train.core.evaluation import EvalResult, evaluate
 from rl2edge.train.core.metrics import MetricsLogger
@@ -164,12 +163,7 @@ class TrainingRun:
         self.on_evaluation = on_evaluation
         self.stop_requested = False
         self.envs = make_vec_env(env_id, cfg.n_envs)
-        self.obs_spec = vec_observation_spec(self.envs)
-        try:
-            refuse_image_keys(self.obs_spec, cfg.algo)
-        except ConfigError:
-            self.envs.close()
-            raise
+        self.obs_spec = vec_observation_spec(self.envs)  # image keys: train.algos.check_env refused them
         self.act_spec = action_spec(self.envs.single_action_space)
         self.discrete = self.act_spec.discrete
         self.obs_shape = self.obs_spec.shape

@@ -98,8 +98,13 @@ def _deployable_module(parts: GraphParts, noise: NoiseSpec | None = None) -> Any
                 return tf.minimum(tf.maximum(x, -limit), limit)
             return tf.clip_by_value(x, -clip, clip) if clip is not None else x
 
+        def _features(self, obs):
+            """What the actor's layers take: the normalized observation, or its encoder's features."""
+            x = self._normalized(obs)
+            return net.encoder_fn(x) if net.encoder_fn is not None else x
+
         def _pre_head(self, obs):
-            return actor(self._normalized(obs))
+            return actor(self._features(obs))
 
         def _forward(self, obs):
             out = self._pre_head(obs)
@@ -109,7 +114,7 @@ def _deployable_module(parts: GraphParts, noise: NoiseSpec | None = None) -> Any
             return {"action": _unscale(_squash(head, out), transform)}
 
         def _distribution(self, obs):
-            x = self._normalized(obs)
+            x = self._features(obs)
             if latent is not None:  # a log std on the latent
                 h = latent(x)
                 lo, hi = net.log_std_bounds

@@ -89,21 +89,6 @@ def test_a_dict_space_that_cannot_be_served_is_refused_by_name(space: gym.Space,
         observation_spec(space)
 
 
-def test_train_refuses_an_image_key_for_sac_by_name_and_points_at_the_routes(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    """The off-policy networks have no image encoder yet: a Dict with a camera key is refused before
-    anything is written, with the routes that do take it (PPO/A2C, or SB3's MultiInputPolicy's .zip)."""
-    env = "testkit.dict_envs:CameraCartPole"
-    assert (
-        main(["train", "--algo", "dqn", "--env", env, "--steps", "64", "--out", str(tmp_path / "run")]) == 2
-    )
-    err = capsys.readouterr().err.strip().splitlines()
-    assert "key 'camera' is an image (36, 36, 1)" in err[-1] and "MultiInputPolicy" in err[-1], err
-    assert "--algo ppo" in err[-1], err
-    assert not (tmp_path / "run" / "checkpoint.json").exists()
-
-
 # ------------------------------------------------------------------------------ train -> artifact
 def _inputs(model: Path) -> dict[str, list[int]]:
     from ai_edge_litert.interpreter import Interpreter

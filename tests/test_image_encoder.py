@@ -149,11 +149,16 @@ def test_tf_traces_once_over_a_camera_run(tmp_path: Path) -> None:
     assert int(agents[0].updates.numpy()) == 4 * 2 * 4  # 4 updates x 2 epochs x 4 minibatches
 
 
-def test_off_policy_algorithms_refuse_an_image_key_by_name(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+def test_an_algorithm_without_an_encoder_refuses_an_image_key_by_name(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """SAC (and TD3, DQN, Rainbow) have no encoder yet: refused before anything is written, naming the key
-    and the routes that work (PPO/A2C, or SB3's MultiInputPolicy)."""
+    """An algorithm row whose networks take no encoder (a new one, say: here SAC's row with the flag off)
+    refuses a camera key before anything is written, naming the key and the routes that take it."""
+    import dataclasses
+
+    from rl2edge.train import algos
+
+    monkeypatch.setitem(algos.ALGOS, "sac", dataclasses.replace(algos.get("sac"), image_keys=False))
     argv = [
         "train",
         "--algo",
@@ -167,10 +172,48 @@ def test_off_policy_algorithms_refuse_an_image_key_by_name(
     ]
     assert main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()[-1]
-    assert (
-        "key 'camera' is an image (36, 36, 3)" in err and "PPO and A2C" in err and "MultiInputPolicy" in err
-    )
+    assert "key 'camera' is an image (36, 36, 3)" in err and "SAC does not take them" in err, err
+    assert "--algo ppo" in err and "MultiInputPolicy" in err, err
     assert not (tmp_path / "run").exists()
+
+
+def test_a_replay_buffer_that_would_not_fit_in_memory_is_refused_before_training() -> None:
+    """Camera frames in float32 at SB3's default buffer_size would fill the memory hours into the run:
+    refused when the buffer is made, with the figure and what to change."""
+    from rl2edge.train.core.replay import ReplayBuffer
+
+    with pytest.raises(ConfigError, match=r"1,000,000 transitions of 21,168 float32 .* Lower buffer_size"):
+        ReplayBuffer(10**6, (84 * 84 * 3,), True, 4)
+    assert len(ReplayBuffer(1000, (36 * 36 * 3 + 1,), False, 1)) == 0  # a small one is made as before
+
+
+# Every algorithm, both backends, briefly trained on a camera env and exported int8 (about 3 minutes).
+CAMERA_MATRIX = [
+    ("ppo", CAMERA_CARTPOLE, {"n_steps": 64, "n_envs": 2, "batch_size": 64, "n_epochs": 1}),
+    ("a2c", CAMERA_PENDULUM, {"n_envs": 2}),
+    ("dqn", CAMERA_CARTPOLE, {"learning_starts": 100, "batch_size": 32}),
+    ("rainbow", CAMERA_CARTPOLE, {"learning_starts": 100, "batch_size": 32}),
+    ("sac", CAMERA_PENDULUM, {"learning_starts": 100, "batch_size": 32}),
+    ("td3", CAMERA_PENDULUM, {"learning_starts": 100, "batch_size": 32}),
+]
+
+
+@pytest.mark.parametrize("framework", ["torch", "tf"])
+@pytest.mark.parametrize(("algo", "env_id", "overrides"), CAMERA_MATRIX, ids=[m[0] for m in CAMERA_MATRIX])
+def test_every_algorithm_trains_and_exports_a_camera_env(
+    tmp_path: Path, algo: str, env_id: str, overrides: dict, framework: str
+) -> None:
+    """300 steps, then an int8 file: the network spec has the encoder, the export's parity checks pass
+    (or it fails), the file takes the camera as one input and keeps it float32 up to its first conv."""
+    from rl2edge.train.core.checkpoint import load_checkpoint
+    from testkit.runs import export_run, tiny_train
+
+    run = tiny_train(env_id, tmp_path / "run", steps=300, algo=algo, framework=framework, **overrides)
+    assert load_checkpoint(run).meta["network"]["encoder"]["keys"][0]["name"] == "camera"
+    export_run(run, tmp_path / "art", "int8")
+    manifest = json.loads((tmp_path / "art" / "manifest.json").read_text())
+    assert manifest["model"]["input"]["keys"][0]["name"] == "camera"
+    assert_float_until_first_conv(tmp_path / "art" / "policy.tflite")
 
 
 def test_a_frame_too_small_for_the_nature_cnn_is_refused() -> None:
@@ -180,8 +223,11 @@ def test_a_frame_too_small_for_the_nature_cnn_is_refused() -> None:
 
 
 @pytest.mark.parametrize("framework", ["torch", "tf"])
-def test_a_camera_policy_trained_here_is_the_policy_the_artifact_runs(tmp_path: Path, framework: str) -> None:
-    """Through the real main(): PPO on the colour camera and the rate gyro, exported int8. The fp32 file's
+@pytest.mark.parametrize("algo", ["ppo", "sac"])
+def test_a_camera_policy_trained_here_is_the_policy_the_artifact_runs(
+    tmp_path: Path, framework: str, algo: str
+) -> None:
+    """Through the real main(): PPO or SAC on the colour camera and the rate gyro, exported int8. The fp32 file's
     actions equal the trained agent's on observations it never saw, normalized by hand from the
     checkpoint's statistics with the pixels raw (the artifact must not normalize them: training did not);
     the int8 file keeps the frame float32 up to the first convolution; the manifest says which values are
@@ -190,9 +236,11 @@ def test_a_camera_policy_trained_here_is_the_policy_the_artifact_runs(tmp_path: 
     from rl2edge.train.core.checkpoint import load_checkpoint
 
     run, art = tmp_path / "run", tmp_path / "art"
-    cfg = build_config(CAMERA_PENDULUM, overrides={"n_timesteps": 1024, "n_steps": 256, "n_envs": 2,
-                                                   "batch_size": 128, "n_epochs": 2, "eval_freq": 0,
-                                                   "eval_episodes": 1}, algo="ppo")  # fmt: skip
+    over = ({"n_steps": 256, "n_envs": 2, "batch_size": 128, "n_epochs": 2} if algo == "ppo"
+            else {"learning_starts": 200, "batch_size": 32})  # fmt: skip
+    steps = 1024 if algo == "ppo" else 400
+    cfg = build_config(CAMERA_PENDULUM, overrides={"n_timesteps": steps, "eval_freq": 0, "eval_episodes": 1,
+                                                   **over}, algo=algo)  # fmt: skip
     agents: list = []
     run.mkdir()
     train(framework, CAMERA_PENDULUM, cfg, 0, run, device="cpu", progress=False, agent_out=agents)

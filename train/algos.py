@@ -143,6 +143,7 @@ ALGOS: dict[str, Algo] = {
             "tanh_unscale",
             network="sac_mlp",
             on_policy=False,
+            image_keys=True,
             compiled={"torch": _TORCH_OFF_COMPILED, "tf": _TF_OFF_COMPILED},
         ),
         Algo(
@@ -154,6 +155,7 @@ ALGOS: dict[str, Algo] = {
             "unscale",
             network="td3_mlp",
             on_policy=False,
+            image_keys=True,
             compiled={"torch": _TORCH_OFF_COMPILED, "tf": _TF_OFF_COMPILED},
         ),
         Algo(  # TD3's agent and networks with DDPG's config (one critic, no target smoothing, no delay)
@@ -165,6 +167,7 @@ ALGOS: dict[str, Algo] = {
             "unscale",
             network="td3_mlp",
             on_policy=False,
+            image_keys=True,
             compiled={"torch": _TORCH_OFF_COMPILED, "tf": _TF_OFF_COMPILED},
         ),
         Algo(
@@ -176,6 +179,7 @@ ALGOS: dict[str, Algo] = {
             "argmax",
             network="dqn_mlp",
             on_policy=False,
+            image_keys=True,
             compiled={"tf": _TF_OFF_COMPILED},
         ),
         Algo(  # DQN's agent with n-step, prioritized replay; every component switchable
@@ -190,6 +194,7 @@ ALGOS: dict[str, Algo] = {
             "argmax",
             network="rainbow_mlp",
             on_policy=False,
+            image_keys=True,
             compiled={"tf": _TF_OFF_COMPILED},
         ),
     )

@@ -23,6 +23,7 @@ import numpy as np
 
 from rl2edge.errors import ConfigError
 from rl2edge.specs import ActionSpec, ObservationSpec
+from rl2edge.train.core.encoder_spec import encoder_spec
 from rl2edge.train.core.evaluation import EvalResult
 from rl2edge.train.core.offpolicy_config import OffPolicyConfig
 from rl2edge.train.core.replay import ReplayBatch, ReplayBuffer
@@ -84,7 +85,7 @@ def network_spec(
 ) -> dict[str, Any]:
     """The checkpoint's description of the networks, from which export rebuilds the actor: the type is the
     algorithm's row's (train.algos), the fields beyond the sizes its config's."""
-    return {
+    spec = {
         "type": network_type,
         "obs_dim": obs_spec.size,
         "act_dim": act_spec.output_width,
@@ -92,6 +93,10 @@ def network_spec(
         "activation": cfg.activation,
         **cfg.network_fields(),
     }
+    encoder = encoder_spec(obs_spec)
+    if encoder is not None:  # image keys: a Nature-CNN each, in every network (train.core.encoder_spec)
+        spec["encoder"] = encoder
+    return spec
 
 
 def train_offpolicy(

@@ -8,10 +8,16 @@ bootstrapped, and its `next_obs` is the episode's true final observation, not th
 
 from __future__ import annotations
 
+import logging
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
+
+from rl2edge.errors import ConfigError
+
+_logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -32,6 +38,25 @@ class ReplayBatch:
         return int(self.obs.shape[0])
 
 
+def check_fits_memory(capacity: int, obs_size: int) -> None:
+    """Refuse a buffer whose observations (obs and next_obs, float32) would not fit in this machine's
+    memory. numpy's zeros are committed only as they fill, so such a buffer would not fail here but hours
+    into the run; camera frames make it likely (84x84x3 at SB3's default of 10^6 transitions: 158 GiB)."""
+    need = 2 * capacity * obs_size * 4
+    try:
+        total = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):  # not every platform reports it
+        return
+    if need > 0.8 * total:
+        raise ConfigError(
+            f"the replay buffer would hold {capacity:,} transitions of {obs_size:,} float32 values each: "
+            f"{need / 2**30:.1f} GiB for the observations, more than 80 % of this machine's "
+            f"{total / 2**30:.1f} GiB of memory. Lower buffer_size (a --config file: `buffer_size: N`)"
+        )
+    if need > 2**30:
+        _logger.info("the replay buffer's observations take up to %.1f GiB as it fills", need / 2**30)
+
+
 class ReplayBuffer:
     def __init__(
         self,
@@ -42,6 +67,7 @@ class ReplayBuffer:
         with_discounts: bool = False,
     ):
         self.capacity, self.discrete = int(capacity), discrete
+        check_fits_memory(self.capacity, int(np.prod(obs_shape)))
         self.obs = np.zeros((self.capacity, *obs_shape), np.float32)
         self.next_obs = np.zeros((self.capacity, *obs_shape), np.float32)
         self.actions = (

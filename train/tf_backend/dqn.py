@@ -20,11 +20,11 @@ class TFDQN(DQNHooks, TFOffPolicyBase):
     def deploy_parts(cls, spec: dict[str, Any], load: Callable[[Any], None]) -> DeployParts:
         """What export's graph is built from: the Q-network's Dense chain, the networks built from the
         checkpoint's network spec and loaded by `load(model)`."""
-        from rl2edge.train.tf_backend.nets import DeployParts, DQNNets, dense_layers
+        from rl2edge.train.tf_backend.nets import DeployParts, DQNNets, dense_layers, encoder_fn_of
 
         nets = DQNNets(spec)
         load(nets)
-        return DeployParts(dense_layers(nets.q_net))
+        return DeployParts(dense_layers(nets.q_net), encoder_fn=encoder_fn_of(nets.q_net))
 
     def __init__(self, network: dict[str, Any], cfg: DQNConfig, seed: int, device: str):
         super().__init__(seed, device)

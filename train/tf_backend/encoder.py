@@ -26,11 +26,14 @@ def _hwc(key: dict[str, Any]) -> tuple[int, int, int]:
 
 
 class TFObsEncoder(keras.layers.Layer):
-    """flat [B, obs_dim] -> features [B, features_dim]; orthogonal init (gain sqrt(2), zero biases) as
-    SB3's PPO/A2C initialize their features extractor."""
+    """flat [B, obs_dim] -> features [B, features_dim]. `orthogonal`: SB3's PPO/A2C init of the features
+    extractor (gain sqrt(2), zero biases); else PyTorch's default, as the off-policy networks have it."""
 
-    def __init__(self, spec: dict[str, Any], seeds: Iterator[int], name: str = "encoder"):
+    def __init__(
+        self, spec: dict[str, Any], seeds: Iterator[int], name: str = "encoder", orthogonal: bool = True
+    ):
         super().__init__(name=name)
+        self.orthogonal = orthogonal
         self.spec = spec
         self.features_dim = features_dim(spec)
         self.cnns: dict[str, list[keras.layers.Layer]] = {}
@@ -44,29 +47,43 @@ class TFObsEncoder(keras.layers.Layer):
                 self.cnns[k["name"]] = self._nature_cnn(image, spec["cnn_output_dim"], seeds)
         self.built = True
 
-    @staticmethod
-    def _nature_cnn(key: dict[str, Any], out_dim: int, seeds: Iterator[int]) -> list[keras.layers.Layer]:
-        init = lambda: keras.initializers.Orthogonal(math.sqrt(2), seed=next(seeds))  # noqa: E731
+    def _init(self, seeds: Iterator[int], fan_in: int) -> tuple[Any, Any]:
+        """(kernel, bias) initializers: orthogonal and zeros, or PyTorch's default (uniform +-1/sqrt(fan_in))."""
+        if self.orthogonal:
+            return keras.initializers.Orthogonal(math.sqrt(2), seed=next(seeds)), "zeros"
+        bound = 1.0 / math.sqrt(fan_in)
+        seed = next(seeds)
+        return (
+            keras.initializers.VarianceScaling(1.0 / 3.0, "fan_in", "uniform", seed=seed),
+            keras.initializers.RandomUniform(-bound, bound, seed=seed + 1000),
+        )
+
+    def _nature_cnn(
+        self, key: dict[str, Any], out_dim: int, seeds: Iterator[int]
+    ) -> list[keras.layers.Layer]:
         layers: list[keras.layers.Layer] = []
         shape: tuple[int | None, ...] = (None, *_hwc(key))
         for filters, kernel, stride in NATURE_CNN:
+            k_init, b_init = self._init(seeds, kernel * kernel * int(shape[-1] or 1))
             conv = keras.layers.Conv2D(
-                filters,
-                kernel,
-                stride,
-                activation="relu",
-                kernel_initializer=init(),
-                bias_initializer="zeros",
+                filters, kernel, stride, activation="relu", kernel_initializer=k_init, bias_initializer=b_init
             )
             conv.build(shape)
             shape = conv.compute_output_shape(shape)
             layers.append(conv)
         assert in_channels(key) == _hwc(key)[2]
+        k_init, b_init = self._init(seeds, cnn_flat_dim(key))
         dense = keras.layers.Dense(
-            out_dim, activation="relu", kernel_initializer=init(), bias_initializer="zeros"
+            out_dim, activation="relu", kernel_initializer=k_init, bias_initializer=b_init
         )
         dense.build((None, cnn_flat_dim(key)))
         return [*layers, dense]
+
+    @property
+    def variables_in_order(self) -> list[tf.Variable]:
+        """Every weight in a fixed order (kernel, bias per layer, keys in order): what copies and polyak
+        updates between an encoder and its target pair up."""
+        return [v for layers in self.cnns.values() for layer in layers for v in (layer.kernel, layer.bias)]
 
     def call(self, flat: tf.Tensor) -> tf.Tensor:
         feats = []

@@ -184,8 +184,52 @@ class TFActorCritic(keras.Model):
             var.assign(copy_value(name, value))
 
 
-def dense_layers(model: keras.Sequential) -> list[keras.layers.Dense]:
+def dense_layers(model: keras.Model) -> list[keras.layers.Dense]:
+    """A chain's Dense layers in order (an EncodedMLP's: its MLP's, after the encoder)."""
+    if isinstance(model, EncodedMLP):
+        model = model.mlp
     return [layer for layer in model.layers if isinstance(layer, keras.layers.Dense)]
+
+
+class EncodedMLP(keras.Model):
+    """An image-key encoder (TFObsEncoder), then an MLP: an off-policy network on a Dict with image keys,
+    callable and with trainable_variables as the bare MLP is, so the agents' code does not change."""
+
+    def __init__(self, encoder: TFObsEncoder, mlp: keras.Sequential, name: str):
+        super().__init__(name=name)
+        self.encoder, self.mlp = encoder, mlp
+        self.built = True
+
+    def call(self, x: tf.Tensor) -> tf.Tensor:
+        return self.mlp(self.encoder(x))
+
+
+def obs_width(spec: dict[str, Any]) -> int:
+    """What a network's first Dense layer takes: the observation, or its encoder's features."""
+    return spec["obs_dim"] if spec.get("encoder") is None else features_dim(spec["encoder"])
+
+
+def off_policy_encoder(spec: dict[str, Any], seed: int, name: str) -> TFObsEncoder | None:
+    """An off-policy network's own encoder (PyTorch's default init, as the torch twin); seeds from `seed`
+    on, apart from the Dense layers' (train.tf_backend.nets._seeds)."""
+    if spec.get("encoder") is None:
+        return None
+    return TFObsEncoder(spec["encoder"], iter(range(seed, seed + 100)), name, orthogonal=False)
+
+
+def encoded(spec: dict[str, Any], model: keras.Sequential, seed: int) -> keras.Model:
+    """`model` behind its own encoder when the spec has image keys, else `model` itself."""
+    encoder = off_policy_encoder(spec, seed, f"{model.name}_encoder")
+    return model if encoder is None else EncodedMLP(encoder, model, f"{model.name}_encoded")
+
+
+def encoder_fn_of(model: keras.Model) -> Callable[[tf.Tensor], tf.Tensor] | None:
+    """The frozen encoder of an EncodedMLP (export's DeployParts.encoder_fn), else None."""
+    return model.encoder.frozen() if isinstance(model, EncodedMLP) else None
+
+
+def encoder_variables(encoder: TFObsEncoder | None) -> list[tf.Variable]:
+    return [] if encoder is None else encoder.variables_in_order
 
 
 def frozen_dense(dense: list[keras.layers.Dense]) -> Callable[[tf.Tensor], tf.Tensor]:
@@ -219,6 +263,8 @@ class DeployParts:
     log_std_bounds: tuple[float, float] = (-20.0, 2.0)
     log_std_const: np.ndarray | None = None
     """A state-independent log std."""
+    encoder_fn: Callable[[tf.Tensor], tf.Tensor] | None = None
+    """Image keys: the actor's encoder (its weights constants), between the normalization and the layers."""
 
 
 def copy_weights(source: list[tf.Variable], target: list[tf.Variable]) -> None:
@@ -240,12 +286,15 @@ def _seeds(seed: int) -> Iterator[int]:
 
 
 def _critics(spec: dict[str, Any], n: int, seeds: Iterator[int], name: str) -> list[keras.Sequential]:
-    in_dim = spec["obs_dim"] + spec["act_dim"]
+    in_dim = obs_width(spec) + spec["act_dim"]
     return [mlp(in_dim, list(spec["net_arch"]), spec["activation"], 1, seeds, f"{name}{i}") for i in range(n)]
 
 
-def q_values(critics: list[keras.Sequential], obs: tf.Tensor, action: tf.Tensor) -> list[tf.Tensor]:
-    x = tf.concat([obs, action], axis=-1)
+def q_values(
+    critics: list[keras.Sequential], obs: tf.Tensor, action: tf.Tensor, encoder: TFObsEncoder | None = None
+) -> list[tf.Tensor]:
+    """Each critic's Q(obs, action); with image keys, on the features of the critics' shared `encoder`."""
+    x = tf.concat([obs if encoder is None else encoder(obs), action], axis=-1)
     return [c(x)[:, 0] for c in critics]
 
 
@@ -258,13 +307,18 @@ class SACNets(keras.Model):
         super().__init__()
         seeds = _seeds(seed)
         hidden = list(spec["net_arch"])
-        self.latent = mlp(spec["obs_dim"], hidden, spec["activation"], None, seeds, "actor_latent")
+        latent = mlp(obs_width(spec), hidden, spec["activation"], None, seeds, "actor_latent")
+        # image keys: the actor's own encoder in front of its latent, one shared by the critics, and the
+        # target critics' copy of it (SB3's off-policy networks do not share extractors)
+        self.latent = encoded(spec, latent, seed * 1000 + 500)
         self.mu = mlp(hidden[-1], [], spec["activation"], spec["act_dim"], seeds, "actor_mu")
         self.log_std = mlp(hidden[-1], [], spec["activation"], spec["act_dim"], seeds, "actor_log_std")
         self.log_std_min, self.log_std_max = float(spec["log_std_min"]), float(spec["log_std_max"])
         self.critics = _critics(spec, 2, seeds, "critic")
         self.critic_targets = _critics(spec, 2, seeds, "critic_target")
-        copy_weights(variables(self.critics), variables(self.critic_targets))
+        self.critic_encoder = off_policy_encoder(spec, seed * 1000 + 600, "critic_encoder")
+        self.critic_target_encoder = off_policy_encoder(spec, seed * 1000 + 700, "critic_target_encoder")
+        copy_weights(self.critic_variables, self.critic_target_variables)
         self.log_alpha = self.add_weight(
             shape=(), initializer=keras.initializers.Constant(math.log(ent_coef_init)), name="log_alpha"
         )
@@ -273,6 +327,20 @@ class SACNets(keras.Model):
     @property
     def actor_variables(self) -> list[tf.Variable]:
         return variables([self.latent, self.mu, self.log_std])
+
+    @property
+    def critic_variables(self) -> list[tf.Variable]:
+        return variables(self.critics) + encoder_variables(self.critic_encoder)
+
+    @property
+    def critic_target_variables(self) -> list[tf.Variable]:
+        return variables(self.critic_targets) + encoder_variables(self.critic_target_encoder)
+
+    def q(self, obs: tf.Tensor, action: tf.Tensor) -> list[tf.Tensor]:
+        return q_values(self.critics, obs, action, self.critic_encoder)
+
+    def q_target(self, obs: tf.Tensor, action: tf.Tensor) -> list[tf.Tensor]:
+        return q_values(self.critic_targets, obs, action, self.critic_target_encoder)
 
     def mean(self, obs: tf.Tensor) -> tf.Tensor:
         return self.mu(self.latent(obs))
@@ -292,23 +360,44 @@ class TD3Nets(keras.Model):
     def __init__(self, spec: dict[str, Any], seed: int = 0):
         super().__init__()
         seeds = _seeds(seed)
-        args = (spec["obs_dim"], list(spec["net_arch"]), spec["activation"], spec["act_dim"])
-        self.actor = mlp(*args, seeds, "actor", out_activation="tanh")
-        self.actor_target = mlp(*args, seeds, "actor_target", out_activation="tanh")
-        copy_weights(self.actor.trainable_variables, self.actor_target.trainable_variables)
+        args = (obs_width(spec), list(spec["net_arch"]), spec["activation"], spec["act_dim"])
+        # image keys: an encoder per actor and per critic set, each target with its own copy (as SACNets)
+        self.actor = encoded(spec, mlp(*args, seeds, "actor", out_activation="tanh"), seed * 1000 + 500)
+        self.actor_target = encoded(
+            spec, mlp(*args, seeds, "actor_target", out_activation="tanh"), seed * 1000 + 600
+        )
         self.critics = _critics(spec, int(spec["n_critics"]), seeds, "critic")
         self.critic_targets = _critics(spec, int(spec["n_critics"]), seeds, "critic_target")
-        copy_weights(variables(self.critics), variables(self.critic_targets))
+        self.critic_encoder = off_policy_encoder(spec, seed * 1000 + 700, "critic_encoder")
+        self.critic_target_encoder = off_policy_encoder(spec, seed * 1000 + 800, "critic_target_encoder")
+        copy_weights(self.actor.trainable_variables, self.actor_target.trainable_variables)
+        copy_weights(self.critic_variables, self.critic_target_variables)
         self.built = True
+
+    @property
+    def critic_variables(self) -> list[tf.Variable]:
+        return variables(self.critics) + encoder_variables(self.critic_encoder)
+
+    @property
+    def critic_target_variables(self) -> list[tf.Variable]:
+        return variables(self.critic_targets) + encoder_variables(self.critic_target_encoder)
+
+    def q(self, obs: tf.Tensor, action: tf.Tensor, first: bool = False) -> list[tf.Tensor]:
+        """Every critic's Q, or (`first`) Q_1 alone (TD3's actor loss)."""
+        critics = self.critics[:1] if first else self.critics
+        return q_values(critics, obs, action, self.critic_encoder)
+
+    def q_target(self, obs: tf.Tensor, action: tf.Tensor) -> list[tf.Tensor]:
+        return q_values(self.critic_targets, obs, action, self.critic_target_encoder)
 
 
 class DQNNets(keras.Model):
     def __init__(self, spec: dict[str, Any], seed: int = 0):
         super().__init__()
         seeds = _seeds(seed)
-        args = (spec["obs_dim"], list(spec["net_arch"]), spec["activation"], spec["act_dim"])
-        self.q_net = mlp(*args, seeds, "q_net")
-        self.q_target = mlp(*args, seeds, "q_target")
+        args = (obs_width(spec), list(spec["net_arch"]), spec["activation"], spec["act_dim"])
+        self.q_net = encoded(spec, mlp(*args, seeds, "q_net"), seed * 1000 + 500)
+        self.q_target = encoded(spec, mlp(*args, seeds, "q_target"), seed * 1000 + 600)
         copy_weights(self.q_net.trainable_variables, self.q_target.trainable_variables)
         self.built = True
 
@@ -353,10 +442,9 @@ class RainbowQ(keras.Model):
         self.n_actions, self.n_atoms = int(spec["act_dim"]), int(spec["n_atoms"])
         self.distributional, self.dueling = bool(spec["distributional"]), bool(spec["dueling"])
         self.noisy, sigma0 = bool(spec["noisy"]), float(spec.get("noisy_sigma0", 0.5))
-        self.trunk = (
-            mlp(spec["obs_dim"], hidden[:-1], act, None, seeds, f"{name}_trunk") if len(hidden) > 1 else None
-        )
-        last = hidden[-2] if len(hidden) > 1 else spec["obs_dim"]
+        width = obs_width(spec)
+        self.trunk = mlp(width, hidden[:-1], act, None, seeds, f"{name}_trunk") if len(hidden) > 1 else None
+        last = hidden[-2] if len(hidden) > 1 else width
 
         def stream(out_dim: int, tag: str) -> list[Any]:
             if self.noisy:
@@ -375,6 +463,10 @@ class RainbowQ(keras.Model):
         self.advantage = stream(self.n_actions * self.n_atoms, "advantage")
         self.value = stream(self.n_atoms, "value") if self.dueling else []
         self.support = tf.linspace(float(spec["v_min"]), float(spec["v_max"]), self.n_atoms)
+        # image keys: plain layers in front of the trunk (the noise stays in the head streams)
+        self.encoder = (
+            off_policy_encoder(spec, next(seeds) + 500, f"{name}_encoder") if "encoder" in spec else None
+        )
         self.built = True
 
     def noisy_layers(self) -> list[NoisyDense]:
@@ -391,7 +483,8 @@ class RainbowQ(keras.Model):
     def logits(self, obs: tf.Tensor, noise: list[Any] | None = None) -> tf.Tensor:
         """[B, A, atoms], as RainbowQNetwork.logits; `noise` from draw_noise, or None for the mean weights."""
         noise = list(noise) if noise is not None else None
-        h = self.trunk(obs) if self.trunk is not None else obs
+        h = obs if self.encoder is None else self.encoder(obs)
+        h = self.trunk(h) if self.trunk is not None else h
         adv = tf.reshape(self._stream(self.advantage, h, noise), [-1, self.n_actions, self.n_atoms])
         if not self.dueling:
             return adv
@@ -415,6 +508,7 @@ class RainbowQ(keras.Model):
             return tf.constant(kernel.numpy()), tf.constant(bias.numpy()), layer.activation
 
         trunk = [const(d) for d in dense_layers(self.trunk)] if self.trunk is not None else []
+        encode = self.encoder.frozen() if self.encoder is not None else None
         adv, value = [const(d) for d in self.advantage], [const(d) for d in self.value]
         support = tf.constant(self.support.numpy())
         n_actions, n_atoms, dueling, distributional = (
@@ -430,7 +524,7 @@ class RainbowQ(keras.Model):
             return x
 
         def q(x: tf.Tensor) -> tf.Tensor:
-            h = chain(x, trunk)
+            h = chain(x if encode is None else encode(x), trunk)
             a = tf.reshape(chain(h, adv), [-1, n_actions, n_atoms])
             if dueling:
                 a = (

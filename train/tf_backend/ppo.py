@@ -62,15 +62,13 @@ class TFPPO:
         """What export's graph is built from: the actor's Dense chain and, Box actions, the
         state-independent log std as a constant; the actor-critic built from the checkpoint's network spec
         and loaded by `load(model)`."""
-        from rl2edge.train.tf_backend.nets import DeployParts, TFActorCritic, dense_layers, frozen_dense
+        from rl2edge.train.tf_backend.nets import DeployParts, TFActorCritic, dense_layers
 
         model = TFActorCritic.from_network_spec(spec)
         load(model)
         log_std = None if model.log_std is None else model.log_std.numpy().astype(np.float32)
-        if model.encoder is None:
-            return DeployParts(dense_layers(model.actor), log_std_const=log_std)
-        encode, mlp = model.encoder.frozen(), frozen_dense(dense_layers(model.actor))
-        return DeployParts([], actor_fn=lambda x: mlp(encode(x)), log_std_const=log_std)
+        encoder = None if model.encoder is None else model.encoder.frozen()
+        return DeployParts(dense_layers(model.actor), log_std_const=log_std, encoder_fn=encoder)
 
     def __init__(self, network: dict[str, Any], cfg: PPOConfig, seed: int, device: str):
         self.device = configure_tensorflow(device)

@@ -23,7 +23,7 @@ class TFSAC(TFOffPolicyBase):
     def deploy_parts(cls, spec: dict[str, Any], load: Callable[[Any], None]) -> DeployParts:
         """What export's graph is built from: the mean's Dense chain and the log std's head on the latent,
         the networks built from the checkpoint's network spec and loaded by `load(model)`."""
-        from rl2edge.train.tf_backend.nets import DeployParts, SACNets, dense_layers
+        from rl2edge.train.tf_backend.nets import DeployParts, SACNets, dense_layers, encoder_fn_of
 
         nets = SACNets(spec)
         load(nets)
@@ -33,18 +33,19 @@ class TFSAC(TFOffPolicyBase):
             log_std_dense=dense_layers(nets.log_std)[0],
             latent_depth=len(latent),
             log_std_bounds=(nets.log_std_min, nets.log_std_max),
+            encoder_fn=encoder_fn_of(nets.latent),
         )
 
     def __init__(self, network: dict[str, Any], cfg: SACConfig, seed: int, device: str):
         super().__init__(seed, device)
-        from rl2edge.train.tf_backend.nets import SACNets, variables
+        from rl2edge.train.tf_backend.nets import SACNets
 
         tf = self.tf
         self.cfg, self.act_dim = cfg, int(network["act_dim"])
         self.nets = SACNets(network, seed, cfg.ent_coef_init())
         self.actor_vars = self.nets.actor_variables
-        self.critic_vars = variables(self.nets.critics)
-        self.critic_target_vars = variables(self.nets.critic_targets)
+        self.critic_vars = self.nets.critic_variables
+        self.critic_target_vars = self.nets.critic_target_variables
         lr = cfg.learning_rate(1.0)
         self.actor_opt = self.adam(self.actor_vars, lr)
         self.critic_opt = self.adam(self.critic_vars, lr)
@@ -54,7 +55,8 @@ class TFSAC(TFOffPolicyBase):
         self.target_entropy = float(cfg.entropy_target(self.act_dim))
         self.n_updates = tf.Variable(0, dtype=tf.int64, trainable=False, name="n_updates")
         sample = SquashedGaussian(seed, network["log_std_min"], network["log_std_max"])
-        self.explorer = self.numpy_explorer(network["activation"], self.actor_vars, sample)
+        if "encoder" not in network:  # image keys: the graph explores (no numpy copy of a Nature-CNN)
+            self.explorer = self.numpy_explorer(network["activation"], self.actor_vars, sample)
         self.compile(int(network["obs_dim"]), self.act_dim, discrete=False)
 
     def parts(self) -> dict[str, list[Any]]:
@@ -80,7 +82,7 @@ class TFSAC(TFOffPolicyBase):
         return loss
 
     def train_step_graph(self, obs, actions, rewards, next_obs, dones):
-        from rl2edge.train.tf_backend.nets import polyak_update, q_values
+        from rl2edge.train.tf_backend.nets import polyak_update
 
         tf, nets, cfg = self.tf, self.nets, self.cfg
         eps = self.rng.normal(tf.shape(actions))
@@ -89,10 +91,10 @@ class TFSAC(TFOffPolicyBase):
         alpha_loss = self.alpha_step(logp) if self.learn_alpha else tf.constant(0.0)
 
         next_a, next_logp = nets.sample(next_obs, self.rng.normal(tf.shape(actions)))
-        next_q = tf.reduce_min(tf.stack(q_values(nets.critic_targets, next_obs, next_a)), axis=0)
+        next_q = tf.reduce_min(tf.stack(nets.q_target(next_obs, next_a)), axis=0)
         target_q = tf.stop_gradient(rewards + (1.0 - dones) * cfg.gamma * (next_q - alpha * next_logp))
         with tf.GradientTape() as tape:
-            qs = q_values(nets.critics, obs, actions)
+            qs = nets.q(obs, actions)
             critic_loss = 0.5 * tf.add_n([tf.reduce_mean(tf.square(q - target_q)) for q in qs])
         self.critic_opt.apply_gradients(
             zip(tape.gradient(critic_loss, self.critic_vars), self.critic_vars, strict=True)
@@ -100,7 +102,7 @@ class TFSAC(TFOffPolicyBase):
 
         with tf.GradientTape() as tape:
             pi, logp = nets.sample(obs, eps)  # the same draw as the temperature's step
-            q_pi = tf.reduce_min(tf.stack(q_values(nets.critics, obs, pi)), axis=0)
+            q_pi = tf.reduce_min(tf.stack(nets.q(obs, pi)), axis=0)
             actor_loss = tf.reduce_mean(alpha * logp - q_pi)
         self.actor_opt.apply_gradients(
             zip(tape.gradient(actor_loss, self.actor_vars), self.actor_vars, strict=True)

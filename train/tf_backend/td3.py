@@ -22,28 +22,29 @@ class TFTD3(TFOffPolicyBase):
     def deploy_parts(cls, spec: dict[str, Any], load: Callable[[Any], None]) -> DeployParts:
         """What export's graph is built from: the tanh actor's Dense chain, the networks built from the
         checkpoint's network spec and loaded by `load(model)`."""
-        from rl2edge.train.tf_backend.nets import DeployParts, TD3Nets, dense_layers
+        from rl2edge.train.tf_backend.nets import DeployParts, TD3Nets, dense_layers, encoder_fn_of
 
         nets = TD3Nets(spec)
         load(nets)
-        return DeployParts(dense_layers(nets.actor))
+        return DeployParts(dense_layers(nets.actor), encoder_fn=encoder_fn_of(nets.actor))
 
     def __init__(self, network: dict[str, Any], cfg: TD3Config, seed: int, device: str):
         super().__init__(seed, device)
-        from rl2edge.train.tf_backend.nets import TD3Nets, variables
+        from rl2edge.train.tf_backend.nets import TD3Nets
 
         tf = self.tf
         self.cfg = cfg
         self.nets = TD3Nets(network, seed)
         self.actor_vars = self.nets.actor.trainable_variables
         self.actor_target_vars = self.nets.actor_target.trainable_variables
-        self.critic_vars = variables(self.nets.critics)
-        self.critic_target_vars = variables(self.nets.critic_targets)
+        self.critic_vars = self.nets.critic_variables
+        self.critic_target_vars = self.nets.critic_target_variables
         lr = cfg.learning_rate(1.0)
         self.actor_opt = self.adam(self.actor_vars, lr)
         self.critic_opt = self.adam(self.critic_vars, lr)
         self.n_updates = tf.Variable(0, dtype=tf.int64, trainable=False, name="n_updates")
-        self.explorer = self.numpy_explorer(network["activation"], self.actor_vars, Tanh())
+        if "encoder" not in network:  # image keys: the graph explores (no numpy copy of a Nature-CNN)
+            self.explorer = self.numpy_explorer(network["activation"], self.actor_vars, Tanh())
         self.compile(int(network["obs_dim"]), int(network["act_dim"]), discrete=False)
 
     def parts(self) -> dict[str, list[Any]]:
@@ -59,11 +60,11 @@ class TFTD3(TFOffPolicyBase):
 
     def actor_step(self, obs):
         """The delayed update: actor on Q1, then both target networks."""
-        from rl2edge.train.tf_backend.nets import polyak_update, q_values
+        from rl2edge.train.tf_backend.nets import polyak_update
 
         tf = self.tf
         with tf.GradientTape() as tape:
-            loss = -tf.reduce_mean(q_values(self.nets.critics[:1], obs, self.nets.actor(obs))[0])
+            loss = -tf.reduce_mean(self.nets.q(obs, self.nets.actor(obs), first=True)[0])
         self.actor_opt.apply_gradients(
             zip(tape.gradient(loss, self.actor_vars), self.actor_vars, strict=True)
         )
@@ -72,8 +73,6 @@ class TFTD3(TFOffPolicyBase):
         return loss
 
     def train_step_graph(self, obs, actions, rewards, next_obs, dones):
-        from rl2edge.train.tf_backend.nets import q_values
-
         tf, nets, cfg = self.tf, self.nets, self.cfg
         self.n_updates.assign_add(1)
         noise = tf.clip_by_value(
@@ -82,12 +81,10 @@ class TFTD3(TFOffPolicyBase):
             cfg.target_noise_clip,
         )
         next_a = tf.clip_by_value(nets.actor_target(next_obs) + noise, -1.0, 1.0)
-        next_q = tf.reduce_min(tf.stack(q_values(nets.critic_targets, next_obs, next_a)), axis=0)
+        next_q = tf.reduce_min(tf.stack(nets.q_target(next_obs, next_a)), axis=0)
         target_q = tf.stop_gradient(rewards + (1.0 - dones) * cfg.gamma * next_q)
         with tf.GradientTape() as tape:
-            critic_loss = tf.add_n(
-                [tf.reduce_mean(tf.square(q - target_q)) for q in q_values(nets.critics, obs, actions)]
-            )
+            critic_loss = tf.add_n([tf.reduce_mean(tf.square(q - target_q)) for q in nets.q(obs, actions)])
         self.critic_opt.apply_gradients(
             zip(tape.gradient(critic_loss, self.critic_vars), self.critic_vars, strict=True)
         )

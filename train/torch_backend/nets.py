@@ -203,21 +203,37 @@ def polyak_update(source: Iterable[nn.Parameter], target: Iterable[nn.Parameter]
         torch._foreach_lerp_(tgt, src, tau)
 
 
+def obs_encoder(spec: dict[str, Any]) -> ObsEncoder | None:
+    """An off-policy network's own encoder (image keys; SB3's off-policy networks do not share theirs),
+    PyTorch's default init; None without image keys."""
+    return None if spec.get("encoder") is None else ObsEncoder(spec["encoder"])
+
+
+def obs_width(spec: dict[str, Any]) -> int:
+    """What a network's first layer takes: the observation, or its encoder's features."""
+    return spec["obs_dim"] if spec.get("encoder") is None else features_dim(spec["encoder"])
+
+
+def encoded(encoder: nn.Module | None, obs: torch.Tensor) -> torch.Tensor:
+    return obs if encoder is None else encoder(obs)
+
+
 class SACActor(nn.Module):
     def __init__(self, spec: dict[str, Any]):
         super().__init__()
         hidden = list(spec["net_arch"])
-        self.latent = mlp(spec["obs_dim"], hidden, spec["activation"])
+        self.latent = mlp(obs_width(spec), hidden, spec["activation"])
         self.mu = nn.Linear(hidden[-1], spec["act_dim"])
         self.log_std = nn.Linear(hidden[-1], spec["act_dim"])
         self.log_std_min, self.log_std_max = float(spec["log_std_min"]), float(spec["log_std_max"])
+        self.encoder = obs_encoder(spec)  # made last: the MLPs draw their weights as they always have
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         """The Gaussian's mean, before tanh: the deterministic head's input."""
-        return self.mu(self.latent(obs))
+        return self.mu(self.latent(encoded(self.encoder, obs)))
 
     def mean_log_std(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        h = self.latent(obs)
+        h = self.latent(encoded(self.encoder, obs))
         return self.mu(h), self.log_std(h).clamp(self.log_std_min, self.log_std_max)
 
     def sample(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -242,27 +258,30 @@ class SACActor(nn.Module):
 class TD3Actor(nn.Module):
     def __init__(self, spec: dict[str, Any]):
         super().__init__()
-        self.net = mlp(spec["obs_dim"], list(spec["net_arch"]), spec["activation"], spec["act_dim"])
+        self.net = mlp(obs_width(spec), list(spec["net_arch"]), spec["activation"], spec["act_dim"])
+        self.encoder = obs_encoder(spec)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        return torch.tanh(self.net(obs))
+        return torch.tanh(self.net(encoded(self.encoder, obs)))
 
 
 class Critics(nn.Module):
-    """n independent Q(obs, action) networks."""
+    """n independent Q(obs, action) networks; with image keys, one encoder that all n share (SB3's
+    critic shares its features extractor among its Q-networks)."""
 
     def __init__(self, spec: dict[str, Any], n: int):
         super().__init__()
-        in_dim = spec["obs_dim"] + spec["act_dim"]
+        in_dim = obs_width(spec) + spec["act_dim"]
         self.qs = nn.ModuleList(mlp(in_dim, list(spec["net_arch"]), spec["activation"], 1) for _ in range(n))
+        self.encoder = obs_encoder(spec)
 
     def forward(self, obs: torch.Tensor, action: torch.Tensor) -> list[torch.Tensor]:
-        x = torch.cat([obs, action], dim=-1)
+        x = torch.cat([encoded(self.encoder, obs), action], dim=-1)
         return [q(x).squeeze(-1) for q in self.qs]
 
     def first(self, obs: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
         """Q_1 alone (TD3's actor loss), without the other critics' forward passes."""
-        return self.qs[0](torch.cat([obs, action], dim=-1)).squeeze(-1)
+        return self.qs[0](torch.cat([encoded(self.encoder, obs), action], dim=-1)).squeeze(-1)
 
 
 @contextmanager
@@ -284,10 +303,11 @@ def frozen(module: nn.Module) -> Iterator[None]:
 class QNetwork(nn.Module):
     def __init__(self, spec: dict[str, Any]):
         super().__init__()
-        self.net = mlp(spec["obs_dim"], list(spec["net_arch"]), spec["activation"], spec["act_dim"])
+        self.net = mlp(obs_width(spec), list(spec["net_arch"]), spec["activation"], spec["act_dim"])
+        self.encoder = obs_encoder(spec)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.net(obs)
+        return self.net(encoded(self.encoder, obs))
 
 
 class NoisyLinear(nn.Module):
@@ -356,8 +376,8 @@ class RainbowQNetwork(nn.Module):
         self.n_actions, self.n_atoms = int(spec["act_dim"]), int(spec["n_atoms"])
         self.distributional, self.dueling = bool(spec["distributional"]), bool(spec["dueling"])
         noisy, sigma0 = bool(spec["noisy"]), float(spec.get("noisy_sigma0", 0.5))
-        self.trunk = mlp(spec["obs_dim"], hidden[:-1], activation)
-        last = hidden[-2] if len(hidden) > 1 else spec["obs_dim"]
+        self.trunk = mlp(obs_width(spec), hidden[:-1], activation)
+        last = hidden[-2] if len(hidden) > 1 else obs_width(spec)
         self.advantage = _Stream(last, hidden[-1], self.n_actions * self.n_atoms, activation, noisy, sigma0)
         if self.dueling:
             self.value = _Stream(last, hidden[-1], self.n_atoms, activation, noisy, sigma0)
@@ -367,6 +387,7 @@ class RainbowQNetwork(nn.Module):
             persistent=False,
         )
         self._noisy_layers: list[NoisyLinear] | None = None
+        self.encoder = obs_encoder(spec)  # plain layers: the noise stays in the head streams, as in Rainbow
 
     def reset_noise(self) -> None:
         if self._noisy_layers is None:  # found once: walking the modules costs more than the draw
@@ -376,7 +397,7 @@ class RainbowQNetwork(nn.Module):
 
     def logits(self, obs: torch.Tensor, noisy: bool = False) -> torch.Tensor:
         """[B, A, atoms]: the dueling-aggregated atoms (logits with C51, else one Q-value per action)."""
-        h = self.trunk(obs)
+        h = self.trunk(encoded(self.encoder, obs))
         adv = self.advantage(h, noisy).view(-1, self.n_actions, self.n_atoms)
         if not self.dueling:
             return adv

@@ -11,6 +11,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from rl2edge.errors import ConfigError
 from rl2edge.train.core.numpy_actor import NumpyActor, Sampler
 from rl2edge.train.core.numpy_policy import Layers
 from rl2edge.train.core.offpolicy_agent import OffPolicyAgentBase
@@ -85,6 +86,11 @@ class TorchOffPolicyBase(OffPolicyAgentBase):
         traced once (tests/test_compile.py counts them). Each agent names its graphs in `_compile`."""
         if type(self)._compile is TorchOffPolicyBase._compile:  # before any change to the agent
             raise NotImplementedError(f"{type(self).__name__} has no compiled update")
+        if not getattr(self, "written_out", True):
+            raise ConfigError(
+                "train --compile compiles the written-out gradient step, which a network with image keys "
+                "(a Nature-CNN) does not have: train it without --compile"
+            )
         self.graph_adams = []
         for opt in self.optimizers:
             ensure_grads(opt.param_groups[0]["params"])  # the graph writes into them: none made inside

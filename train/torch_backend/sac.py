@@ -59,10 +59,14 @@ class TorchSAC(SACWrittenOut, TorchOffPolicyBase):
         a = self.actor
         linears = [m for m in a.latent if isinstance(m, nn.Linear)] + [a.mu, a.log_std]
         sample = SquashedGaussian(seed, network["log_std_min"], network["log_std_max"])
-        self.explorer = self.numpy_explorer(network["activation"], linears, sample)
-        # The written-out gradient, the default; `autograd` True (tests set it) takes autograd_step instead.
-        self.init_written_out(network["obs_dim"])
-        self.autograd = False
+        # Image keys: the framework explores and autograd differentiates (a Nature-CNN has neither a numpy
+        # copy here nor a written-out backward; its convolutions outweigh the per-op costs these avoid).
+        self.written_out = a.encoder is None
+        if self.written_out:
+            self.explorer = self.numpy_explorer(network["activation"], linears, sample)
+            # The written-out gradient, the default; `autograd` True (tests set it) takes autograd_step.
+            self.init_written_out(network["obs_dim"])
+        self.autograd = not self.written_out
         # Each optimizer's step in the written-out update: the fused kernel, or (train --compile) the
         # graph's own Adam (TorchOffPolicyBase.compile_update)
         self.critic_opt_step: Callable[[], None] = partial(fused_adam_step, self.critic_opt)

@@ -57,10 +57,13 @@ class TorchTD3(TD3WrittenOut, TorchOffPolicyBase):
         self.critic_opt = self.adam(list(self.critic.parameters()), lr)
         self.n_updates = 0  # critic steps taken; the actor steps when it is a multiple of policy_delay
         linears = [m for m in self.actor.net if isinstance(m, nn.Linear)]
-        self.explorer = self.numpy_explorer(network["activation"], linears, Tanh())
-        # The written-out gradient, the default; `autograd` True (tests set it) takes autograd_step instead.
-        self.init_written_out(network["obs_dim"])
-        self.autograd = False
+        # Image keys: the framework explores and autograd differentiates (as in TorchSAC).
+        self.written_out = self.actor.encoder is None
+        if self.written_out:
+            self.explorer = self.numpy_explorer(network["activation"], linears, Tanh())
+            # The written-out gradient, the default; `autograd` True (tests set it) takes autograd_step.
+            self.init_written_out(network["obs_dim"])
+        self.autograd = not self.written_out
         # Each optimizer's step in the written-out update: the fused kernel, or (train --compile) the
         # graph's own Adam (TorchOffPolicyBase.compile_update)
         self.critic_opt_step: Callable[[], None] = partial(fused_adam_step, self.critic_opt)

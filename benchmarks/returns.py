@@ -220,7 +220,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     data: dict[str, Any] = {"rows": rows, "runs": results}
     if any(env_id == AGV for _, env_id in cells):
         data["agv_references"] = agv_references(args.episodes)
-        md += "\n\n" + references_table(data["agv_references"], args.episodes)
+        md += "\n\n" + references_table("AGV", data["agv_references"], args.episodes)
+    if any(env_id == CAMERA for _, env_id in cells):
+        data["camera_references"] = {"random (uniform actions)": random_returns(CAMERA, args.episodes)}
+        md += "\n\n" + references_table("CameraCartPole", data["camera_references"], args.episodes)
     out = Path(args.out)
     write_results(args.name, data, md, out)
     plot(rows, out / f"{args.name}.png")
@@ -239,8 +242,28 @@ def agv_references(episodes: int) -> dict[str, list[float]]:
     }
 
 
-def references_table(refs: dict[str, list[float]], episodes: int) -> str:
-    return "AGV references on the same seeds (0 to {}):\n\n{}".format(
+def random_returns(env_id: str, episodes: int) -> list[float]:
+    """Uniform random actions (the action space seeded with the episode's seed), on the seeds the exported
+    files are evaluated on."""
+    from rl2edge.train.core.envs import make_env
+
+    returns = []
+    for seed in range(episodes):
+        env = make_env(env_id)
+        env.action_space.seed(seed)
+        env.reset(seed=seed)
+        total, done = 0.0, False
+        while not done:
+            _, reward, terminated, truncated, _ = env.step(env.action_space.sample())
+            total, done = total + float(reward), terminated or truncated
+        env.close()
+        returns.append(total)
+    return returns
+
+
+def references_table(name: str, refs: dict[str, list[float]], episodes: int) -> str:
+    return "{} references on the same seeds (0 to {}):\n\n{}".format(
+        name,
         episodes - 1,
         markdown_table(
             ["policy", f"mean return ({episodes} ep)", "std"],

@@ -19,3 +19,6 @@ def assert_float_until_first_conv(model: Path) -> None:
     first_conv = next(i for i, op in enumerate(ops) if op["op_name"] == "CONV_2D")
     assert "QUANTIZE" not in [op["op_name"] for op in ops[:first_conv]]
     assert dtypes[ops[first_conv]["inputs"][0]] == "float32"
+    # and the file is quantized after it: the other convolutions and dense layers take int8
+    later = [op for op in ops[first_conv + 1 :] if op["op_name"] in ("CONV_2D", "FULLY_CONNECTED")]
+    assert any(dtypes[op["inputs"][0]] == "int8" for op in later), "no int8 layer after the first conv"

@@ -5,9 +5,10 @@ rl2edge's networks see one flat float32 vector, the keys concatenated in the dec
 go to the MLP as they are (normalized); each image key goes through its own Nature-CNN (Mnih et al. 2015:
 conv 8x8/4 32, conv 4x4/2 64, conv 3x3/1 64, ReLU after each, then a linear layer and ReLU), as SB3's
 `MultiInputPolicy` (CombinedExtractor, `cnn_output_dim` 256) does, and the features are concatenated in
-the key order. Pixels are not normalized (the normalizer leaves them raw, as SB3's VecNormalize leaves
-image keys out of `norm_obs_keys`); a uint8 frame bounded [0, 255] is scaled by 1/255 inside the network,
-as SB3's `preprocess_obs` does. The three backends (torch, TensorFlow, the numpy rollout) build the same
+the key order. A uint8 frame bounded [0, 255] is not normalized (the normalizer leaves its pixels raw, as
+SB3's VecNormalize leaves image keys out of `norm_obs_keys`) but scaled by 1/255 inside the network, as
+SB3's `preprocess_obs` does; any other 3-D key (a float depth map, say) is normalized per value like a
+vector key, then goes through its CNN. The three backends (torch, TensorFlow, the numpy rollout) build the same
 encoder from this spec.
 """
 
@@ -86,12 +87,13 @@ def in_channels(key: dict[str, Any]) -> int:
 
 
 def image_mask(spec: ObservationSpec) -> np.ndarray | None:
-    """The flat observation's pixels (a bool mask), which the normalizer leaves raw; None without images."""
-    if not any(k.is_image for k in spec.keys):
+    """The flat observation's uint8 pixels (a bool mask), which the network scales and the normalizer
+    leaves raw; None without such frames."""
+    if not any(k.is_image and _is_uint8_image(k) for k in spec.keys):
         return None
     mask = np.zeros(spec.size, bool)
     for k, (_, part) in zip(spec.keys, spec.key_slices, strict=True):
-        mask[part] = k.is_image
+        mask[part] = k.is_image and _is_uint8_image(k)
     return mask
 
 

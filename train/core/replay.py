@@ -12,6 +12,7 @@ import logging
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -38,20 +39,39 @@ class ReplayBatch:
         return int(self.obs.shape[0])
 
 
-def check_fits_memory(capacity: int, obs_size: int) -> None:
-    """Refuse a buffer whose observations (obs and next_obs, float32) would not fit in this machine's
-    memory. numpy's zeros are committed only as they fill, so such a buffer would not fail here but hours
-    into the run; camera frames make it likely (84x84x3 at SB3's default of 10^6 transitions: 158 GiB)."""
-    need = 2 * capacity * obs_size * 4
+def memory_limit() -> int | None:
+    """The bytes this process may use: the machine's memory, or a container's (cgroup) limit if lower;
+    None where neither can be read."""
+    limits = []
     try:
-        total = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        limits.append(os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
     except (ValueError, OSError, AttributeError):  # not every platform reports it
+        pass
+    for path in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):  # v2, v1
+        try:
+            text = Path(path).read_text().strip()
+        except OSError:
+            continue
+        if text.isdigit():
+            limits.append(int(text))
+    return min(limits) if limits else None
+
+
+def check_fits_memory(capacity: int, obs_size: int) -> None:
+    """Refuse a buffer whose observations (obs and next_obs, float32) would not fit in the memory this
+    process may use. numpy's zeros are committed only as they fill, so such a buffer would not fail here
+    but hours into the run; camera frames make it likely (84x84x3 at SB3's default of 10^6 transitions:
+    158 GiB)."""
+    need = 2 * capacity * obs_size * 4
+    total = memory_limit()
+    if total is None:
         return
     if need > 0.8 * total:
         raise ConfigError(
             f"the replay buffer would hold {capacity:,} transitions of {obs_size:,} float32 values each: "
-            f"{need / 2**30:.1f} GiB for the observations, more than 80 % of this machine's "
-            f"{total / 2**30:.1f} GiB of memory. Lower buffer_size (a --config file: `buffer_size: N`)"
+            f"{need / 2**30:.1f} GiB for the observations, more than 80 % of the "
+            f"{total / 2**30:.1f} GiB of memory this process may use. Lower buffer_size (a --config file: "
+            "`buffer_size: N`)"
         )
     if need > 2**30:
         _logger.info("the replay buffer's observations take up to %.1f GiB as it fills", need / 2**30)

@@ -55,7 +55,7 @@ class TFObsEncoder(keras.layers.Layer):
         seed = next(seeds)
         return (
             keras.initializers.VarianceScaling(1.0 / 3.0, "fan_in", "uniform", seed=seed),
-            keras.initializers.RandomUniform(-bound, bound, seed=seed + 1000),
+            keras.initializers.RandomUniform(-bound, bound, seed=seed + 50),  # apart from every kernel's
         )
 
     def _nature_cnn(

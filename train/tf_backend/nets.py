@@ -197,7 +197,8 @@ class EncodedMLP(keras.Model):
 
     def __init__(self, encoder: TFObsEncoder, mlp: keras.Sequential, name: str):
         super().__init__(name=name)
-        self.encoder, self.mlp = encoder, mlp
+        self.mlp = mlp  # first: its variables come before the encoder's, as in torch's state_dict
+        self.encoder = encoder
         self.built = True
 
     def call(self, x: tf.Tensor) -> tf.Tensor:
@@ -436,7 +437,8 @@ class RainbowQ(keras.Model):
     noisy or plain, dueling aggregation per atom, expected Q over the C51 support. With every switch off its
     layers and their seeds are DQNNets' q_net's, in the same order."""
 
-    def __init__(self, spec: dict[str, Any], seeds: Iterator[int], name: str):
+    def __init__(self, spec: dict[str, Any], seeds: Iterator[int], name: str, encoder_seed: int = 0):
+        """`encoder_seed`: the first seed of its encoder's layers (image keys), as DQNNets seeds its own."""
         super().__init__(name=name)
         hidden, act = list(spec["net_arch"]), spec["activation"]
         self.n_actions, self.n_atoms = int(spec["act_dim"]), int(spec["n_atoms"])
@@ -464,9 +466,7 @@ class RainbowQ(keras.Model):
         self.value = stream(self.n_atoms, "value") if self.dueling else []
         self.support = tf.linspace(float(spec["v_min"]), float(spec["v_max"]), self.n_atoms)
         # image keys: plain layers in front of the trunk (the noise stays in the head streams)
-        self.encoder = (
-            off_policy_encoder(spec, next(seeds) + 500, f"{name}_encoder") if "encoder" in spec else None
-        )
+        self.encoder = off_policy_encoder(spec, encoder_seed, f"{name}_encoder")
         self.built = True
 
     def noisy_layers(self) -> list[NoisyDense]:
@@ -560,7 +560,7 @@ class RainbowNets(keras.Model):
     def __init__(self, spec: dict[str, Any], seed: int = 0):
         super().__init__()
         seeds = _seeds(seed)
-        self.q_net = RainbowQ(spec, seeds, "q_net")
-        self.q_target = RainbowQ(spec, seeds, "q_target")
+        self.q_net = RainbowQ(spec, seeds, "q_net", seed * 1000 + 500)
+        self.q_target = RainbowQ(spec, seeds, "q_target", seed * 1000 + 600)
         copy_weights(self.q_net.trainable_variables, self.q_target.trainable_variables)
         self.built = True

@@ -55,7 +55,7 @@ class TFSAC(TFOffPolicyBase):
         self.target_entropy = float(cfg.entropy_target(self.act_dim))
         self.n_updates = tf.Variable(0, dtype=tf.int64, trainable=False, name="n_updates")
         sample = SquashedGaussian(seed, network["log_std_min"], network["log_std_max"])
-        if "encoder" not in network:  # image keys: the graph explores (no numpy copy of a Nature-CNN)
+        if network.get("encoder") is None:  # image keys: the graph explores (no numpy copy of a Nature-CNN)
             self.explorer = self.numpy_explorer(network["activation"], self.actor_vars, sample)
         self.compile(int(network["obs_dim"]), self.act_dim, discrete=False)
 

@@ -43,7 +43,7 @@ class TFTD3(TFOffPolicyBase):
         self.actor_opt = self.adam(self.actor_vars, lr)
         self.critic_opt = self.adam(self.critic_vars, lr)
         self.n_updates = tf.Variable(0, dtype=tf.int64, trainable=False, name="n_updates")
-        if "encoder" not in network:  # image keys: the graph explores (no numpy copy of a Nature-CNN)
+        if network.get("encoder") is None:  # image keys: the graph explores (no numpy copy of a Nature-CNN)
             self.explorer = self.numpy_explorer(network["activation"], self.actor_vars, Tanh())
         self.compile(int(network["obs_dim"]), int(network["act_dim"]), discrete=False)
 

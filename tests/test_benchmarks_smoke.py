@@ -156,6 +156,23 @@ def test_returns_benchmark_smoke(tmp_path: Path) -> None:
 
 
 @integration
+def test_returns_camera_suite_smoke(tmp_path: Path) -> None:
+    """The camera suite: its own config file, a camera key through the Nature-CNN, and the random policy's
+    returns on the same seeds next to the table."""
+    from benchmarks.returns import main
+
+    data = main(["--suite", "camera", "--frameworks", "torch", "--seeds", "0", "--steps", "256",
+                 "--episodes", "2", "--runs-dir", str(tmp_path / "runs"), "--out", str(tmp_path),
+                 "--name", "returns_camera"])  # fmt: skip
+    (row,) = data["rows"]
+    assert (row["algo"], row["env_id"]) == ("ppo", "testkit.dict_envs:CameraCartPole")
+    assert len(data["camera_references"]["random (uniform actions)"]) == 2
+    assert (
+        "CameraCartPole references on the same seeds (0 to 1)" in (tmp_path / "returns_camera.md").read_text()
+    )
+
+
+@integration
 def test_plc_restart_soak_smoke(cartpole_all, tmp_path: Path) -> None:
     """Half a minute with the PLC killed every 6 s: the script restarts it, sees serve recover, and
     writes its files (the must-show figures come from the 60-minute run)."""

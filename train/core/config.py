@@ -57,7 +57,8 @@ class RunConfig:
     the last one; both evaluations are in summary.json."""
     policy: str = "MlpPolicy"
     """The Zoo's name. MlpPolicy, or MultiInputPolicy for a Dict observation: the same network here, on
-    the keys' values concatenated in the space's order (SB3's CombinedExtractor on vector keys)."""
+    the keys' values concatenated in the space's order, with a Nature-CNN per image key in front (SB3's
+    CombinedExtractor; train.core.encoder_spec)."""
 
     def to_json(self) -> dict[str, Any]:
         return config_to_json(self)

@@ -97,7 +97,9 @@ def test_torch_tf_and_the_numpy_rollout_act_alike(which: str, discrete: bool) ->
         np.testing.assert_allclose(value, ref[2], atol=1e-5, err_msg=name)
     # the encoder matters: the camera changes the value (an encoder that ignored it would pass the above)
     moved = obs.copy()
-    moved[:, image_mask(spec)] = 0.0
+    for k, (_, part) in zip(spec.keys, spec.key_slices, strict=True):
+        if k.is_image:
+            moved[:, part] = 0.0
     assert np.abs(torch_agent.act(moved, noise)[2] - ref[2]).max() > 1e-4
 
 
@@ -207,6 +209,7 @@ def _camera_batch(spec: ObservationSpec, n: int, b: int, discrete: bool, seed: i
 
 def _samples_of(spec: ObservationSpec, n: int, rng: np.random.Generator) -> np.ndarray:
     pixels = image_mask(spec)
+    assert pixels is not None  # uint8 frames
     out = rng.standard_normal((n, spec.size)).astype(np.float32)
     out[:, pixels] = rng.integers(0, 256, (n, int(pixels.sum())))
     return out
@@ -276,6 +279,20 @@ def test_a_frame_too_small_for_the_nature_cnn_is_refused() -> None:
     space = gym.spaces.Dict([("cam", gym.spaces.Box(0, 255, (24, 24, 1), np.uint8))])
     with pytest.raises(ConfigError, match=r"'cam' is a 24x24 image: .* at least 36x36"):
         encoder_spec(observation_spec(space))
+
+
+def test_only_uint8_frames_are_scaled_and_left_raw() -> None:
+    """SB3's rule (is_image_space): a uint8 frame bounded [0, 255] is scaled by 1/255 in the network and
+    its pixels left out of the normalization; a float frame (a depth map) is normalized like any value."""
+    pendulum, _ = _spec_and_obs("hwc3")
+    mask = image_mask(pendulum)
+    assert mask is not None and mask[: 36 * 36 * 3].all() and not mask[36 * 36 * 3 :].any()
+    assert encoder_spec(pendulum)["keys"][0]["scale"] == pytest.approx(1 / 255)
+    depth = observation_spec(CHW_SPACE)
+    assert image_mask(depth) is None
+    assert encoder_spec(depth)["keys"][1] | {"size": 0} == {
+        "name": "depth", "size": 0, "image": True, "shape": [2, 40, 44], "channels_last": False, "scale": 1.0
+    }  # fmt: skip
 
 
 @pytest.mark.parametrize("framework", ["torch", "tf"])

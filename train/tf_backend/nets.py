@@ -303,7 +303,33 @@ def variables(models: list[keras.Sequential]) -> list[tf.Variable]:
     return [v for m in models for v in m.trainable_variables]
 
 
-class SACNets(keras.Model):
+class CriticSet:
+    """SAC's and TD3's critics and their targets, each set with its encoder (image keys; None without):
+    their variables in the order copies and polyak updates pair them up, and their Q-values."""
+
+    critics: list[keras.Sequential]
+    critic_targets: list[keras.Sequential]
+    critic_encoder: TFObsEncoder | None
+    critic_target_encoder: TFObsEncoder | None
+
+    @property
+    def critic_variables(self) -> list[tf.Variable]:
+        return variables(self.critics) + encoder_variables(self.critic_encoder)
+
+    @property
+    def critic_target_variables(self) -> list[tf.Variable]:
+        return variables(self.critic_targets) + encoder_variables(self.critic_target_encoder)
+
+    def q(self, obs: tf.Tensor, action: tf.Tensor, first: bool = False) -> list[tf.Tensor]:
+        """Every critic's Q, or (`first`) Q_1 alone (TD3's actor loss)."""
+        critics = self.critics[:1] if first else self.critics
+        return q_values(critics, obs, action, self.critic_encoder)
+
+    def q_target(self, obs: tf.Tensor, action: tf.Tensor) -> list[tf.Tensor]:
+        return q_values(self.critic_targets, obs, action, self.critic_target_encoder)
+
+
+class SACNets(CriticSet, keras.Model):
     def __init__(self, spec: dict[str, Any], seed: int = 0, ent_coef_init: float = 1.0):
         super().__init__()
         seeds = _seeds(seed)
@@ -329,20 +355,6 @@ class SACNets(keras.Model):
     def actor_variables(self) -> list[tf.Variable]:
         return variables([self.latent, self.mu, self.log_std])
 
-    @property
-    def critic_variables(self) -> list[tf.Variable]:
-        return variables(self.critics) + encoder_variables(self.critic_encoder)
-
-    @property
-    def critic_target_variables(self) -> list[tf.Variable]:
-        return variables(self.critic_targets) + encoder_variables(self.critic_target_encoder)
-
-    def q(self, obs: tf.Tensor, action: tf.Tensor) -> list[tf.Tensor]:
-        return q_values(self.critics, obs, action, self.critic_encoder)
-
-    def q_target(self, obs: tf.Tensor, action: tf.Tensor) -> list[tf.Tensor]:
-        return q_values(self.critic_targets, obs, action, self.critic_target_encoder)
-
     def mean(self, obs: tf.Tensor) -> tf.Tensor:
         return self.mu(self.latent(obs))
 
@@ -357,7 +369,7 @@ class SACNets(keras.Model):
         return action, logp
 
 
-class TD3Nets(keras.Model):
+class TD3Nets(CriticSet, keras.Model):
     def __init__(self, spec: dict[str, Any], seed: int = 0):
         super().__init__()
         seeds = _seeds(seed)
@@ -374,22 +386,6 @@ class TD3Nets(keras.Model):
         copy_weights(self.actor.trainable_variables, self.actor_target.trainable_variables)
         copy_weights(self.critic_variables, self.critic_target_variables)
         self.built = True
-
-    @property
-    def critic_variables(self) -> list[tf.Variable]:
-        return variables(self.critics) + encoder_variables(self.critic_encoder)
-
-    @property
-    def critic_target_variables(self) -> list[tf.Variable]:
-        return variables(self.critic_targets) + encoder_variables(self.critic_target_encoder)
-
-    def q(self, obs: tf.Tensor, action: tf.Tensor, first: bool = False) -> list[tf.Tensor]:
-        """Every critic's Q, or (`first`) Q_1 alone (TD3's actor loss)."""
-        critics = self.critics[:1] if first else self.critics
-        return q_values(critics, obs, action, self.critic_encoder)
-
-    def q_target(self, obs: tf.Tensor, action: tf.Tensor) -> list[tf.Tensor]:
-        return q_values(self.critic_targets, obs, action, self.critic_target_encoder)
 
 
 class DQNNets(keras.Model):

@@ -73,8 +73,25 @@ def write_bytes_atomic(path: str | os.PathLike[str], data: bytes, mode: int = 0o
         raise
 
 
-def write_json_atomic(path: str | os.PathLike[str], obj: Any) -> None:
-    write_bytes_atomic(path, (json.dumps(obj, indent=2, sort_keys=False) + "\n").encode())
+def write_json_atomic(path: str | os.PathLike[str], obj: Any, inline_scalar_lists: bool = False) -> None:
+    """`obj` as indented JSON. `inline_scalar_lists`: a list of numbers, strings, booleans or nulls on one
+    line rather than one line per item (a manifest's per-value statistics: a 128x128x3 camera key's took
+    4 MiB indented, the runtime's limit)."""
+    text = json_text(obj) if inline_scalar_lists else json.dumps(obj, indent=2, sort_keys=False)
+    write_bytes_atomic(path, (text + "\n").encode())
+
+
+def json_text(obj: Any, level: int = 0) -> str:
+    """json.dumps(obj, indent=2), except that lists of scalars stay on one line."""
+    pad, inner = "  " * level, "  " * (level + 1)
+    if isinstance(obj, dict) and obj:
+        items = [f"{inner}{json.dumps(str(k))}: {json_text(v, level + 1)}" for k, v in obj.items()]
+        return "{\n" + ",\n".join(items) + f"\n{pad}}}"
+    if isinstance(obj, (list, tuple)) and obj:
+        if all(v is None or isinstance(v, (bool, int, float, str)) for v in obj):
+            return json.dumps(list(obj))
+        return "[\n" + ",\n".join(f"{inner}{json_text(v, level + 1)}" for v in obj) + f"\n{pad}]"
+    return json.dumps(obj)
 
 
 def check_output_dir(path: str | os.PathLike[str], *, force: bool, what: str) -> Path:

@@ -61,7 +61,7 @@ def file_hashes(artifact_dir: Path) -> dict[str, str]:
 
 def write_manifest(artifact_dir: Path, data: dict[str, Any]) -> Manifest:
     data = {"schema": SCHEMA, "schema_version": SCHEMA_VERSION, **data, "files": file_hashes(artifact_dir)}
-    write_json_atomic(artifact_dir / MANIFEST_FILE, data)
+    write_json_atomic(artifact_dir / MANIFEST_FILE, data, inline_scalar_lists=True)
     return Manifest(artifact_dir, data)
 
 

@@ -353,3 +353,23 @@ def test_a_camera_policy_trained_here_is_the_policy_the_artifact_runs(
     assert [k["name"] for k in manifest["model"]["input"]["keys"]] == ["camera", "rate"]
     assert_float_until_first_conv(art / "int8" / "policy.tflite")
     # int8 against fp32: the export's own criteria (the closed-loop return) passed, or main() returned 1
+
+
+def test_a_128x128_colour_camera_manifest_fits_the_runtime_limit() -> None:
+    """The manifest's per-value lists (a key's bounds, the concatenation's, the folded mean and inv_std,
+    the raw indices) for a 128x128x3 frame: indented one value per line they pass the runtime's 4 MiB
+    limit; written with lists on one line, as write_manifest does, they fit, and parse back the same."""
+    from rl2edge.fileio import json_text
+    from rl2edge.runtime.manifest_schema import MAX_MANIFEST_BYTES
+
+    n = 128 * 128 * 3
+    rng = np.random.default_rng(0)
+    stats = rng.normal(size=n).astype(np.float32).astype(float).tolist()
+    lists = {
+        "key": {"low": [0.0] * n, "high": [255.0] * n},
+        "observation": {"low": [0.0] * n, "high": [255.0] * n},
+        "folded": {"mean": stats, "inv_std": stats, "raw": {"indices": list(range(n))}},
+    }
+    assert len(json.dumps(lists, indent=2)) > MAX_MANIFEST_BYTES
+    text = json_text(lists)
+    assert len(text) < MAX_MANIFEST_BYTES and json.loads(text) == lists

@@ -218,7 +218,7 @@ def off_policy_encoder(spec: dict[str, Any], seed: int, name: str) -> TFObsEncod
     return TFObsEncoder(spec["encoder"], iter(range(seed, seed + 100)), name, orthogonal=False)
 
 
-def encoded(spec: dict[str, Any], model: keras.Sequential, seed: int) -> keras.Model:
+def with_encoder(spec: dict[str, Any], model: keras.Sequential, seed: int) -> keras.Model:
     """`model` behind its own encoder when the spec has image keys, else `model` itself."""
     encoder = off_policy_encoder(spec, seed, f"{model.name}_encoder")
     return model if encoder is None else EncodedMLP(encoder, model, f"{model.name}_encoded")
@@ -337,7 +337,7 @@ class SACNets(CriticSet, keras.Model):
         latent = mlp(obs_width(spec), hidden, spec["activation"], None, seeds, "actor_latent")
         # image keys: the actor's own encoder in front of its latent, one shared by the critics, and the
         # target critics' copy of it (SB3's off-policy networks do not share extractors)
-        self.latent = encoded(spec, latent, seed * 1000 + 500)
+        self.latent = with_encoder(spec, latent, seed * 1000 + 500)
         self.mu = mlp(hidden[-1], [], spec["activation"], spec["act_dim"], seeds, "actor_mu")
         self.log_std = mlp(hidden[-1], [], spec["activation"], spec["act_dim"], seeds, "actor_log_std")
         self.log_std_min, self.log_std_max = float(spec["log_std_min"]), float(spec["log_std_max"])
@@ -375,8 +375,8 @@ class TD3Nets(CriticSet, keras.Model):
         seeds = _seeds(seed)
         args = (obs_width(spec), list(spec["net_arch"]), spec["activation"], spec["act_dim"])
         # image keys: an encoder per actor and per critic set, each target with its own copy (as SACNets)
-        self.actor = encoded(spec, mlp(*args, seeds, "actor", out_activation="tanh"), seed * 1000 + 500)
-        self.actor_target = encoded(
+        self.actor = with_encoder(spec, mlp(*args, seeds, "actor", out_activation="tanh"), seed * 1000 + 500)
+        self.actor_target = with_encoder(
             spec, mlp(*args, seeds, "actor_target", out_activation="tanh"), seed * 1000 + 600
         )
         self.critics = _critics(spec, int(spec["n_critics"]), seeds, "critic")
@@ -393,8 +393,8 @@ class DQNNets(keras.Model):
         super().__init__()
         seeds = _seeds(seed)
         args = (obs_width(spec), list(spec["net_arch"]), spec["activation"], spec["act_dim"])
-        self.q_net = encoded(spec, mlp(*args, seeds, "q_net"), seed * 1000 + 500)
-        self.q_target = encoded(spec, mlp(*args, seeds, "q_target"), seed * 1000 + 600)
+        self.q_net = with_encoder(spec, mlp(*args, seeds, "q_net"), seed * 1000 + 500)
+        self.q_target = with_encoder(spec, mlp(*args, seeds, "q_target"), seed * 1000 + 600)
         copy_weights(self.q_net.trainable_variables, self.q_target.trainable_variables)
         self.built = True
 

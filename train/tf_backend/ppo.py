@@ -105,8 +105,8 @@ class TFPPO:
         self._deterministic_cf = self._deterministic.get_concrete_function()
         # All of an update's minibatches in one call, compiled with XLA: on a small net the per-call
         # overhead, not the arithmetic, is what costs (a TF call is ~0.5 ms on a 2-core machine). Not with
-        # an image encoder: XLA's CPU convolutions made 2,048 steps of CameraPendulum take 48.5 s against
-        # 5.4 s without it (SB3's PPO defaults, one run each).
+        # an image encoder: there the convolutions are the cost, and XLA's CPU convolutions are several
+        # times slower than the plain graph's oneDNN ones.
         stack = lambda spec: tf.TensorSpec([None, *spec.shape], spec.dtype)  # noqa: E731
         self._train_many = tf.function(
             self._train_many_graph,

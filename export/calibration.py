@@ -21,6 +21,10 @@ class RolloutData:
     calibration: np.ndarray
     heldout: np.ndarray
     description: dict[str, Any]
+    calibration_starts: np.ndarray | None = None
+    """Stateful sources: bool per calibration row, True at an episode's first observation (the rows are
+    whole episodes in order, so the state can be carried through them)."""
+    heldout_starts: np.ndarray | None = None
 
 
 def _collect(
@@ -30,13 +34,33 @@ def _collect(
     seed: int,
     max_samples: int,
     flatten: Callable[[Any], np.ndarray],
-) -> np.ndarray:
+    on_reset: Callable[[], None] | None,
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """The observations (and, for a stateful `act`, which ones start an episode)."""
     seen: list[np.ndarray] = []
-    evaluate(act, env_id, episodes, seed, on_step=lambda o: seen.append(np.array(flatten(o), np.float32)))
+    starts: list[int] = []
+
+    def reset() -> None:
+        starts.append(len(seen))
+        if on_reset is not None:
+            on_reset()
+
+    evaluate(
+        act,
+        env_id,
+        episodes,
+        seed,
+        on_step=lambda o: seen.append(np.array(flatten(o), np.float32)),
+        on_reset=reset,
+    )
     obs = np.stack(seen)
+    if on_reset is not None:  # a stateful policy: whole sequences, cut at the end (never thinned)
+        first = np.zeros(len(obs), bool)
+        first[starts] = True
+        return obs[:max_samples], first[:max_samples]
     if len(obs) > max_samples:  # evenly spaced, so every part of the episodes is represented
         obs = obs[np.linspace(0, len(obs) - 1, max_samples).round().astype(int)]
-    return obs
+    return obs, None
 
 
 def collect_rollout_data(
@@ -47,12 +71,16 @@ def collect_rollout_data(
     max_calib: int,
     max_heldout: int,
     flatten: Callable[[Any], np.ndarray] = np.asarray,
+    on_reset: Callable[[], None] | None = None,
 ) -> RolloutData:
     """`flatten`: a Dict env's observation -> the keys' concatenation (ObservationSpec.flatten), the form
-    the pipeline keeps observations in."""
+    the pipeline keeps observations in. `on_reset`: a stateful policy's reset, called at each episode's
+    start; the data then keeps whole episodes in order, with their starts."""
     calib_seed, heldout_seed = seed + CALIBRATION_SEED_OFFSET, seed + HELDOUT_SEED_OFFSET
-    calibration = _collect(act, env_id, episodes, calib_seed, max_calib, flatten)
-    heldout = _collect(act, env_id, max(2, episodes // 2), heldout_seed, max_heldout, flatten)
+    calibration, calib_starts = _collect(act, env_id, episodes, calib_seed, max_calib, flatten, on_reset)
+    heldout, heldout_starts = _collect(
+        act, env_id, max(2, episodes // 2), heldout_seed, max_heldout, flatten, on_reset
+    )
     return RolloutData(
         calibration,
         heldout,
@@ -64,7 +92,14 @@ def collect_rollout_data(
                 "seeds_from": heldout_seed,
                 "samples": len(heldout),
             },
+            **(
+                {"sequences": "whole episodes in order, the state carried, reset at each episode's start"}
+                if on_reset
+                else {}
+            ),
         },
+        calib_starts,
+        heldout_starts,
     )
 
 

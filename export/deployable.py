@@ -101,7 +101,10 @@ class DeployablePolicy(nn.Module):
         return self.act_center + scaled * self.act_half_range
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        out = self.pre_head(obs)
+        return self.head_of(self.pre_head(obs))
+
+    def head_of(self, out: torch.Tensor) -> torch.Tensor:
+        """The network's output -> the action in env units (the head)."""
         if self.head == "argmax":
             action = out.argmax(-1)
             return action + self.start if self.start else action

@@ -7,6 +7,7 @@ describe; reading them imports neither torch nor TensorFlow, so the TF route nev
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -28,6 +29,57 @@ FORMULAS = {
     "tanh_unscale": "center + tanh(out) * half_range",
     "unscale": "center + out * half_range",
 }
+
+
+EPISODE_START = "episode_start"
+
+
+@dataclass(frozen=True)
+class StateTensor:
+    """One state tensor of a stateful graph: input `name` [1, size], next value output `name_out`."""
+
+    name: str
+    size: int
+    role: str
+
+    @property
+    def output(self) -> str:
+        return f"{self.name}_out"
+
+
+def state_io_names(states: list[StateTensor]) -> tuple[list[str], list[str]]:
+    """A stateful graph's inputs after the observation, and its outputs after the action, in order."""
+    return [EPISODE_START, *(t.name for t in states)], [t.output for t in states]
+
+
+def state_section(states: list[StateTensor], cell: str) -> dict[str, Any]:
+    """The manifest's `state` section (runtime.state reads it; runtime.manifest_schema checks it)."""
+    return {
+        "episode_start": {
+            "input": EPISODE_START,
+            "shape": [1, 1],
+            "dtype": "float32",
+            "formula": "every state input is multiplied by (1 - episode_start) before it is used",
+        },
+        "tensors": [
+            {
+                "name": t.name,
+                "input": t.name,
+                "output": t.output,
+                "shape": [1, t.size],
+                "dtype": "float32",
+                "initial": 0.0,
+                "role": t.role,
+            }
+            for t in states
+        ],
+        "cell": cell,
+        "resets": {
+            "episode_start": "the graph zeroes the state when the episode_start input is 1",
+            "Policy.reset()": "the runtime's state back to its initial value; the next call feeds episode_start = 1",
+            "load": "a freshly loaded policy starts as after reset()",
+        },
+    }
 
 
 def folded_description(norm: RunningNormalizer, action: ActionSpec, head: str) -> dict[str, Any]:

@@ -23,6 +23,7 @@ from rl2edge.errors import ConfigError, ExportError
 from rl2edge.export.calibration import collect_rollout_data, pin_uint8_range
 from rl2edge.export.checkpoint_source import source_from_checkpoint
 from rl2edge.export.graph_spec import (
+    EPISODE_START,
     INPUT_NAME,
     NOISE_INPUT,
     OPSET,
@@ -31,13 +32,14 @@ from rl2edge.export.graph_spec import (
     folded_description,
     io_names,
     manifest_section,
+    state_section,
 )
 from rl2edge.export.noise_verify import check_noise_off, verify_distribution
 from rl2edge.export.report import ExportReport, FileRow
 from rl2edge.export.return_check import RULE as RETURN_RULE
 from rl2edge.export.return_check import check_return
 from rl2edge.export.source import ExportSource
-from rl2edge.export.tflite_convert import FLOAT_OPS, MODES, convert, uint8_input_saved_model
+from rl2edge.export.tflite_convert import FLOAT_OPS, MODES, STATE_FLOAT_OPS, convert, uint8_input_saved_model
 from rl2edge.export.tolerances import DEFAULT, RETURN_DROP_WARNING_PCT, Tolerances
 from rl2edge.export.verify import (
     compare_actions,
@@ -245,14 +247,26 @@ def _collect(source: ExportSource, opts: ExportOptions) -> _Collected:
         tol.calibration_max_samples,
         tol.heldout_max_samples,
         source.observation.flatten,
+        on_reset=source.reset if source.states else None,
     )
+    if source.states:  # the held-out episodes in order, the state carried: per-step actions and margins
+        assert data.heldout_starts is not None
+        traj = source.trajectory(data.heldout, data.heldout_starts)
+        actions, margins = traj.actions, (_top2_margins(traj.pre_head) if source.discrete else None)
+    else:
+        actions, margins = source.reference_actions(data.heldout), source.margins(data.heldout)
     return _Collected(
         data,
-        source.reference_actions(data.heldout),
-        source.margins(data.heldout),
-        _ret(evaluate(source.act, source.env_id, opts.eval_episodes, opts.seed)),
+        actions,
+        margins,
+        _ret(evaluate(source.act, source.env_id, opts.eval_episodes, opts.seed, on_reset=source.reset)),
         check_noise_off(source, data.heldout, tol.noise_off_rtol) if source.noise is not None else None,
     )
+
+
+def _top2_margins(pre_head: np.ndarray) -> np.ndarray:
+    top2 = np.sort(pre_head, axis=-1)[:, -2:]
+    return top2[:, 1] - top2[:, 0]
 
 
 def _check_onnx(
@@ -265,7 +279,11 @@ def _check_onnx(
         return None, None
     backend = OnnxBackend(onnx_path, num_threads=1, observation_keys=_keys(source.observation))
     onnx_obs = source.onnx_input(got.data.heldout)
-    actions = np.stack([_run_deterministic(backend, o[None], source)[0] for o in onnx_obs])
+    if source.states:
+        assert got.data.heldout_starts is not None
+        actions = _run_sequence(backend, onnx_obs, got.data.heldout_starts, source)
+    else:
+        actions = np.stack([_run_deterministic(backend, o[None], source)[0] for o in onnx_obs])
     parity = compare_actions(got.source_actions, actions, source.discrete, got.margins, tol)
     require_fp32_parity("policy.onnx", parity, tol)
     return onnx_path, parity
@@ -293,6 +311,8 @@ def _common_manifest(
         else None,
         "tools": package_versions(TOOLS, missing="not installed"),
     }
+    if source.states:
+        common["state"] = state_section(source.states, source.state_cell)
     if source.noise is not None:
         common["folded"]["noise"] = {
             **manifest_section(source.noise, opts.noise_seed, source.act_dim),
@@ -326,8 +346,9 @@ def _make_file(
         mode,
         calibration,
         float_io_ops=flat,
-        extra=_noise_calibration(source, got.data),
+        extra=_noise_calibration(source, got.data) or _state_calibration(source, got.data),
         observation_keys=source.observation.key_slices,
+        extra_float_ops=STATE_FLOAT_OPS if source.states else (),
     )
     write_bytes_atomic(art / "policy.tflite", model)
     if onnx_path is not None:
@@ -338,7 +359,7 @@ def _make_file(
     }
     if mode == "int8" and flat:
         quantization["float_ops"] = {
-            "ops": FLOAT_OPS,
+            "ops": FLOAT_OPS + (STATE_FLOAT_OPS if source.states else []),
             "layers": "input and output layers in float32",
             "why": "normalization, the input and output layers and the action head in float32; the hidden layers in int8",
         }
@@ -385,13 +406,21 @@ def _verify_file(
         "dtype": str(backend.output_dtype),
         "quantization": _q(backend.output_quant),
     }
-    actions = np.stack([np.asarray(served.predict(o)) for o in got.data.heldout]).reshape(
-        got.source_actions.shape
-    )
+    starts = got.data.heldout_starts
+    if starts is None:
+        actions = np.stack([np.asarray(served.predict(o)) for o in got.data.heldout])
+    else:  # whole episodes in order: the runtime's own state, reset where each one starts
+        rows = []
+        for o, start in zip(got.data.heldout, starts, strict=True):
+            if start:
+                served.reset()
+            rows.append(np.asarray(served.predict(o)))
+        actions = np.stack(rows)
+    actions = actions.reshape(got.source_actions.shape)
     parity = compare_actions(got.source_actions, actions, source.discrete, got.margins, tol)
     if mode == "fp32":
         require_fp32_parity(f"policy.tflite ({mode})", parity, tol)
-    closed = _ret(evaluate(served.predict, env_id, opts.eval_episodes, opts.seed))
+    closed = _ret(evaluate(served.predict, env_id, opts.eval_episodes, opts.seed, on_reset=served.reset))
     noise_check = None
     if source.noise is not None:  # the same loaded file, now exploring (verify_distribution turns it on)
         noise_check = verify_distribution(served, source, got.data.heldout, mode, opts.noise_seed)
@@ -501,6 +530,27 @@ def _run_deterministic(backend: Any, x: np.ndarray, source: ExportSource) -> np.
     zeros = np.zeros((1, source.act_dim), np.float32)
     feeds = {n: zeros for n in io_names(source.noise)[0][1:]}
     return backend.run_with(x, feeds)[0]
+
+
+def _run_sequence(backend: Any, obs: np.ndarray, starts: np.ndarray, source: ExportSource) -> np.ndarray:
+    """A stateful graph's file over whole episodes: each call fed the state the last one returned."""
+    state = {t.name: np.zeros((1, t.size), np.float32) for t in source.states}
+    out = []
+    for o, start in zip(obs, starts, strict=True):
+        feeds = {**state, EPISODE_START: np.full((1, 1), float(start), np.float32)}
+        y, extras = backend.run_with(o[None], feeds)
+        state = {t.name: np.asarray(extras[t.output], np.float32).reshape(1, t.size) for t in source.states}
+        out.append(np.asarray(y)[0])
+    return np.stack(out)
+
+
+def _state_calibration(source: ExportSource, data: Any) -> dict[str, np.ndarray] | None:
+    """int8 calibration of the state inputs: the values the source's own graph fed them over the
+    calibration episodes, and the episode starts there."""
+    if not source.states:
+        return None
+    traj = source.trajectory(data.calibration, data.calibration_starts)
+    return {EPISODE_START: data.calibration_starts.astype(np.float32)[:, None], **traj.fed}
 
 
 def _noise_calibration(source: ExportSource, data: Any) -> dict[str, np.ndarray] | None:

@@ -8,12 +8,14 @@ base class and the torch one; export.tf_source the TF one."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from rl2edge.errors import ExportError
+from rl2edge.export.graph_spec import StateTensor
 from rl2edge.specs import ActionSpec, NoiseSpec, ObservationSpec
 from rl2edge.train.core.normalization import RunningNormalizer
 
@@ -35,12 +37,29 @@ class ExportSource:
     """Whether the policy has a distribution that `--noise policy` samples (the agent class says so)."""
     noise: NoiseSpec | None = None
     """The noise folded into the graph, or None; set with `fold_noise`."""
+    states: list[StateTensor] = field(default_factory=list)
+    """The graph's state tensors (a recurrent policy's h and c); empty for a stateless graph."""
+    state_cell: str = ""
+    """What the graph computes with its state, for the manifest."""
 
     def fold_noise(self, spec: NoiseSpec) -> None:
         from rl2edge.export.graph_spec import check_noise_fits
 
+        if self.states:
+            raise ExportError(
+                f"--noise: folding exploration noise into a stateful graph ({self.algo}) is not implemented; "
+                "export without --noise"
+            )
         check_noise_fits(spec, self.head, self.discrete, self.policy_distribution, self.algo)
         self.noise = spec
+
+    def reset(self) -> None:
+        """A new episode for `act` (a stateful source's state back to zero); nothing for a stateless one."""
+
+    def trajectory(self, obs: np.ndarray, starts: np.ndarray) -> Trajectory:
+        """A stateful graph in its source framework over whole episodes in order, the state carried and
+        reset where `starts` is True."""
+        raise NotImplementedError
 
     @property
     def act_dim(self) -> int:
@@ -99,6 +118,16 @@ class ExportSource:
         return obs
 
 
+@dataclass(frozen=True)
+class Trajectory:
+    """What a stateful graph did over a sequence: per step the action, the output before the head, and
+    the value each state input was fed (by name)."""
+
+    actions: np.ndarray
+    pre_head: np.ndarray
+    fed: dict[str, np.ndarray]
+
+
 @dataclass
 class TorchSource(ExportSource):
     policy: Any = None  # export.deployable.DeployablePolicy
@@ -123,7 +152,50 @@ class TorchSource(ExportSource):
     def reference_actions(self, obs: np.ndarray) -> np.ndarray:
         return self.deployable_actions(obs) if self.reference is None else np.asarray(self.reference(obs))
 
+    def __post_init__(self) -> None:
+        if hasattr(getattr(self.policy, "actor", None), "state_tensors"):  # a recurrent actor (one cell)
+            from rl2edge.export.stateful import StatefulPolicy
+
+            self.stateful_graph = StatefulPolicy(self.policy).eval()
+            self.states = self.stateful_graph.states
+            self.state_cell = self.policy.actor.CELL
+            self.reset()
+
+    def reset(self) -> None:
+        if self.states:
+            import torch
+
+            self._live = [torch.zeros((1, t.size)) for t in self.states]
+            self._live_start = torch.ones((1, 1))
+
+    def _state_step(
+        self, x: np.ndarray, start: Any, states: list[Any]
+    ) -> tuple[np.ndarray, np.ndarray, list[Any]]:
+        import torch
+
+        with torch.no_grad():
+            out, new = self.stateful_graph.step(torch.as_tensor(x), start, states)
+            return self.policy.head_of(out).numpy(), out.numpy(), new
+
+    def trajectory(self, obs: np.ndarray, starts: np.ndarray) -> Trajectory:
+        import torch
+
+        states = [torch.zeros((1, t.size)) for t in self.states]
+        actions, pre, fed = [], [], {t.name: [] for t in self.states}
+        for x, start in zip(np.asarray(obs, np.float32), starts, strict=True):
+            for t, v in zip(self.states, states, strict=True):
+                fed[t.name].append(v.numpy()[0])
+            a, out, states = self._state_step(x[None], torch.full((1, 1), float(start)), states)
+            actions.append(a[0])
+            pre.append(out[0])
+        return Trajectory(np.stack(actions), np.stack(pre), {k: np.stack(v) for k, v in fed.items()})
+
     def act(self, obs: Any) -> Any:
+        if self.states:
+            x = self.observation.flatten(obs).astype(np.float32)[None]
+            a, _, self._live = self._state_step(x, self._live_start, self._live)
+            self._live_start = self._live_start * 0.0
+            return int(a[0]) if self.discrete else a[0]
         if self.reference is None:
             return super().act(obs)
         a = self.reference_actions(self.observation.flatten(obs).astype(np.float32)[None])[0]
@@ -164,6 +236,13 @@ class TorchSource(ExportSource):
         graph = self.policy if self.noise is None else self._noisy()
         inputs, outputs = io_names(self.noise)
         examples = example_inputs(self.noise, shape, self.act_dim)
+        if self.states:  # obs, episode_start, the states -> action, the next states
+            from rl2edge.export.graph_spec import state_io_names
+
+            graph = self.stateful_graph
+            state_in, state_out = state_io_names(self.states)
+            inputs, outputs = [inputs[0], *state_in], [outputs[0], *state_out]
+            examples = self.stateful_graph.example_inputs(shape)
         if self.observation.is_dict:  # one input per key in place of `obs`
             from rl2edge.export.deployable import KeyedInputs
 

@@ -95,6 +95,12 @@ FLOAT_OPS = [
     "STRIDED_SLICE", "SLICE", "SPLIT", "SPLIT_V", "GATHER", "TRANSPOSE",
 ]  # fmt: skip
 
+# A stateful graph's gates (a recurrent cell's LOGISTIC and TANH) stay float32 too: the cell state is
+# fed back every step, so int8's fixed output steps of the gates (1/256 for LOGISTIC) would add up over an
+# episode rather than stay one step's error. Its FULLY_CONNECTED gates are input layers (they take the
+# observation and the state inputs), which stay float32 by the rule below.
+STATE_FLOAT_OPS = ["LOGISTIC", "TANH"]
+
 # The input layer and the output layers stay float32 as well; the hidden layers between them, where almost
 # all the multiply-adds are, are int8.
 # - Input layer (the first FULLY_CONNECTED or CONV_2D on the normalized observation): TFLite quantizes
@@ -147,13 +153,15 @@ def convert(
     float_io_ops: bool = True,
     extra: dict[str, np.ndarray] | None = None,
     observation_keys: list[tuple[str, slice]] | None = None,
+    extra_float_ops: list[str] | tuple[str, ...] = (),
 ) -> bytes:
     """One TFLite flatbuffer, calibrated (int8) on `calibration`: observations from rollouts of the
     trained policy. int8: int8 weights and activations in the network; with `float_io_ops` the
     normalization, the input and output layers and the head stay float32 (float input and output), without it the whole graph is
     int8 with int8 input and output (image policies, whose raw pixels quantize well). `extra`: calibration
     rows of further inputs (folded noise), by signature name, fed with the observations as a dict.
-    `observation_keys`: a Dict observation's inputs, each fed its slice of the calibration rows."""
+    `observation_keys`: a Dict observation's inputs, each fed its slice of the calibration rows.
+    `extra_float_ops`: op types kept float32 beyond FLOAT_OPS (STATE_FLOAT_OPS for a stateful graph)."""
     if mode not in MODES:
         raise ExportError(f"unknown quantization mode {mode!r}; choose one of {', '.join(MODES)}")
     import tensorflow as tf
@@ -194,7 +202,8 @@ def convert(
             converter=converter,
             debug_dataset=representative,
             debug_options=tf.lite.experimental.QuantizationDebugOptions(
-                denylisted_ops=FLOAT_OPS, denylisted_nodes=float_layer_nodes(float_model)
+                denylisted_ops=FLOAT_OPS + list(extra_float_ops),
+                denylisted_nodes=float_layer_nodes(float_model),
             ),
         )
         return bytes(debugger.get_nondebug_quantized_model())

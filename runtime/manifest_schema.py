@@ -98,6 +98,8 @@ def check_manifest(data: dict[str, Any], artifact_dir: Path) -> None:
     folded = _dict(data["folded"], "folded")
     if folded.get("noise") is not None:
         _check_noise(_dict(folded["noise"], "folded.noise"))
+    if data.get("state") is not None:
+        _check_state(_dict(data["state"], "state"))
 
 
 def _check_observation(obs: dict[str, Any]) -> None:
@@ -207,3 +209,32 @@ def _check_noise(noise: dict[str, Any]) -> None:
         raise _fail(
             "folded.noise.graph.state_input/state_output", "must both be tensor names, or both absent", state
         )
+
+
+def _check_state(state: dict[str, Any]) -> None:
+    """Explicit state I/O (runtime.state): float32 tensors, each an input and an output of its own name,
+    and the episode-start input."""
+    start = _dict(state.get("episode_start"), "state.episode_start")
+    if not isinstance(start.get("input"), str):
+        raise _fail("state.episode_start.input", "must be a tensor name", start.get("input"))
+    tensors = state.get("tensors")
+    if not isinstance(tensors, list) or not tensors:
+        raise _fail("state.tensors", "must be a non-empty list of state tensors", tensors)
+    seen: set[str] = {start["input"]}
+    for i, t in enumerate(tensors):
+        t = _dict(t, f"state.tensors[{i}]")
+        for key in ("input", "output"):
+            name = t.get(key)
+            if not isinstance(name, str) or name in seen:
+                raise _fail(f"state.tensors[{i}].{key}", "must be a distinct tensor name", name)
+            seen.add(name)
+        shape = t.get("shape")
+        if not isinstance(shape, list) or not 1 <= len(shape) <= 3:
+            raise _fail(f"state.tensors[{i}].shape", "must be a list of 1 to 3 sizes", shape)
+        for j, d in enumerate(shape):
+            _int(d, f"state.tensors[{i}].shape[{j}]", 1, MAX_OBS_VALUES)
+        if t.get("dtype") != "float32":
+            raise _fail(f"state.tensors[{i}].dtype", "must be float32", t.get("dtype"))
+        initial = t.get("initial", 0.0)
+        if isinstance(initial, bool) or not isinstance(initial, (int, float)) or not math.isfinite(initial):
+            raise _fail(f"state.tensors[{i}].initial", "must be a finite number", initial)

@@ -14,6 +14,7 @@ from rl2edge.errors import BackendError, ManifestError, ObservationError
 from rl2edge.runtime.interpreters import Backend, open_backend
 from rl2edge.runtime.manifest import Manifest, load_manifest
 from rl2edge.runtime.model_check import check_tflite_structure, probe_in_child
+from rl2edge.runtime.state import StateTensors
 
 
 class Policy:
@@ -88,10 +89,15 @@ class Policy:
             self.explore = explore
             self._noise_seed = int(self.noise["seed"] if noise_seed is None else noise_seed)
             self.reset_noise()
-        elif backend.extra_inputs:
-            raise ManifestError(
-                f"the model takes inputs {sorted(backend.extra_inputs)} that the manifest does not explain"
-            )
+        # State the graph carries from one call to the next (runtime.state: a recurrent policy's h and c):
+        # fed as inputs, its next value read back from the outputs, reset inside the graph by episode_start.
+        self.states = StateTensors.from_manifest(manifest.data.get("state"), backend)
+        explained = set(self.states.inputs)
+        if self.noise is not None:
+            explained.update(self.noise["graph"]["inputs"])
+        unexplained = sorted(set(backend.extra_inputs) - explained)
+        if unexplained:
+            raise ManifestError(f"the model takes inputs {unexplained} that the manifest does not explain")
 
     def reset_noise(self, seed: int | None = None) -> None:
         """Restart the noise: a fresh generator (the same seed unless given) and OU's state at zero."""
@@ -103,6 +109,16 @@ class Policy:
         self._state = (
             np.zeros(self._noise_shape, np.float32) if self.noise["graph"].get("state_input") else None
         )
+
+    def reset(self) -> None:
+        """A new episode: the graph's state back to its initial value, and the next call flagged as an
+        episode start (the graph resets it there too: what export verified). Noise is left alone (its
+        generator runs on across episodes; `reset_noise` restarts it). A stateless policy: nothing to do."""
+        self.states.reset()
+
+    def state(self) -> dict[str, np.ndarray]:
+        """A copy of the state the next call feeds the graph, by name (monitoring, tests); {} if none."""
+        return self.states.snapshot()
 
     @property
     def noise_state(self) -> np.ndarray | None:
@@ -295,23 +311,29 @@ class Policy:
         and buffers in the CPU's caches. Folded noise gets zeros and OU's state is left as it is."""
         x = self._input(obs, True, reuse=True)
         b = self._backend  # a model process is asked to stay awake for the cycle's call (warm_run)
-        if self.noise is None:
+        if self.noise is None and not self.states:
             getattr(b, "warm_run", b.run)(x)
         else:
-            io = self.noise["graph"]
-            feeds = {io["noise_input"]: np.zeros(self._noise_shape, np.float32)}
-            if self._state is not None:
-                feeds[io["state_input"]] = np.zeros_like(self._state)
+            feeds = self.states.feeds()  # read, not advanced: the outputs are thrown away
+            if self.noise is not None:
+                io = self.noise["graph"]
+                feeds[io["noise_input"]] = np.zeros(self._noise_shape, np.float32)
+                if self._state is not None:
+                    feeds[io["state_input"]] = np.zeros_like(self._state)
             getattr(b, "warm_run_with", b.run_with)(x, feeds)
 
     def raw(self, obs: Any, validated: bool = False) -> np.ndarray:
         """Invoke without the final clamp (the head's own output, dequantized): for verification."""
         x = self._input(obs, validated, reuse=True)
-        if self.noise is None:
+        if self.noise is None and not self.states:
             y = self._backend.run(x)
         else:
-            y, extras = self._backend.run_with(x, self._feeds())
-            if self._state is not None and self.explore:
+            feeds = self.states.feeds()
+            if self.noise is not None:
+                feeds.update(self._feeds())
+            y, extras = self._backend.run_with(x, feeds)
+            self.states.advance(extras)
+            if self.noise is not None and self._state is not None and self.explore:
                 self._state = np.asarray(extras[self.noise["graph"]["state_output"]], np.float32).reshape(
                     self._noise_shape
                 )

@@ -39,6 +39,9 @@ def own_places(name: str) -> set[str]:
     agents (named for an algorithm: sac_written_out.py, dqn_hooks.py), the table and the nets."""
     row = ALGOS[name]
     places = {_module_file(row.config), *(_module_file(a) for a in row.agents.values())} | TABLE_AND_NETS
+    for other in ALGOS.values():  # an algorithm built on this one (ppo_lstm on ppo) names it in its places
+        if other.name.startswith(f"{name}_"):
+            places |= {_module_file(other.config), *(_module_file(a) for a in other.agents.values())}
     for f in (ROOT / "train").rglob("*.py"):
         stem = f.stem.split("_")[0]
         if stem in ALGOS:

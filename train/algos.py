@@ -197,6 +197,16 @@ ALGOS: dict[str, Algo] = {
             image_keys=True,
             compiled={"tf": _TF_OFF_COMPILED},
         ),
+        Algo(  # PPO with an LSTM (sb3-contrib's RecurrentPPO): the artifact carries h and c as state
+            "ppo_lstm",
+            "rl2edge.train.core.recurrent_config:RecurrentPPOConfig",
+            "rl2edge.train.core.recurrent_driver:train_recurrent",
+            {"torch": "rl2edge.train.torch_backend.ppo_lstm:TorchRecurrentPPO"},
+            ("discrete", "box"),
+            "clip_unscale",
+            network="recurrent_actor_critic",
+            on_policy=True,
+        ),
     )
 }
 
@@ -298,6 +308,12 @@ def check_rollout_workers(cfg: RunConfig, workers: int) -> None:
     if not get(cfg.algo).on_policy:
         on_policy = [a.name for a in ALGOS.values() if a.on_policy]
         raise ConfigError(f"--rollout-workers spreads on-policy rollouts: {_either(on_policy)} only")
+    if get(cfg.algo).driver != _ON_DRIVER:
+        raise ConfigError(
+            f"--rollout-workers: {cfg.algo} collects its rollouts in one process (each env's recurrent state "
+            "stays with the learner); use it with "
+            + _either(a.name for a in ALGOS.values() if a.driver == _ON_DRIVER)
+        )
     if workers > cfg.n_envs:
         raise ConfigError(
             f"--rollout-workers {workers} is more than the {cfg.n_envs} envs of the run (n_envs); "

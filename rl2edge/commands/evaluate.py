@@ -74,10 +74,11 @@ def run(args: argparse.Namespace) -> int:
     if args.env is None:
         args.env = _trained_env(policy.manifest.data, args.artifact)
         check_env_id(args.env)
-    act, on_reset, faults = policy.predict, None, None
+    # each episode starts the policy's state afresh (a recurrent artifact's; nothing for a stateless one)
+    act, on_reset, faults = policy.predict, policy.reset, None
     if args.inject_faults:
         faults = _injected(policy, args)
-        act, on_reset = faults, faults.reset
+        act, on_reset = faults, _in_turn(faults.reset, policy.reset)
     elif args.map:
         raise ConfigError("--map applies with --inject-faults (the fault responses it chooses)")
     result = evaluate(act, args.env, args.episodes, args.seed, on_reset=on_reset)
@@ -118,6 +119,16 @@ def run(args: argparse.Namespace) -> int:
             )
         )
     return 0
+
+
+def _in_turn(*fns: Any) -> Any:
+    """One callable that calls each of `fns` in turn (episode-start resets)."""
+
+    def call() -> None:
+        for fn in fns:
+            fn()
+
+    return call
 
 
 def _injected(policy: Any, args: argparse.Namespace) -> Any:

@@ -11,9 +11,11 @@ import gymnasium as gym
 
 from rl2edge.errors import ConfigError
 from rl2edge.specs import ObservationSpec
+from rl2edge.train.core.partial_envs import register as _register_partial_envs
 from rl2edge.train.core.spaces import FlatDictObservation, observation_spec
 
 _logger = logging.getLogger(__name__)
+_register_partial_envs()  # the Zoo's NoVel tasks under their ids
 
 
 def _env_factory(env_id: str, **kwargs: Any) -> Callable[[], gym.Env]:

@@ -39,8 +39,11 @@ def evaluate(
     """Run `act` (raw observation in, env action out) for `episodes` episodes; episode i uses seed+i.
 
     `on_step` sees every raw observation (export uses it to collect calibration data); `on_reset` is called
-    at each episode's start (an act function that keeps state across steps resets it there).
+    at each episode's start (an act function that keeps state across steps resets it there); without it,
+    `act.reset()` where `act` has one (a stateful policy's evaluator).
     """
+    if on_reset is None:
+        on_reset = getattr(act, "reset", None)
     env = make_env(env_id)
     returns, lengths = [], []
     try:

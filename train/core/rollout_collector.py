@@ -69,6 +69,8 @@ class Segment:
     last_values: np.ndarray  # float32 [m]: V(obs after the last step)
     raw_obs: np.ndarray | None  # the raw observation after each step (for the learner's statistics), or None
     episodes: list[tuple[int, int, float]] = field(default_factory=list)  # (t, env index, return)
+    starts: np.ndarray | None = None  # bool [T, m]: obs[t] is its episode's first
+    init_state: Any = None  # a recurrent policy's state at the segment's start (RecurrentCollector)
 
     @staticmethod
     def concat(parts: list[Segment]) -> Segment:
@@ -78,7 +80,10 @@ class Segment:
         raw = None if parts[0].raw_obs is None else cat("raw_obs")
         last = np.concatenate([p.last_values for p in parts])
         episodes = sorted(e for p in parts for e in p.episodes)  # single-process order: step, then env
-        return Segment(**{n: cat(n) for n in names}, last_values=last, raw_obs=raw, episodes=episodes)
+        starts = None if parts[0].starts is None else cat("starts")
+        return Segment(
+            **{n: cat(n) for n in names}, last_values=last, raw_obs=raw, episodes=episodes, starts=starts
+        )
 
 
 class RolloutCollector:
@@ -105,10 +110,15 @@ class RolloutCollector:
         self.envs = envs if envs is not None else make_vec_env(env_id, count)
         self.first, self.count, self.gamma32, self.pad_to = first, count, np.float32(gamma), pad_to
         self.norm, self.live_norm, self.to_env = norm, live_norm, to_env
-        self.policy = NumpyActorCritic(network)
+        self.policy: Any = self.make_policy(network)
         self.noise = PerEnvNoise(seed, range(first, first + count), network["act_dim"], network["discrete"])
         self.ep_returns = np.zeros(count)
         self.raw_obs, _ = self.envs.reset(seed=seed + first)  # env j of the slice: seed + first + j
+        self.starts = np.ones(count, bool)  # each env's next observation is its episode's first
+
+    @staticmethod
+    def make_policy(network: dict[str, Any]) -> Any:
+        return NumpyActorCritic(network)
 
     def collect(self, n_steps: int, weights: RolloutWeights) -> Segment:
         self.policy.load(weights)
@@ -116,13 +126,15 @@ class RolloutCollector:
             return self._collect(n_steps)
 
     def _collect(self, n_steps: int) -> Segment:
-        m, norm, policy = self.count, self.norm, self.policy
-        obs_l, act_l, logp_l, val_l, rew_l, done_l, bm_l, bv_l, raw_l = ([] for _ in range(9))
+        m, norm = self.count, self.norm
+        obs_l, act_l, logp_l, val_l, rew_l, done_l, bm_l, bv_l, raw_l, start_l = ([] for _ in range(10))
         episodes: list[tuple[int, int, float]] = []
         noise = self.noise.draw(n_steps)
+        init_state = self._begin()
         for t in range(n_steps):
             obs = norm.normalize(self.raw_obs)
-            action, logp, value = self._padded(policy.act, obs, noise[t])
+            start_l.append(self.starts)
+            action, logp, value = self._act(obs, noise[t])
             raw_obs, reward, terminated, truncated, info = self.envs.step(self.to_env(action))
             self.ep_returns += reward
             # CRUCIAL: a time-limit truncation is not a terminal state; the learner bootstraps it with
@@ -133,9 +145,10 @@ class RolloutCollector:
                 final = np.zeros_like(self.raw_obs)
                 for i in np.flatnonzero(boot):
                     final[i] = info["final_obs"][i]
-                values = self._padded(policy.value, norm.normalize(final))
+                values = self._final_values(norm.normalize(final))
                 boot_values[boot] = self.gamma32 * values[boot]
             done = terminated | truncated
+            self.starts = done
             for i in np.flatnonzero(done):
                 episodes.append((t, self.first + int(i), float(self.ep_returns[i])))
                 self.ep_returns[i] = 0.0
@@ -150,7 +163,7 @@ class RolloutCollector:
                 strict=True,
             ):
                 lst.append(x)
-        last_values = self._padded(policy.value, norm.normalize(self.raw_obs)).astype(np.float32)
+        last_values = self._next_values(norm.normalize(self.raw_obs)).astype(np.float32)
         return Segment(
             np.stack(obs_l),
             np.stack(act_l),
@@ -163,7 +176,25 @@ class RolloutCollector:
             last_values,
             None if self.live_norm else np.stack(raw_l),
             episodes,
+            np.stack(start_l),
+            init_state,
         )
+
+    # What a step asks of the policy; RecurrentCollector (train.core.recurrent_rollout) carries state here.
+    def _begin(self) -> Any:
+        """At a rollout's start: what the learner needs to replay it (a stateless policy: nothing)."""
+        return None
+
+    def _act(self, obs: np.ndarray, noise: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        return self._padded(self.policy.act, obs, noise)
+
+    def _final_values(self, final_obs: np.ndarray) -> np.ndarray:
+        """V of truncated episodes' final observations (rows of other envs: zeros, ignored)."""
+        return self._padded(self.policy.value, final_obs)
+
+    def _next_values(self, obs: np.ndarray) -> np.ndarray:
+        """V of the observations after the rollout's last step."""
+        return self._padded(self.policy.value, obs)
 
     def _padded(self, fn: Callable[..., Any], *arrays: np.ndarray) -> Any:
         """fn on the slice's rows placed at their envs' own rows (first ..) of pad_to zero rows, cut back.

@@ -1,0 +1,86 @@
+"""The state an artifact's graph carries from one control cycle to the next (a recurrent policy's h and c),
+as the manifest's `state` section declares it (export.graph_spec.state_section writes it).
+
+The contract: every state tensor is a float32 graph input whose next value is a graph output (explicit
+I/O, no hidden variable tensors), and one more input, `episode_start` ([1, 1] float32, 1.0 on an
+episode's first call), makes the graph compute `state * (1 - episode_start)` before using it. The reset
+is therefore part of the graph that export verified; the runtime also puts the state back to its
+initial value, so that `state()` shows what the graph will start from.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from rl2edge.errors import BackendError, ManifestError
+
+
+class StateTensors:
+    """The state a `runtime.Policy` owns. Falsy when the artifact declares none."""
+
+    def __init__(self, names: list[tuple[str, str, tuple[int, ...], float]], start_input: str | None):
+        """`names`: (input, output, shape, initial) per state tensor; `start_input`: the episode-start input."""
+        self._io = [(i, o) for i, o, _, _ in names]
+        self._initial = {i: np.full(shape, init, np.float32) for i, _, shape, init in names}
+        self._start_input = start_input
+        self._start = np.ones((1, 1), np.float32)
+        self._running = np.zeros((1, 1), np.float32)
+        self._values: dict[str, np.ndarray] = {}
+        self._pending_start = True
+        self.reset()
+
+    @classmethod
+    def from_manifest(cls, section: Any, backend: Any) -> StateTensors:
+        """The manifest's `state` section checked against the model's own extra inputs and outputs."""
+        if not section:
+            return cls([], None)
+        names = []
+        for t in section["tensors"]:
+            shape = tuple(int(d) for d in t["shape"])
+            names.append((str(t["input"]), str(t["output"]), shape, float(t.get("initial", 0.0))))
+        start = str(section["episode_start"]["input"])
+        missing = [i for i, _, _, _ in names if i not in backend.extra_inputs]
+        missing += [o for _, o, _, _ in names if o not in backend.extra_outputs]
+        if start not in backend.extra_inputs:
+            missing.append(start)
+        if missing:
+            raise ManifestError(
+                f"the manifest's state names tensors {missing} that the model does not have; "
+                "was the manifest edited, or does it belong to another model?"
+            )
+        return cls(names, start)
+
+    def __bool__(self) -> bool:
+        return bool(self._io)
+
+    @property
+    def inputs(self) -> list[str]:
+        """Every graph input the state needs: the state tensors and the episode-start flag."""
+        return [i for i, _ in self._io] + ([self._start_input] if self._start_input else [])
+
+    def reset(self) -> None:
+        self._values = {i: v.copy() for i, v in self._initial.items()}
+        self._pending_start = True
+
+    def feeds(self) -> dict[str, np.ndarray]:
+        """What the next call feeds the graph (the arrays themselves: the interpreter copies them in)."""
+        if not self._io:
+            return {}
+        assert self._start_input is not None
+        start = self._start if self._pending_start else self._running
+        return {**self._values, self._start_input: start}
+
+    def advance(self, extras: dict[str, np.ndarray]) -> None:
+        """Take the graph's next state from the call's outputs."""
+        values = {i: np.asarray(extras[o], np.float32).reshape(self._initial[i].shape) for i, o in self._io}
+        bad = [i for i, v in values.items() if not np.isfinite(v).all()]
+        if bad:  # fed back, a NaN would stay in the state for the rest of the episode: start afresh
+            self.reset()
+            raise BackendError(f"the model returned a non-finite state {bad}; the state was reset")
+        self._values = values
+        self._pending_start = False
+
+    def snapshot(self) -> dict[str, np.ndarray]:
+        return {i: v.copy() for i, v in self._values.items()}

@@ -1,0 +1,82 @@
+"""Recurrent PPO's configuration: sb3-contrib's RecurrentPPO names and defaults (its MlpLstmPolicy's
+policy_kwargs as flat fields, as the Zoo's ppo_lstm files give them in policy_kwargs)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from rl2edge.errors import ConfigError
+from rl2edge.train.core.config import PPOConfig
+from rl2edge.train.core.schedules import Schedule
+
+
+@dataclass
+class RecurrentPPOConfig(PPOConfig):
+    """PPO with an LSTM in front of the actor's MLP (and, by default, another in front of the critic's).
+
+    Minibatches are whole env sequences: `batch_size` counts steps, so it is a multiple of `n_steps`
+    (batch_size / n_steps envs per minibatch, each replayed from its state at the rollout's start with the
+    episode starts inside it as masks). sb3-contrib cuts sequences at episode starts and pads them instead;
+    both give every step the state the rollout acted with."""
+
+    algo = "ppo_lstm"
+    json_order = (
+        *PPOConfig.json_order,
+        "lstm_hidden_size",
+        "n_lstm_layers",
+        "shared_lstm",
+        "enable_critic_lstm",
+    )
+    n_steps: int = 128
+    """Steps per env per rollout (sb3-contrib's default)."""
+    batch_size: int = 128
+    """Steps per minibatch: a multiple of n_steps (whole env sequences)."""
+    learning_rate: Schedule = field(default_factory=lambda: Schedule(3e-4))
+    """Step size; 'lin_X' anneals linearly to 0."""
+    lstm_hidden_size: int = 256
+    """Width of each LSTM layer's hidden and cell state."""
+    n_lstm_layers: int = 1
+    """Stacked LSTM layers."""
+    shared_lstm: bool = False
+    """The critic reads the actor's LSTM output (its gradient stopped), as sb3-contrib's shared_lstm."""
+    enable_critic_lstm: bool = True
+    """The critic has an LSTM of its own; with neither this nor shared_lstm, a Linear layer stands in."""
+    policy: str = "MlpLstmPolicy"
+    """The Zoo's name: MlpLstmPolicy (MultiInputLstmPolicy for a Dict of vector keys)."""
+
+    def network_fields(self) -> dict[str, Any]:
+        """The checkpoint network's fields beyond PPO's: the LSTMs (sb3-contrib's names)."""
+        return {
+            "rnn": "lstm",
+            "lstm_hidden_size": int(self.lstm_hidden_size),
+            "n_lstm_layers": int(self.n_lstm_layers),
+            "shared_lstm": bool(self.shared_lstm),
+            "enable_critic_lstm": bool(self.enable_critic_lstm),
+        }
+
+    def validate(self) -> None:
+        if self.policy not in ("MlpLstmPolicy", "MultiInputLstmPolicy"):
+            raise ConfigError(
+                f"policy {self.policy!r}: ppo_lstm trains MlpLstmPolicy (or MultiInputLstmPolicy for a Dict "
+                "observation); CnnLstmPolicy is not implemented"
+            )
+        policy, self.policy = self.policy, "MlpPolicy"  # the rest of RunConfig's checks
+        try:
+            super().validate()
+        finally:
+            self.policy = policy
+        if self.shared_lstm and self.enable_critic_lstm:
+            raise ConfigError(
+                "shared_lstm and enable_critic_lstm are both true: choose a shared LSTM, a separate one for "
+                "the critic, or none (set enable_critic_lstm: false with shared_lstm: true)"
+            )
+        for name in ("lstm_hidden_size", "n_lstm_layers"):
+            if int(getattr(self, name)) <= 0:
+                raise ConfigError(f"{name} must be a positive integer, got {getattr(self, name)}")
+        if self.batch_size % self.n_steps or self.n_envs % (self.batch_size // self.n_steps):
+            raise ConfigError(
+                f"batch_size {self.batch_size} must be n_steps ({self.n_steps}) times a divisor of n_envs "
+                f"({self.n_envs}): recurrent minibatches are whole env sequences. "
+                f"For example batch_size: {self.n_steps * max(1, self.n_envs // 2)}"
+            )

@@ -1,0 +1,238 @@
+"""Recurrent PPO's rollout and minibatches, framework-free: the LSTM actor-critic in numpy (what the rollout
+and the periodic evaluation act with, as train.core.numpy_policy for plain PPO), the collector that carries
+each env's state and records where episodes start, and the buffer that cuts the rollout into whole env
+sequences for the update.
+
+The state contract is sb3-contrib's: before a step, each env's state is multiplied by (1 - episode_start),
+so an episode's first observation meets a zero state; the update replays every sequence from the state
+the rollout began with, masked at the same places, so each step sees the state it was acted on with
+(up to the numpy vs framework rounding that plain PPO's rollout has too).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from rl2edge.train.core.numpy_policy import LOG_2PI, Layers
+from rl2edge.train.core.rollout import RolloutBuffer
+from rl2edge.train.core.rollout_collector import RolloutCollector
+
+# one LSTM layer: kernel_ih [in, 4H], kernel_hh [H, 4H], bias [4H] (b_ih + b_hh), gates in torch's order i, f, g, o
+LSTMLayer = tuple[np.ndarray, np.ndarray, np.ndarray]
+# (h, c), each [n_layers, rows, hidden]
+LSTMState = tuple[np.ndarray, np.ndarray]
+
+
+@dataclass
+class RecurrentWeights:
+    """A recurrent actor-critic's weights as numpy arrays, kernels [in, out]."""
+
+    actor_lstm: list[LSTMLayer]
+    critic_lstm: list[LSTMLayer] | None  # enable_critic_lstm
+    critic_linear: tuple[np.ndarray, np.ndarray] | None  # neither a critic LSTM nor shared_lstm
+    actor: Layers
+    critic: Layers
+    log_std: np.ndarray | None
+
+
+@dataclass(frozen=True)
+class SequenceMinibatch:
+    """Whole env sequences: [T, E, ...] arrays, the state each env began the rollout with, the starts."""
+
+    obs: np.ndarray  # float32 [T, E, obs_dim], normalized
+    actions: np.ndarray  # int64 [T, E] or float32 [T, E, act_dim]
+    old_logprobs: np.ndarray  # float32 [T, E]
+    old_values: np.ndarray  # float32 [T, E]
+    advantages: np.ndarray  # float32 [T, E], normalized over the minibatch when asked
+    returns: np.ndarray  # float32 [T, E]
+    starts: np.ndarray  # float32 [T, E]: 1 where obs[t] is its episode's first
+    actor_state: LSTMState  # [L, E, H] each
+    critic_state: LSTMState | None
+
+
+def _sigmoid(x: np.ndarray) -> np.ndarray:
+    return 1.0 / (1.0 + np.exp(-x))
+
+
+def lstm_step(layers: list[LSTMLayer], x: np.ndarray, state: LSTMState) -> tuple[np.ndarray, LSTMState]:
+    """One step of a stacked LSTM on [rows, in]: the top layer's h, and the new (h, c)."""
+    hs, cs = [], []
+    for k, (w_ih, w_hh, bias) in enumerate(layers):
+        gates = x @ w_ih
+        gates += state[0][k] @ w_hh
+        gates += bias
+        i, f, g, o = np.split(gates, 4, axis=-1)
+        c = _sigmoid(f) * state[1][k] + _sigmoid(i) * np.tanh(g)
+        x = _sigmoid(o) * np.tanh(c)
+        hs.append(x)
+        cs.append(c)
+    return x, (np.stack(hs).astype(np.float32), np.stack(cs).astype(np.float32))
+
+
+class NumpyRecurrentActorCritic:
+    """Samples the recurrent policy as NumpyActorCritic samples PPO's, carrying each row's LSTM state."""
+
+    def __init__(self, network: dict[str, Any]):
+        if network["activation"] not in ("tanh", "relu"):
+            raise ValueError(f"no numpy form of activation {network['activation']!r}")
+        self.discrete = bool(network["discrete"])
+        self._tanh = network["activation"] == "tanh"
+        self.shared = bool(network["shared_lstm"])
+        self.layers, self.hidden = int(network["n_lstm_layers"]), int(network["lstm_hidden_size"])
+        self._w: RecurrentWeights | None = None
+        self.actor_state: LSTMState | None = None
+        self.critic_state: LSTMState | None = None
+
+    def zero_state(self, rows: int) -> LSTMState:
+        z = np.zeros((self.layers, rows, self.hidden), np.float32)
+        return z, z.copy()
+
+    def load(self, weights: RecurrentWeights) -> None:
+        f32 = lambda a: np.array(a, np.float32, order="C")  # noqa: E731 (a copy: the framework's may move)
+        lstm = lambda ls: None if ls is None else [tuple(f32(a) for a in layer) for layer in ls]  # noqa: E731
+        self._w = RecurrentWeights(
+            lstm(weights.actor_lstm),  # type: ignore[arg-type]
+            lstm(weights.critic_lstm),
+            None
+            if weights.critic_linear is None
+            else (f32(weights.critic_linear[0]), f32(weights.critic_linear[1])),
+            [(f32(k), f32(b)) for k, b in weights.actor],
+            [(f32(k), f32(b)) for k, b in weights.critic],
+            None if weights.log_std is None else f32(weights.log_std),
+        )
+        if self._w.log_std is not None:
+            self._std = np.exp(self._w.log_std)
+            self._logp_const = np.float32(-self._w.log_std.sum() - 0.5 * LOG_2PI * self._w.log_std.size)
+
+    def reset(self, rows: int) -> None:
+        """Every row at the start of an episode (a zero state)."""
+        self.actor_state, self.critic_state = self.zero_state(rows), self.zero_state(rows)
+
+    def _mlp(self, layers: Layers, x: np.ndarray) -> np.ndarray:
+        last = len(layers) - 1
+        for i, (kernel, bias) in enumerate(layers):
+            x = x @ kernel + bias
+            if i < last:
+                x = np.tanh(x) if self._tanh else np.maximum(x, 0.0)
+        return x
+
+    @staticmethod
+    def _masked(state: LSTMState, starts: np.ndarray) -> LSTMState:
+        keep = (~starts).astype(np.float32)[None, :, None]
+        return state[0] * keep, state[1] * keep
+
+    def _latents(self, obs: np.ndarray, starts: np.ndarray) -> tuple[np.ndarray, LSTMState, Any, Any]:
+        """The actor's and the critic's LSTM outputs and their next states (the critic's None if it has none)."""
+        w = self._w
+        assert w is not None and self.actor_state is not None, "load() the weights and reset() first"
+        latent_pi, pi_state = lstm_step(w.actor_lstm, obs, self._masked(self.actor_state, starts))
+        if w.critic_lstm is not None:
+            assert self.critic_state is not None
+            latent_vf, vf_state = lstm_step(w.critic_lstm, obs, self._masked(self.critic_state, starts))
+        elif self.shared:
+            latent_vf, vf_state = latent_pi, None
+        else:
+            assert w.critic_linear is not None
+            latent_vf, vf_state = obs @ w.critic_linear[0] + w.critic_linear[1], None
+        return latent_pi, pi_state, latent_vf, vf_state
+
+    def act(
+        self, obs: np.ndarray, starts: np.ndarray, noise: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(action, log-prob, value) per row, the state advanced; `starts` bool [rows]."""
+        latent_pi, pi_state, latent_vf, vf_state = self._latents(obs, starts)
+        w = self._w
+        assert w is not None
+        out = self._mlp(w.actor, latent_pi)
+        if self.discrete:
+            action = (out + noise).argmax(-1)
+            shifted = out - out.max(-1, keepdims=True)
+            logp = shifted[np.arange(len(action)), action] - np.log(np.exp(shifted).sum(-1))
+        else:
+            action = (out + self._std * noise).astype(np.float32)
+            logp = self._logp_const - 0.5 * np.einsum("ij,ij->i", noise, noise)
+        value = self._mlp(w.critic, latent_vf)[:, 0]
+        self.actor_state = pi_state
+        if vf_state is not None:
+            self.critic_state = vf_state
+        return action, logp.astype(np.float32), value.astype(np.float32)
+
+    def value(self, obs: np.ndarray, starts: np.ndarray) -> np.ndarray:
+        """V of `obs` from the current state, the state left as it is (bootstrap values)."""
+        _, _, latent_vf, _ = self._latents(obs, starts)
+        assert self._w is not None
+        return self._mlp(self._w.critic, latent_vf)[:, 0].astype(np.float32)
+
+    def deterministic(self, obs: np.ndarray, starts: np.ndarray) -> np.ndarray:
+        """Argmax index or the Gaussian's mean, the actor's state advanced (evaluation)."""
+        w = self._w
+        assert w is not None and self.actor_state is not None
+        latent_pi, self.actor_state = lstm_step(w.actor_lstm, obs, self._masked(self.actor_state, starts))
+        out = self._mlp(w.actor, latent_pi)
+        return out.argmax(-1) if self.discrete else out
+
+    def state(self) -> tuple[LSTMState, LSTMState | None]:
+        assert self.actor_state is not None
+        copy = lambda s: None if s is None else (s[0].copy(), s[1].copy())  # noqa: E731
+        return copy(self.actor_state), copy(self.critic_state if self._w and self._w.critic_lstm else None)
+
+
+class RecurrentCollector(RolloutCollector):
+    """RolloutCollector with each env's LSTM state carried from step to step and rollout to rollout, reset
+    (masked) at episode starts. One process: the rows are the envs, with no Ray split."""
+
+    @staticmethod
+    def make_policy(network: dict[str, Any]) -> Any:
+        return NumpyRecurrentActorCritic(network)
+
+    def _begin(self) -> Any:
+        if self.policy.actor_state is None:
+            self.policy.reset(self.count)
+        return self.policy.state()
+
+    def _act(self, obs: np.ndarray, noise: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        return self.policy.act(obs, self.starts, noise)
+
+    def _final_values(self, final_obs: np.ndarray) -> np.ndarray:
+        # a truncated episode's final observation continues the episode: the state of its last step
+        return self.policy.value(final_obs, np.zeros(self.count, bool))
+
+    def _next_values(self, obs: np.ndarray) -> np.ndarray:
+        return self.policy.value(obs, self.starts)
+
+
+class SequenceBuffer(RolloutBuffer):
+    """The rollout as [n_steps, n_envs] sequences; minibatches of whole envs."""
+
+    starts: np.ndarray
+    init_state: tuple[LSTMState, LSTMState | None]
+
+    def set_sequences(self, starts: np.ndarray, init_state: tuple[LSTMState, LSTMState | None]) -> None:
+        self.starts, self.init_state = starts.astype(np.float32), init_state
+
+    def sequence_minibatches(
+        self, batch_size: int, rng: np.random.Generator, normalize_advantage: bool
+    ) -> Iterator[SequenceMinibatch]:
+        per = batch_size // self.n_steps  # envs per minibatch (RecurrentPPOConfig checks it divides)
+        order = rng.permutation(self.n_envs)
+        pi, vf = self.init_state
+        for start in range(0, self.n_envs, per):
+            idx = np.sort(order[start : start + per])
+            adv = self.advantages[:, idx]
+            if normalize_advantage and adv.size > 1:
+                adv = ((adv - adv.mean()) / (adv.std() + np.float32(1e-8))).astype(np.float32)
+            yield SequenceMinibatch(
+                self.obs[:, idx],
+                self.actions[:, idx],
+                self.logprobs[:, idx],
+                self.values[:, idx],
+                adv,
+                self.returns[:, idx],
+                self.starts[:, idx],
+                (pi[0][:, idx], pi[1][:, idx]),
+                None if vf is None else (vf[0][:, idx], vf[1][:, idx]),
+            )

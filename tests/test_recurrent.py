@@ -1,0 +1,327 @@
+"""Recurrent PPO (`ppo_lstm`) and the state contract of an artifact: the LSTM's state carried through the
+numpy rollout, replayed by the update, exported as one explicit cell with h and c as graph inputs and
+outputs, reset inside the graph by `episode_start`, and owned by `runtime.Policy`.
+
+Tolerances: the numpy rollout and torch compute the same LSTM with other matmul kernels and
+transcendental functions; over a 64-step sequence the recorded log-probs and values agree with the
+update's to 1e-5 (the state carries each step's last-bit differences into the next). Discrete actions
+are compared only where the two best logits are more than 1e-3 apart.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from rl2edge.cli import main
+from rl2edge.errors import BackendError, ConfigError, ManifestError
+from rl2edge.runtime.manifest import load_manifest, write_manifest
+from rl2edge.runtime.policy import Policy
+from rl2edge.specs import ActionTransform
+from rl2edge.train.algos import build_config, check_rollout_workers
+from rl2edge.train.core.normalization import RunningNormalizer
+from rl2edge.train.core.recurrent_driver import recurrent_network
+from rl2edge.train.core.recurrent_rollout import RecurrentCollector, SequenceBuffer
+from rl2edge.train.core.spaces import action_spec
+from rl2edge.train.torch_backend.ppo_lstm import TorchRecurrentPPO, cuts_of
+from testkit.cli import assert_clean_failure, rl2edge
+from testkit.runs import assert_same_weights, export_run, tiny_train
+
+pytestmark = pytest.mark.integration  # training runs and TFLite conversions: the integration tier
+
+NOVEL = "CartPoleNoVel-v1"
+PENDULUM_NOVEL = "PendulumNoVel-v1"
+
+
+def _agent_and_rollout(env_id: str, n_steps: int = 64, **overrides: object):
+    """A fresh agent and one rollout of 8 envs collected by the numpy rollout policy, in a buffer."""
+    cfg = build_config(
+        env_id,
+        overrides={"n_envs": 8, "n_steps": n_steps, "batch_size": 2 * n_steps, **overrides},
+        algo="ppo_lstm",
+    )
+    import gymnasium as gym
+
+    env = gym.make(env_id)
+    act = action_spec(env.action_space)
+    obs_dim = int(np.prod(env.observation_space.shape))
+    env.close()
+    network = recurrent_network(cfg, "recurrent_actor_critic", obs_dim, act.output_width, act.discrete)
+    agent = TorchRecurrentPPO(network, cfg, 0, "cpu")
+    norm = RunningNormalizer((obs_dim,))
+    collector = RecurrentCollector(
+        env_id, 0, 8, 0, cfg.gamma, network, norm, True, ActionTransform(act).to_env, 8
+    )
+    buffer = SequenceBuffer(n_steps, 8, (obs_dim,), act.discrete, act.output_width)
+    # two rollouts: the second starts from states carried over from the first (not zeros)
+    for _ in range(2):
+        seg = collector.collect(n_steps, agent.rollout_weights())
+        for t in range(n_steps):
+            buffer.add(
+                seg.obs[t],
+                seg.actions[t],
+                seg.logprobs[t],
+                seg.values[t],
+                seg.rewards[t].astype(np.float32),
+                seg.dones[t],
+            )
+        buffer.set_sequences(seg.starts, seg.init_state)
+        buffer.finish(seg.last_values, cfg.gamma, cfg.gae_lambda)
+    collector.close()
+    return agent, buffer, seg
+
+
+@pytest.mark.parametrize(
+    "env_id, overrides",
+    [
+        (NOVEL, {}),
+        (PENDULUM_NOVEL, {}),
+        (NOVEL, {"shared_lstm": True, "enable_critic_lstm": False}),
+        (NOVEL, {"enable_critic_lstm": False, "n_lstm_layers": 2}),
+    ],
+    ids=["discrete", "box", "shared-lstm", "linear-critic-2-layers"],
+)
+def test_the_update_replays_the_states_the_rollout_acted_with(env_id: str, overrides: dict) -> None:
+    # Pendulum's episodes last 200 steps: the second of two 128-step rollouts holds a start
+    agent, buffer, seg = _agent_and_rollout(
+        env_id, n_steps=128 if env_id == PENDULUM_NOVEL else 64, **overrides
+    )
+    assert seg.starts[1:].any(), "the rollout should hold episode starts inside its sequences"
+    assert np.abs(seg.init_state[0][0]).max() > 0, "the second rollout starts from carried, non-zero states"
+    rng = np.random.default_rng(0)
+    mbs = list(buffer.sequence_minibatches(buffer.n_steps * 2, rng, False))
+    assert len(mbs) == 4 and mbs[0].obs.shape[:2] == (buffer.n_steps, 2)
+    for mb in mbs:
+        with torch.no_grad():
+            logp, _, values = agent.evaluate(mb)
+        np.testing.assert_allclose(logp.numpy(), mb.old_logprobs.reshape(-1), atol=1e-5)
+        np.testing.assert_allclose(values.numpy(), mb.old_values.reshape(-1), atol=1e-5)
+
+
+def test_without_the_masks_the_replay_would_not_match() -> None:
+    """The check above can fail: replayed with the episode starts ignored, the log-probs differ."""
+    agent, buffer, _ = _agent_and_rollout(NOVEL)
+    mb = next(buffer.sequence_minibatches(buffer.n_steps * 2, np.random.default_rng(0), False))
+    assert mb.starts[1:].any()
+    from dataclasses import replace
+
+    unmasked = replace(mb, starts=np.zeros_like(mb.starts))
+    with torch.no_grad():  # the values: a fresh actor's logits are scaled by 0.01 (its head's init gain)
+        _, _, values = agent.evaluate(unmasked)
+    assert np.abs(values.numpy() - mb.old_values.reshape(-1)).max() > 1e-3
+
+
+def test_cuts_are_the_steps_where_any_env_starts() -> None:
+    starts = np.zeros((6, 3), np.float32)
+    starts[0, :] = 1
+    starts[2, 1] = starts[4, 0] = starts[4, 2] = 1
+    assert cuts_of(starts) == [2, 4]
+
+
+def test_config_errors_name_the_fix() -> None:
+    with pytest.raises(ConfigError, match="batch_size 100 must be n_steps"):
+        build_config(NOVEL, overrides={"batch_size": 100}, algo="ppo_lstm")
+    with pytest.raises(ConfigError, match="shared_lstm and enable_critic_lstm"):
+        build_config(NOVEL, overrides={"shared_lstm": True}, algo="ppo_lstm")
+    with pytest.raises(ConfigError, match="CnnLstmPolicy is not implemented"):
+        build_config(NOVEL, overrides={"policy": "CnnLstmPolicy"}, algo="ppo_lstm")
+    with pytest.raises(ConfigError, match="collects its rollouts in one process"):
+        check_rollout_workers(build_config(NOVEL, algo="ppo_lstm"), 2)
+
+
+def test_cli_refuses_rollout_workers_for_a_recurrent_run(tmp_path: Path) -> None:
+    proc = rl2edge(
+        "train",
+        "--algo",
+        "ppo_lstm",
+        "--env",
+        NOVEL,
+        "--steps",
+        "512",
+        "--rollout-workers",
+        "2",
+        "--out",
+        tmp_path / "r",
+    )
+    assert_clean_failure(proc, "collects its rollouts in one process")
+
+
+def test_same_seed_same_checkpoint(tmp_path: Path) -> None:
+    a = tiny_train(NOVEL, tmp_path / "a", steps=2048, algo="ppo_lstm")
+    b = tiny_train(NOVEL, tmp_path / "b", steps=2048, algo="ppo_lstm")
+    assert_same_weights(a, b)
+    assert json.loads((a / "checkpoint.json").read_text())["network"]["type"] == "recurrent_actor_critic"
+
+
+@pytest.fixture(scope="module")
+def novel_artifacts(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """ppo_lstm on CartPole with the velocities hidden, 20k steps, exported in every mode."""
+    root = tmp_path_factory.mktemp("lstm")
+    run = tiny_train(NOVEL, root / "run", steps=20_480, algo="ppo_lstm")
+    export_run(run, root / "art", "all")
+    return root / "art"
+
+
+def test_the_exported_cell_has_no_sequence_op_and_float_state_io(novel_artifacts: Path) -> None:
+    import tensorflow as tf
+
+    for mode in ("fp32", "fp16", "dynamic", "int8"):
+        it = tf.lite.Interpreter(model_path=str(novel_artifacts / mode / "policy.tflite"))
+        ops = {op["op_name"] for op in it._get_ops_details()}
+        assert not ops & {"WHILE", "UNIDIRECTIONAL_SEQUENCE_LSTM", "LSTM", "VAR_HANDLE", "READ_VARIABLE"}, ops
+        assert {"LOGISTIC", "TANH", "FULLY_CONNECTED"} <= ops
+        inputs = {d["name"].split("serving_default_")[-1].split(":")[0]: d for d in it.get_input_details()}
+        for name in ("episode_start", "lstm_h_0", "lstm_c_0"):
+            assert inputs[name]["dtype"] == np.float32
+    # int8: the state's gates in float, some layer in int8 (the actor's hidden layer)
+    it = tf.lite.Interpreter(model_path=str(novel_artifacts / "int8" / "policy.tflite"))
+    ops = it._get_ops_details()
+    details = {d["index"]: d for d in it.get_tensor_details()}
+    assert any(
+        op["op_name"] == "FULLY_CONNECTED" and details[op["inputs"][1]]["dtype"] == np.int8 for op in ops
+    )
+    for op in ops:
+        if op["op_name"] in ("LOGISTIC", "TANH"):
+            assert details[op["outputs"][0]]["dtype"] == np.float32, op
+
+
+def test_export_verified_whole_episodes_with_the_state_carried(novel_artifacts: Path) -> None:
+    m = load_manifest(novel_artifacts / "int8")
+    state = m.data["state"]
+    assert [t["name"] for t in state["tensors"]] == ["lstm_h_0", "lstm_c_0"]
+    assert state["episode_start"]["input"] == "episode_start"
+    assert "whole episodes" in m.data["quantization"]["calibration"]["sequences"]
+    fp32 = load_manifest(novel_artifacts / "fp32").data["verification"]
+    for check in (fp32["onnx_vs_source"], fp32["tflite_vs_source"]):
+        assert check["disagreements_outside_ties"] == 0 and check["samples"] >= 500, check
+
+
+def test_the_policy_owns_its_state_and_reset_starts_an_episode_afresh(novel_artifacts: Path) -> None:
+    from rl2edge.train.core.evaluation import random_observations
+
+    policy = Policy.load(novel_artifacts / "fp32")
+    assert set(policy.state()) == {"lstm_h_0", "lstm_c_0"}
+    assert all(not v.any() for v in policy.state().values())
+    obs = random_observations(NOVEL, 40, seed=3)
+    first = [policy.predict(o) for o in obs]
+    assert any(np.abs(v).max() > 0 for v in policy.state().values())
+    policy.reset()
+    assert all(not v.any() for v in policy.state().values())
+    assert [policy.predict(o) for o in obs] == first
+    # the reset inside the graph: a state fed with episode_start = 1 is ignored
+    backend = policy.backend
+    x = np.asarray(obs[0], np.float32)[None]
+    junk = {n: np.full((1, 64), 3.0, np.float32) for n in ("lstm_h_0", "lstm_c_0")}
+    zero = {n: np.zeros((1, 64), np.float32) for n in ("lstm_h_0", "lstm_c_0")}
+    start = np.ones((1, 1), np.float32)
+    a_junk, s_junk = backend.run_with(x, {**junk, "episode_start": start})
+    a_zero, s_zero = backend.run_with(x, {**zero, "episode_start": start})
+    assert np.array_equal(a_junk, a_zero)
+    for k in s_zero:
+        assert np.array_equal(s_junk[k], s_zero[k])
+    _, s_carry = backend.run_with(x, {**junk, "episode_start": np.zeros((1, 1), np.float32)})
+    assert not np.array_equal(s_carry["lstm_c_0_out"], s_zero["lstm_c_0_out"])
+
+
+def test_in_its_own_process_the_policy_carries_the_same_state(novel_artifacts: Path) -> None:
+    from rl2edge.train.core.evaluation import random_observations
+
+    obs = random_observations(NOVEL, 30, seed=5)
+    local = Policy.load(novel_artifacts / "int8")
+    isolated = Policy.load(novel_artifacts / "int8", isolate=True)
+    try:
+        assert [local.predict(o) for o in obs] == [isolated.predict(o) for o in obs]
+        for k, v in local.state().items():
+            assert np.array_equal(v, isolated.state()[k])
+    finally:
+        isolated.close()
+
+
+@pytest.fixture(scope="module")
+def weak_artifact(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A briefly trained ppo_lstm (episodes of tens of steps, each ending with the pole falling: a state
+    very unlike the zero one an episode starts from), fp32."""
+    root = tmp_path_factory.mktemp("weak")
+    run = tiny_train(NOVEL, root / "run", steps=4096, algo="ppo_lstm")
+    export_run(run, root / "art", "fp32")
+    return root / "art"
+
+
+def test_evaluate_resets_the_state_at_each_episode(weak_artifact: Path, capfd) -> None:
+    """`rl2edge evaluate` over three episodes returns what a fresh policy returns on each one alone; and
+    what export measured for the file on the same seeds."""
+    assert main(["evaluate", str(weak_artifact), "--episodes", "3", "--seed", "0", "--json"]) == 0
+    out = json.loads(capfd.readouterr().out.strip().splitlines()[-1])
+    from rl2edge.train.core.evaluation import evaluate
+
+    alone = [evaluate(Policy.load(weak_artifact).predict, NOVEL, 1, seed).returns[0] for seed in range(3)]
+    assert out["returns"] == alone
+    carried = Policy.load(weak_artifact)  # the same three episodes with the state never reset
+    no_reset = evaluate(carried.predict, NOVEL, 3, 0, on_reset=lambda: None).returns
+    assert no_reset != alone, "the episodes should depend on the state they start from"
+    closed = load_manifest(weak_artifact).data["verification"]["closed_loop"]
+    assert closed["this_file"]["returns"] == alone[: closed["episodes"]]
+
+
+def test_a_non_finite_state_is_refused_and_reset(novel_artifacts: Path, tmp_path: Path) -> None:
+    policy = Policy.load(novel_artifacts / "fp32")
+    policy.predict(np.zeros(2, np.float32))
+    with pytest.raises(BackendError, match="non-finite state"):
+        policy.states.advance(
+            {
+                "lstm_h_0_out": np.full((1, 64), np.nan, np.float32),
+                "lstm_c_0_out": np.zeros((1, 64), np.float32),
+            }
+        )
+    assert all(not v.any() for v in policy.state().values())
+
+
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (lambda s: s["tensors"][0].update(output="nope_out"), "does not have"),
+        (lambda s: s["tensors"][0].update(dtype="int8"), "state.tensors\\[0\\].dtype"),
+        (lambda s: s["tensors"][1].update(input="lstm_h_0"), "state.tensors\\[1\\].input"),
+        (lambda s: s.update(tensors=[]), "state.tensors"),
+        (lambda s: s.pop("episode_start"), "state.episode_start"),
+    ],
+    ids=["unknown-output", "dtype", "duplicate", "empty", "no-episode-start"],
+)
+def test_a_malformed_state_section_is_refused(
+    novel_artifacts: Path, tmp_path: Path, edit, message: str
+) -> None:
+    import shutil
+
+    art = tmp_path / "art"
+    shutil.copytree(novel_artifacts / "fp32", art)
+    data = json.loads((art / "manifest.json").read_text())
+    edit(data["state"])
+    write_manifest(art, data)
+    with pytest.raises(ManifestError, match=message):
+        Policy.load(art)
+
+
+def test_a_manifest_without_its_state_section_is_refused(novel_artifacts: Path, tmp_path: Path) -> None:
+    """The model takes state inputs the manifest no longer explains: refused, never run on zeros."""
+    import shutil
+
+    art = tmp_path / "art"
+    shutil.copytree(novel_artifacts / "fp32", art)
+    data = json.loads((art / "manifest.json").read_text())
+    del data["state"]
+    write_manifest(art, data)
+    with pytest.raises(ManifestError, match="does not explain"):
+        Policy.load(art)
+
+
+def test_noise_is_refused_for_a_stateful_graph(tmp_path: Path) -> None:
+    run = tiny_train(
+        PENDULUM_NOVEL, tmp_path / "run", steps=2048, algo="ppo_lstm", n_envs=2, n_steps=256, batch_size=256
+    )
+    proc = rl2edge("export", run, "--noise", "gaussian:sigma=0.1", "--out", tmp_path / "art")
+    assert_clean_failure(proc, "stateful graph")
+    assert not (tmp_path / "art").exists()

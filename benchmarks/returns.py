@@ -9,6 +9,7 @@ numbers.
     python benchmarks/returns.py --suite a2c-rainbow --name returns_a2c_rainbow   # A2C, Rainbow: 3 seeds
     python benchmarks/returns.py --suite agv --name returns_agv   # the AGV example (Dict), + its references
     python benchmarks/returns.py --suite camera --name returns_camera   # a camera key (Nature-CNN), PPO
+    python benchmarks/returns.py --suite memory --frameworks torch --name returns_memory   # ppo_lstm vs ppo
 
 Each training and each export runs in its own process (`rl2edge train`, `rl2edge export`), one at a time.
 Finished runs and artifacts under --runs-dir are reused, so an interrupted benchmark resumes where it
@@ -50,6 +51,9 @@ ZOO: dict[tuple[str, str], tuple[int, float | None]] = {
     ("ppo", "examples.agv:AgvDictEnv"): (1_000_000, None),
     ("sac", "examples.agv:AgvDictEnv"): (60_000, None),
     ("ppo", "testkit.dict_envs:CameraCartPole"): (60_000, None),
+    # partial observability: the Zoo's RecurrentPPO model card gives 500 at 100k; plain PPO, the same budget
+    ("ppo_lstm", "CartPoleNoVel-v1"): (100_000, 500.0),
+    ("ppo", "CartPoleNoVel-v1"): (100_000, None),
 }
 AGV = "examples.agv:AgvDictEnv"
 CAMERA = "testkit.dict_envs:CameraCartPole"
@@ -58,6 +62,7 @@ CONFIGS = {
     ("ppo", AGV): "examples/agv/ppo.yml",
     ("sac", AGV): "examples/agv/sac.yml",
     ("ppo", CAMERA): "benchmarks/configs/ppo_camera_cartpole.yml",
+    ("ppo", "CartPoleNoVel-v1"): "benchmarks/configs/ppo_cartpole_novel.yml",
 }
 SUITES = {
     "must-show": [("sac", "Pendulum-v1"), ("td3", "Pendulum-v1"), ("dqn", "CartPole-v1")],
@@ -65,6 +70,8 @@ SUITES = {
     # A2C and Rainbow (issue #15); LunarLander's 500k Rainbow steps run as their own cell, one seed
     "agv": [("ppo", AGV), ("sac", AGV)],
     "camera": [("ppo", CAMERA)],  # a camera key through rl2edge's own Nature-CNN
+    # a task that needs memory: an LSTM policy (its state carried by the artifact) next to plain PPO
+    "memory": [("ppo_lstm", "CartPoleNoVel-v1"), ("ppo", "CartPoleNoVel-v1")],
     "a2c-rainbow": [
         ("a2c", "CartPole-v1"),
         ("a2c", "Acrobot-v1"),

@@ -135,6 +135,13 @@ class ControlLoop:
             self.safe_action,
             "" if bridge.node_map.safe_action is not None else " (default; set safe_action in the node map)",
         )
+        if policy.states:
+            _logger.warning(
+                "the artifact carries state (%s): serve resets it at every connect and reconnect only; the "
+                "PLC's episode-start signal is not read yet, so an episodic plant's state runs on from one "
+                "episode into the next (docs/serving.md, 'Stateful artifacts')",
+                ", ".join(policy.state()),
+            )
 
     @property
     def policy(self) -> Policy:
@@ -362,6 +369,8 @@ class ControlLoop:
                 break
             self.link.connected = True
             self.guard.reset()
+            # a (re)connect starts the policy's state afresh: the plant may have moved on while unobserved
+            self.policy.reset()
             if self._gc is not None:  # connected: what start-up made stays out of every collection
                 self._gc.freeze()
             cycles_before = self.counters.cycles

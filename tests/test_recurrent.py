@@ -325,3 +325,25 @@ def test_noise_is_refused_for_a_stateful_graph(tmp_path: Path) -> None:
     proc = rl2edge("export", run, "--noise", "gaussian:sigma=0.1", "--out", tmp_path / "art")
     assert_clean_failure(proc, "stateful graph")
     assert not (tmp_path / "art").exists()
+
+
+def test_served_over_opc_ua_the_first_episode_equals_evaluate(weak_artifact: Path, tmp_path: Path) -> None:
+    """plc-sim (lockstep) and `rl2edge serve` on loopback: the state starts afresh at connect, so the first
+    episode's return is evaluate's on the same seed; serve says in its log how far its reset rule goes."""
+    from rl2edge.train.core.evaluation import evaluate
+    from testkit.plc import NO_MISS, free_port, running, stop, wait_for_server
+
+    url = f"opc.tcp://127.0.0.1:{free_port()}"
+    record = tmp_path / "returns.json"
+    sim_args = ["plc-sim", "--env", NOVEL, "--endpoint", url, "--mode", "lockstep", "--seed", "3"]
+    with running(
+        [*sim_args, "--episodes", "1", "--record", str(record), "--strict"], tmp_path / "sim.log"
+    ) as sim:
+        wait_for_server(url)
+        serve_args = ["serve", str(weak_artifact), "--endpoint", url, "--period-ms", "5", *NO_MISS]
+        with running(serve_args, tmp_path / "serve.log") as serve:
+            assert sim.wait(timeout=120) == 0, (tmp_path / "sim.log").read_text()
+            assert stop(serve) == 0, (tmp_path / "serve.log").read_text()
+    served = json.loads(record.read_text())["returns"]
+    assert served == evaluate(Policy.load(weak_artifact).predict, NOVEL, 1, 3).returns
+    assert "resets it at every connect and reconnect only" in (tmp_path / "serve.log").read_text()

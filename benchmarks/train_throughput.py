@@ -5,11 +5,15 @@ deterministic return each reaches.
     python benchmarks/train_throughput.py [--algo ppo] [--env CartPole-v1] [--steps 100000] [--repeats 1]
     python benchmarks/train_throughput.py --algo a2c --steps 500000
     python benchmarks/train_throughput.py --algo rainbow --steps 50000
+    python benchmarks/train_throughput.py --algo ppo_lstm --env CartPoleNoVel-v1 --repeats 2
 
 --algo ppo and a2c: rl2edge's preset in both backends next to SB3's PPO / A2C given the same
 hyperparameters. --algo rainbow: SB3's DQN on rl2edge's DQN preset, next to Rainbow with every component
 switched off on that same preset (DQN's work per step, Rainbow's code path), and Rainbow with every
 component on, on its own preset (train_freq 1: 256x the gradient steps per env step of DQN's preset).
+--algo ppo_lstm: rl2edge's recurrent PPO next to sb3-contrib's RecurrentPPO (MlpLstmPolicy) given the same
+hyperparameters and network, with VecNormalize on the observations as rl2edge normalizes them (the
+return: evaluate with RecurrentPPO's predict(obs, state, episode_start), the state carried).
 
 Writes benchmarks/results/train_throughput[_<algo>][_t<N>].{json,md,png}. One thread per op for every
 contender by default (--threads N for more), as in benchmarks/reference.md (SB3 2.9.2, Zoo CartPole PPO preset: 4201 env steps/s, 23.8 s, 500 +- 0).
@@ -52,27 +56,50 @@ if who == "sb3":
     import numpy as np
     import stable_baselines3 as sb3
     from stable_baselines3.common.env_util import make_vec_env
+    import rl2edge.train.core.envs  # registers the NoVel ids
     p = load_preset(get(algo).preset_file(), env_id)
     lin = lambda v: (lambda f: f * float(str(v)[4:])) if str(v).startswith("lin_") else v
     p.update(overrides)
-    skip = ("n_envs", "n_timesteps", "normalize_obs", "policy", "net_arch", "noise_type", "noise_std")
+    lstm_keys = ("lstm_hidden_size", "n_lstm_layers", "shared_lstm", "enable_critic_lstm")
+    skip = ("n_envs", "n_timesteps", "normalize_obs", "policy", "net_arch", "noise_type", "noise_std", "activation", *lstm_keys)
     kw = {k: lin(v) for k, v in p.items() if k not in skip}
     if "net_arch" in p:
         kw["policy_kwargs"] = {"net_arch": p["net_arch"]}
+    if algo == "ppo_lstm":
+        kw.setdefault("policy_kwargs", {}).update({k: p[k] for k in lstm_keys if k in p})
+        kw["policy_kwargs"]["activation_fn"] = {"relu": torch.nn.ReLU, "tanh": torch.nn.Tanh}[p.get("activation", "tanh")]
     venv = make_vec_env(env_id, n_envs=p.get("n_envs", 1), seed=seed)
+    if algo == "ppo_lstm":
+        from stable_baselines3.common.vec_env import VecNormalize
+        venv = VecNormalize(venv, norm_reward=False)
     if p.get("noise_type") == "normal":  # TD3/DDPG presets: Gaussian action noise, as SB3 takes it
         from stable_baselines3.common.noise import NormalActionNoise
         n = venv.action_space.shape[0]
         kw["action_noise"] = NormalActionNoise(np.zeros(n), float(p["noise_std"]) * np.ones(n))
-    cls = {"ppo": sb3.PPO, "a2c": sb3.A2C, "dqn": sb3.DQN, "sac": sb3.SAC, "td3": sb3.TD3}[algo]
-    model = cls("MlpPolicy", venv, seed=seed, device="cpu", **kw)
+    cls = {"ppo": sb3.PPO, "a2c": sb3.A2C, "dqn": sb3.DQN, "sac": sb3.SAC, "td3": sb3.TD3}.get(algo)
+    if algo == "ppo_lstm":
+        from sb3_contrib import RecurrentPPO as cls
+    model = cls("MlpLstmPolicy" if algo == "ppo_lstm" else "MlpPolicy", venv, seed=seed, device="cpu", **kw)
     from stable_baselines3.common.logger import configure
     model.set_logger(configure(str(out / "sb3_log"), []))  # not a new folder in the system's temp dir
     t0 = time.perf_counter()
     model.learn(steps)
     wall = time.perf_counter() - t0
     done = model.num_timesteps
-    result = evaluate(lambda o: model.predict(o, deterministic=True)[0], env_id, 20, 0)
+    if algo == "ppo_lstm":
+        class Recurrent:  # predict with the state carried, reset at each episode's start
+            def reset(self):
+                self.state, self.start = None, np.ones((1,), bool)
+            def __call__(self, o):
+                obs = venv.normalize_obs(np.asarray(o, np.float32)[None])
+                a, self.state = model.predict(obs, state=self.state, episode_start=self.start, deterministic=True)
+                self.start = np.zeros((1,), bool)
+                return a[0]
+        act = Recurrent()
+        act.reset()
+        result = evaluate(act, env_id, 20, 0)
+    else:
+        result = evaluate(lambda o: model.predict(o, deterministic=True)[0], env_id, 20, 0)
 else:
     cfg = build_config(env_id, overrides={**overrides, "n_timesteps": steps, "eval_freq": 0, "eval_episodes": 1}, algo=algo)
     out.mkdir(parents=True, exist_ok=True)
@@ -129,8 +156,13 @@ def contenders(algo: str, env_id: str) -> dict[str, tuple[str, str, str, dict[st
             "tf": (f"rl2edge {name} (TF)", "tf", algo, {}),
             "sb3": (f"Stable-Baselines3 {name}", "sb3", algo, {}),
         }
+    if algo == "ppo_lstm":
+        return {
+            "torch": ("rl2edge PPO-LSTM (torch)", "torch", algo, {}),
+            "sb3": ("sb3-contrib RecurrentPPO", "sb3", algo, {}),
+        }
     if algo != "rainbow":
-        raise SystemExit(f"--algo {algo}: choose ppo, a2c, sac, td3, dqn or rainbow")
+        raise SystemExit(f"--algo {algo}: choose ppo, a2c, sac, td3, dqn, rainbow or ppo_lstm")
     from rl2edge.train.algos import get
     from rl2edge.train.core.config import load_preset
 
@@ -388,7 +420,7 @@ def _roofline_markdown(
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--algo", default="ppo", help="ppo, a2c, sac, td3, dqn or rainbow")
+    ap.add_argument("--algo", default="ppo", help="ppo, a2c, sac, td3, dqn, rainbow or ppo_lstm")
     ap.add_argument("--env", default="CartPole-v1")
     ap.add_argument("--steps", type=int, default=100_000)
     ap.add_argument(

@@ -55,11 +55,29 @@ class ExportSource:
 
     def reset(self) -> None:
         """A new episode for `act` (a stateful source's state back to zero); nothing for a stateless one."""
+        if self.states:
+            self._live = [np.zeros((1, t.size), np.float32) for t in self.states]
+            self._live_start = 1.0
+
+    def state_step(
+        self, x: np.ndarray, start: float, states: list[np.ndarray]
+    ) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
+        """A stateful graph's one step in its source framework on one raw observation row [1, n]: (the
+        action [1, ...], the output before the head [1, m], the next states)."""
+        raise NotImplementedError
 
     def trajectory(self, obs: np.ndarray, starts: np.ndarray) -> Trajectory:
         """A stateful graph in its source framework over whole episodes in order, the state carried and
         reset where `starts` is True."""
-        raise NotImplementedError
+        states = [np.zeros((1, t.size), np.float32) for t in self.states]
+        actions, pre, fed = [], [], {t.name: [] for t in self.states}
+        for x, start in zip(np.asarray(obs, np.float32), starts, strict=True):
+            for t, v in zip(self.states, states, strict=True):
+                fed[t.name].append(v[0])
+            a, out, states = self.state_step(x[None], float(start), states)
+            actions.append(a[0])
+            pre.append(out[0])
+        return Trajectory(np.stack(actions), np.stack(pre), {k: np.stack(v) for k, v in fed.items()})
 
     @property
     def act_dim(self) -> int:
@@ -95,7 +113,13 @@ class ExportSource:
         return self.deployable_actions(obs)
 
     def act(self, obs: Any) -> Any:
-        """One raw observation (a Dict env's: a mapping) -> one env action, for rollouts."""
+        """One raw observation (a Dict env's: a mapping) -> one env action, for rollouts; a stateful
+        source carries its state from call to call (`reset` at an episode's start)."""
+        if self.states:
+            x = self.observation.flatten(obs).astype(np.float32)[None]
+            a, _, self._live = self.state_step(x, self._live_start, self._live)
+            self._live_start = 0.0
+            return int(a[0]) if self.discrete else a[0]
         a = self.deployable_actions(self.observation.flatten(obs).astype(np.float32)[None])[0]
         return int(a) if self.discrete else a
 
@@ -161,42 +185,19 @@ class TorchSource(ExportSource):
             self.state_cell = self.policy.actor.CELL
             self.reset()
 
-    def reset(self) -> None:
-        if self.states:
-            import torch
-
-            self._live = [torch.zeros((1, t.size)) for t in self.states]
-            self._live_start = torch.ones((1, 1))
-
-    def _state_step(
-        self, x: np.ndarray, start: Any, states: list[Any]
-    ) -> tuple[np.ndarray, np.ndarray, list[Any]]:
+    def state_step(
+        self, x: np.ndarray, start: float, states: list[np.ndarray]
+    ) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
         import torch
 
         with torch.no_grad():
-            out, new = self.stateful_graph.step(torch.as_tensor(x), start, states)
-            return self.policy.head_of(out).numpy(), out.numpy(), new
-
-    def trajectory(self, obs: np.ndarray, starts: np.ndarray) -> Trajectory:
-        import torch
-
-        states = [torch.zeros((1, t.size)) for t in self.states]
-        actions, pre, fed = [], [], {t.name: [] for t in self.states}
-        for x, start in zip(np.asarray(obs, np.float32), starts, strict=True):
-            for t, v in zip(self.states, states, strict=True):
-                fed[t.name].append(v.numpy()[0])
-            a, out, states = self._state_step(x[None], torch.full((1, 1), float(start)), states)
-            actions.append(a[0])
-            pre.append(out[0])
-        return Trajectory(np.stack(actions), np.stack(pre), {k: np.stack(v) for k, v in fed.items()})
+            out, new = self.stateful_graph.step(
+                torch.as_tensor(x), torch.full((1, 1), start), [torch.as_tensor(v) for v in states]
+            )
+            return self.policy.head_of(out).numpy(), out.numpy(), [v.numpy() for v in new]
 
     def act(self, obs: Any) -> Any:
-        if self.states:
-            x = self.observation.flatten(obs).astype(np.float32)[None]
-            a, _, self._live = self._state_step(x, self._live_start, self._live)
-            self._live_start = self._live_start * 0.0
-            return int(a[0]) if self.discrete else a[0]
-        if self.reference is None:
+        if self.reference is None or self.states:
             return super().act(obs)
         a = self.reference_actions(self.observation.flatten(obs).astype(np.float32)[None])[0]
         return int(a) if self.discrete else a

@@ -42,8 +42,8 @@ class GraphParts:
 def _deployable_module(parts: GraphParts, noise: NoiseSpec | None = None) -> Any:
     import tensorflow as tf
 
-    from rl2edge.export.graph_spec import NOISE_INPUT, STATE_INPUT, STATE_OUTPUT
-    from rl2edge.specs import ou_constants
+    from rl2edge.export.graph_spec import EPISODE_START, NOISE_INPUT, STATE_INPUT, STATE_OUTPUT
+    from rl2edge.specs import lstm_state_tensors, ou_constants
     from rl2edge.train.tf_backend.nets import frozen_dense
 
     net = parts.net
@@ -60,9 +60,35 @@ def _deployable_module(parts: GraphParts, noise: NoiseSpec | None = None) -> Any
     obs_spec = lambda n, name=None: tf.TensorSpec([n, obs_dim], tf.float32, name=name)  # noqa: E731
     act_spec = lambda n, name=None: tf.TensorSpec([n, act_dim], tf.float32, name=name)  # noqa: E731
 
+    # A recurrent actor: its LSTM as one cell, a FULLY_CONNECTED per gate on [x, h] (as the torch route's
+    # LSTMCellActor), the state an explicit input and output, zeroed where episode_start is 1.
+    cells = []
+    for k_ih, k_hh, bias in net.lstm or []:
+        h = k_hh.shape[0]
+        cells.append(
+            [
+                (
+                    tf.constant(np.concatenate([k_ih[:, g * h : (g + 1) * h], k_hh[:, g * h : (g + 1) * h]])),
+                    tf.constant(bias[g * h : (g + 1) * h]),
+                )
+                for g in range(4)
+            ]
+        )
+    states = lstm_state_tensors(len(cells), cells[0][0][0].shape[1]) if cells else []
+    state_specs = [tf.TensorSpec([1, size], tf.float32, name=name) for name, size, _ in states]
+
     class Deployable(tf.Module):
         def __init__(self) -> None:
             super().__init__(name="rl2edge_policy")
+            if cells:
+                signature = [
+                    obs_spec(1, "obs"),
+                    tf.TensorSpec([1, 1], tf.float32, name=EPISODE_START),
+                    *state_specs,
+                ]
+                self.serve = tf.function(self._stateful, input_signature=signature)
+                self.step = tf.function(self._step, input_signature=signature)
+                return
             self.batch = tf.function(self._forward, input_signature=[obs_spec(None)])
             self.pre_head = tf.function(self._pre_head, input_signature=[obs_spec(None)])
             if noise is None:
@@ -105,6 +131,30 @@ def _deployable_module(parts: GraphParts, noise: NoiseSpec | None = None) -> Any
 
         def _pre_head(self, obs):
             return actor(self._features(obs))
+
+        def _step(self, obs, episode_start, *state):
+            """The recurrent cell, then the actor's layers: the output before the head and the next states."""
+            keep = 1.0 - episode_start
+            x, new = self._features(obs), []
+            for k, gates in enumerate(cells):
+                h, c = state[2 * k] * keep, state[2 * k + 1] * keep
+                xh = tf.concat([x, h], axis=-1)
+                i, f, g, o = (tf.matmul(xh, kernel) + b for kernel, b in gates)
+                c = tf.sigmoid(f) * c + tf.sigmoid(i) * tf.tanh(g)
+                x = tf.sigmoid(o) * tf.tanh(c)
+                new += [x, c]
+            return {
+                "out": actor(x),
+                **{f"{name}_out": v for (name, _, _), v in zip(states, new, strict=True)},
+            }
+
+        def _stateful(self, obs, episode_start, *state):
+            step = self._step(obs, episode_start, *state)
+            out = step.pop("out")
+            if transform.discrete:
+                action = tf.argmax(out, axis=-1)
+                return {"action": action + transform.start if transform.start else action, **step}
+            return {"action": _unscale(_squash(head, out), transform), **step}
 
         def _forward(self, obs):
             out = self._pre_head(obs)
@@ -183,6 +233,25 @@ class TFSource(ExportSource):
     def distribution(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         m, log_std = self.module.distribution(np.asarray(obs, np.float32))
         return m.numpy(), np.exp(log_std.numpy())
+
+    def __post_init__(self) -> None:
+        assert self.parts is not None
+        if self.parts.net.lstm:
+            from rl2edge.export.graph_spec import StateTensor
+            from rl2edge.specs import LSTM_CELL, lstm_state_tensors
+
+            hidden = self.parts.net.lstm[0][1].shape[0]
+            self.states = [StateTensor(*t) for t in lstm_state_tensors(len(self.parts.net.lstm), hidden)]
+            self.state_cell = LSTM_CELL
+            self.reset()
+
+    def state_step(
+        self, x: np.ndarray, start: float, states: list[np.ndarray]
+    ) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
+        args = [np.asarray(x, np.float32), np.full((1, 1), start, np.float32), *states]
+        step = self.module.step(*args)
+        out = self.module.serve(*args)
+        return out["action"].numpy(), step["out"].numpy(), [out[t.output].numpy() for t in self.states]
 
     def deployable_actions(self, obs: np.ndarray) -> np.ndarray:
         return self.module.batch(np.asarray(obs, np.float32))["action"].numpy()

@@ -362,3 +362,20 @@ def ou_step(x: np.ndarray, eps: np.ndarray, theta: float, sigma: float, dt: floa
     """One OU step in float32: x - (theta dt) x + (sigma sqrt(dt)) eps, the graph's formula."""
     decay, scale = ou_constants(theta, sigma, dt)
     return (x - decay * x + scale * eps).astype(np.float32)
+
+
+LSTM_CELL = (
+    "LSTM, one step per call, per layer: h, c = h * (1 - episode_start), c * (1 - episode_start); "
+    "gate_k = [x, h] @ W_k + b_k for k in i, f, g, o; c' = sigmoid(f) * c + sigmoid(i) * tanh(g); "
+    "h' = sigmoid(o) * tanh(c'); the top layer's h' goes to the actor's MLP"
+)
+
+
+def lstm_state_tensors(layers: int, hidden: int) -> list[tuple[str, int, str]]:
+    """A recurrent actor's state tensors as both export routes name them: (name, size, role) per layer's
+    h and c, in the graph's input order."""
+    return [
+        (f"lstm_{part}_{k}", hidden, f"actor LSTM layer {k} {role} state")
+        for k in range(layers)
+        for part, role in (("h", "hidden"), ("c", "cell"))
+    ]

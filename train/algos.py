@@ -201,7 +201,10 @@ ALGOS: dict[str, Algo] = {
             "ppo_lstm",
             "rl2edge.train.core.recurrent_config:RecurrentPPOConfig",
             "rl2edge.train.core.recurrent_driver:train_recurrent",
-            {"torch": "rl2edge.train.torch_backend.ppo_lstm:TorchRecurrentPPO"},
+            {
+                "torch": "rl2edge.train.torch_backend.ppo_lstm:TorchRecurrentPPO",
+                "tf": "rl2edge.train.tf_backend.ppo_lstm:TFRecurrentPPO",
+            },
             ("discrete", "box"),
             "clip_unscale",
             network="recurrent_actor_critic",

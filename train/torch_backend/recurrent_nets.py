@@ -17,6 +17,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from rl2edge.specs import LSTM_CELL, lstm_state_tensors
 from rl2edge.train.torch_backend.nets import ActorCritic, run_mlp
 
 State = tuple[torch.Tensor, torch.Tensor]  # (h, c), each [layers, rows, hidden]
@@ -111,11 +112,7 @@ class LSTMCellActor(nn.Module):
     normalized observation [1, in], episode_start [1, 1] and per layer h and c [1, H]; outputs the MLP's
     output (logits or the Gaussian's mean) and the next h and c per layer."""
 
-    CELL = (
-        "LSTM, one step per call, per layer: h, c = h * (1 - episode_start), c * (1 - episode_start); "
-        "gate_k = [x, h] @ W_k + b_k for k in i, f, g, o; c' = sigmoid(f) * c + sigmoid(i) * tanh(g); "
-        "h' = sigmoid(o) * tanh(c'); the top layer's h' goes to the actor's MLP"
-    )
+    CELL = LSTM_CELL
 
     def __init__(self, net: RecurrentActorCritic):
         super().__init__()
@@ -143,11 +140,7 @@ class LSTMCellActor(nn.Module):
 
     def state_tensors(self) -> list[tuple[str, int, str]]:
         """(name, size, role) of each state input, in the graph's order."""
-        return [
-            (f"lstm_{part}_{k}", self.hidden, f"actor LSTM layer {k} {role} state")
-            for k in range(self.layers)
-            for part, role in (("h", "hidden"), ("c", "cell"))
-        ]
+        return lstm_state_tensors(self.layers, self.hidden)
 
     def step(
         self, x: torch.Tensor, episode_start: torch.Tensor, states: list[torch.Tensor]

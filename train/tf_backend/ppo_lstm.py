@@ -1,0 +1,160 @@
+"""Recurrent PPO's TensorFlow side: the LSTM actor-critic (train.tf_backend.recurrent_nets), PPO's clipped
+loss over whole env sequences, the optimizer step; every epoch's minibatches in one XLA call with a fixed
+input signature (traced once: tests/test_recurrent_tf.py). The driver is train.core.recurrent_driver."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from rl2edge.train.core.recurrent_config import RecurrentPPOConfig
+from rl2edge.train.core.recurrent_rollout import RecurrentWeights, SequenceMinibatch
+from rl2edge.train.tf_backend.setup import configure_tensorflow
+from rl2edge.train.tf_backend.weights import save_keras_weights, state_copy
+
+if TYPE_CHECKING:
+    from rl2edge.train.tf_backend.nets import DeployParts
+
+FIELDS = ("obs", "actions", "old_logprobs", "old_values", "advantages", "returns", "starts")
+
+
+def make_loss_fn(model: Any, cfg: RecurrentPPOConfig) -> Any:
+    """PPO's loss over a minibatch of sequences, a plain function of tensors (traced in the training graph,
+    called eagerly in tests): the same formulas as train.tf_backend.ppo's, on the [T * E] flattened steps."""
+    import tensorflow as tf
+
+    clip_vf = cfg.clip_range_vf
+
+    def loss_fn(obs, actions, old_logp, old_values, adv, returns, starts, pi_h, pi_c, vf_h, vf_c, clip):
+        logp, entropy, values = model.evaluate_sequences(obs, actions, starts, (pi_h, pi_c), (vf_h, vf_c))
+        flat = lambda x: tf.reshape(x, [-1])  # noqa: E731  the (t, e) order evaluate_sequences uses
+        old_logp, old_values, adv, returns = flat(old_logp), flat(old_values), flat(adv), flat(returns)
+        log_ratio = logp - old_logp
+        ratio = tf.exp(log_ratio)
+        # The clipped surrogate is a min of two objectives, not clip_by_value(ratio) * adv.
+        pg_loss = -tf.reduce_mean(
+            tf.minimum(adv * ratio, adv * tf.clip_by_value(ratio, 1.0 - clip, 1.0 + clip))
+        )
+        if clip_vf is not None:
+            values = old_values + tf.clip_by_value(values - old_values, -clip_vf, clip_vf)
+        v_loss = tf.reduce_mean(tf.square(returns - values))
+        ent = tf.reduce_mean(entropy)
+        loss = pg_loss - cfg.ent_coef * ent + cfg.vf_coef * v_loss
+        kl = tf.reduce_mean((ratio - 1.0) - log_ratio)
+        clip_frac = tf.reduce_mean(tf.cast(tf.abs(ratio - 1.0) > clip, tf.float32))
+        return loss, tf.stack([pg_loss, v_loss, ent, kl, clip_frac])
+
+    return loss_fn
+
+
+class TFRecurrentPPO:
+    framework = "tf"
+    policy_distribution = False  # --noise policy is not folded for stateful graphs (yet)
+
+    @classmethod
+    def deploy_parts(cls, spec: dict[str, Any], load: Callable[[Any], None]) -> DeployParts:
+        """The actor's LSTM (numpy weights, exported as one cell) and its Dense chain."""
+        from rl2edge.train.tf_backend.nets import DeployParts, dense_layers
+        from rl2edge.train.tf_backend.recurrent_nets import TFRecurrentActorCritic
+
+        model = TFRecurrentActorCritic(spec)
+        load(model)
+        return DeployParts(dense_layers(model.heads.actor), lstm=model.lstm_actor.numpy_layers())
+
+    def __init__(self, network: dict[str, Any], cfg: RecurrentPPOConfig, seed: int, device: str):
+        self.device = configure_tensorflow(device)
+        import keras
+        import tensorflow as tf
+
+        from rl2edge.train.tf_backend.recurrent_nets import TFRecurrentActorCritic
+
+        self.tf, self.cfg = tf, cfg
+        keras.utils.set_random_seed(seed)  # once, before the layers' initializers draw
+        self.policy = TFRecurrentActorCritic(network, seed)
+        self.layers, self.hidden = int(network["n_lstm_layers"]), int(network["lstm_hidden_size"])
+        self.optimizer = keras.optimizers.Adam(learning_rate=cfg.learning_rate(1.0), epsilon=1e-5)
+        self.optimizer.build(self.policy.trainable_variables)
+        self.loss_fn = make_loss_fn(self.policy, cfg)
+        discrete, obs_dim, act_dim = network["discrete"], network["obs_dim"], network["act_dim"]
+        # [minibatches, T, E, ...]; the states [minibatches, layers, E, H]
+        seq = lambda *tail, dtype=tf.float32: tf.TensorSpec([None, None, None, *tail], dtype)  # noqa: E731
+        state = tf.TensorSpec([None, self.layers, None, self.hidden], tf.float32)
+        actions = seq(dtype=tf.int64) if discrete else seq(act_dim)
+        self._train_many = tf.function(
+            self._train_many_graph,
+            jit_compile=True,
+            input_signature=[seq(obs_dim), actions, seq(), seq(), seq(), seq(), seq(), state, state, state,
+                             state, tf.TensorSpec([], tf.float32)],
+        )  # fmt: skip
+
+    def _train_graph(
+        self, obs, actions, old_logp, old_values, adv, returns, starts, pi_h, pi_c, vf_h, vf_c, clip
+    ):
+        tf = self.tf
+        variables = self.policy.trainable_variables
+        with tf.GradientTape() as tape:
+            loss, stats = self.loss_fn(
+                obs, actions, old_logp, old_values, adv, returns, starts, pi_h, pi_c, vf_h, vf_c, clip
+            )
+        grads = tape.gradient(loss, variables)
+        grads, _ = tf.clip_by_global_norm(grads, self.cfg.max_grad_norm)
+        self.optimizer.apply_gradients(zip(grads, variables, strict=True))
+        return stats
+
+    def _train_many_graph(self, *args):
+        tf = self.tf
+        *batched, clip = args
+        n = tf.shape(batched[0])[0]
+        stats = tf.TensorArray(tf.float32, size=n)
+        for i in tf.range(n):
+            stats = stats.write(i, self._train_graph(*(a[i] for a in batched), clip))
+        return tf.reduce_mean(stats.stack(), axis=0)
+
+    # ----------------------------------------------------------------------------- the agent API
+    def _states(self, mb: SequenceMinibatch) -> list[np.ndarray]:
+        """The minibatch's initial (h, c) of the actor and the critic; zeros where the critic has none."""
+        vf = mb.critic_state if mb.critic_state is not None else (np.zeros_like(mb.actor_state[0]),) * 2
+        return [mb.actor_state[0], mb.actor_state[1], vf[0], vf[1]]
+
+    def loss(self, mb: SequenceMinibatch, clip: float) -> tuple[Any, Any]:
+        """The loss and stats row, eagerly (tests)."""
+        args = [getattr(mb, f) for f in FIELDS] + self._states(mb)
+        return self.loss_fn(*(self.tf.constant(a) for a in args), self.tf.constant(np.float32(clip)))
+
+    def train_minibatches(self, mbs: list[SequenceMinibatch], clip: float) -> np.ndarray:
+        cols = [np.stack([getattr(mb, f) for mb in mbs]) for f in FIELDS]
+        states = [np.stack(s) for s in zip(*(self._states(mb) for mb in mbs), strict=True)]
+        return self._train_many(*cols, *states, np.float32(clip)).numpy()
+
+    def rollout_weights(self) -> RecurrentWeights:
+        from rl2edge.train.tf_backend.nets import dense_layers
+
+        p = self.policy
+        layers = lambda seq: [(d.kernel.numpy(), d.bias.numpy()) for d in dense_layers(seq)]  # noqa: E731
+        linear = None if p.critic_linear is None else layers(p.critic_linear)[0]
+        return RecurrentWeights(
+            p.lstm_actor.numpy_layers(),
+            None if p.lstm_critic is None else p.lstm_critic.numpy_layers(),
+            linear,
+            layers(p.heads.actor),
+            layers(p.heads.critic),
+            None if p.discrete else p.heads.log_std.numpy(),
+        )
+
+    def set_learning_rate(self, lr: float) -> None:
+        self.optimizer.learning_rate.assign(lr)  # a variable: the graph reads it, no retrace
+
+    def trace_counts(self) -> dict[str, int]:
+        return {"train_many": self._train_many.experimental_get_tracing_count()}
+
+    def get_state(self) -> list[np.ndarray]:
+        return state_copy(self.policy)
+
+    def set_state(self, state: list[np.ndarray]) -> None:
+        self.policy.set_weights(state)
+
+    def save_weights(self, run_dir: Path) -> str:
+        return save_keras_weights(self.policy, run_dir)

@@ -1,0 +1,140 @@
+"""The recurrent actor-critic in TensorFlow: the twin of train.torch_backend.recurrent_nets, with the same
+layout (an LSTM in front of the actor's MLP; in front of the critic's its own LSTM, the actor's output with
+its gradient stopped, or a Dense layer) and the same gate order (i, f, g, o), so that weights copy across
+(`copy_from_torch`, for the parity tests) and one numpy rollout serves both.
+
+The LSTM is written as its step arithmetic on explicit variables (a kernel on the input, one on h, one
+bias: torch's b_ih + b_hh), run over a sequence by a loop over its steps with each env's state zeroed where
+its episode starts: one loop in the training graph, traced once for any sequence length and env count.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from rl2edge.train.tf_backend.nets import TFActorCritic
+
+LSTMLayer = tuple[np.ndarray, np.ndarray, np.ndarray]
+
+
+class TFLSTM(keras.layers.Layer):
+    """A stacked LSTM's weights and its step; PyTorch's init (uniform in +-1/sqrt(hidden) for every weight
+    and both biases, whose sum is the bias here)."""
+
+    def __init__(self, in_dim: int, hidden: int, layers: int, seed: int, name: str):
+        super().__init__(name=name)
+        self.hidden, self.n_layers = hidden, layers
+        bound = 1.0 / math.sqrt(hidden)
+        seeds = iter(range(seed, seed + 4 * layers))
+        uniform = lambda: keras.initializers.RandomUniform(-bound, bound, seed=next(seeds))  # noqa: E731
+        self.cells: list[tuple[Any, Any, Any]] = []
+        for k in range(layers):
+            n_in = in_dim if k == 0 else hidden
+            k_ih = self.add_weight(shape=(n_in, 4 * hidden), initializer=uniform(), name=f"kernel_ih_{k}")
+            k_hh = self.add_weight(shape=(hidden, 4 * hidden), initializer=uniform(), name=f"kernel_hh_{k}")
+            b_ih = keras.ops.convert_to_numpy(uniform()((4 * hidden,)))
+            b_hh = keras.ops.convert_to_numpy(uniform()((4 * hidden,)))
+            bias = self.add_weight(
+                shape=(4 * hidden,), initializer=keras.initializers.Constant(b_ih + b_hh), name=f"bias_{k}"
+            )
+            self.cells.append((k_ih, k_hh, bias))
+        self.built = True
+
+    def step(self, x: tf.Tensor, h: tf.Tensor, c: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+        """One step on [rows, in] from (h, c) [layers, rows, H]: the top layer's h, and the new (h, c)."""
+        hs, cs = [], []
+        for k, (k_ih, k_hh, bias) in enumerate(self.cells):
+            gates = tf.matmul(x, k_ih) + tf.matmul(h[k], k_hh) + bias
+            i, f, g, o = tf.split(gates, 4, axis=-1)
+            c_k = tf.sigmoid(f) * c[k] + tf.sigmoid(i) * tf.tanh(g)
+            x = tf.sigmoid(o) * tf.tanh(c_k)
+            hs.append(x)
+            cs.append(c_k)
+        return x, tf.stack(hs), tf.stack(cs)
+
+    def sequence(self, x: tf.Tensor, starts: tf.Tensor, h: tf.Tensor, c: tf.Tensor) -> tf.Tensor:
+        """The top layer's h over [T, E, in], each env's state zeroed where starts[t, e] is 1."""
+        steps = tf.shape(x)[0]
+        out = tf.TensorArray(tf.float32, size=steps)
+        for t in tf.range(steps):
+            keep = (1.0 - starts[t])[None, :, None]
+            y, h, c = self.step(x[t], h * keep, c * keep)
+            out = out.write(t, y)
+        return out.stack()
+
+    def numpy_layers(self) -> list[LSTMLayer]:
+        return [(k_ih.numpy(), k_hh.numpy(), bias.numpy()) for k_ih, k_hh, bias in self.cells]
+
+    def copy_from_torch(self, state: dict[str, Any], prefix: str) -> None:
+        """Take torch's nn.LSTM weights (weight_ih_l{k} [4H, in], weight_hh_l{k}, bias_ih_l{k}, bias_hh_l{k})."""
+        value = lambda name: np.asarray(state[f"{prefix}.{name}"].detach().cpu().numpy())  # noqa: E731
+        for k, (k_ih, k_hh, bias) in enumerate(self.cells):
+            k_ih.assign(value(f"weight_ih_l{k}").T)
+            k_hh.assign(value(f"weight_hh_l{k}").T)
+            bias.assign(value(f"bias_ih_l{k}") + value(f"bias_hh_l{k}"))
+
+
+class TFRecurrentActorCritic(keras.Model):
+    def __init__(self, spec: dict[str, Any], seed: int = 0):
+        super().__init__()
+        obs_dim, hidden, layers = (
+            int(spec["obs_dim"]),
+            int(spec["lstm_hidden_size"]),
+            int(spec["n_lstm_layers"]),
+        )
+        self.discrete, self.hidden, self.n_layers = bool(spec["discrete"]), hidden, layers
+        self.shared = bool(spec["shared_lstm"])
+        self.heads = TFActorCritic(
+            hidden, spec["act_dim"], spec["discrete"], list(spec["net_arch"]), spec["activation"],
+            spec.get("log_std_init", 0.0), seed,
+        )  # fmt: skip
+        self.lstm_actor = TFLSTM(obs_dim, hidden, layers, seed + 3000, "lstm_actor")
+        self.lstm_critic = (
+            TFLSTM(obs_dim, hidden, layers, seed + 4000, "lstm_critic")
+            if spec["enable_critic_lstm"]
+            else None
+        )
+        self.critic_linear = None
+        if not spec["enable_critic_lstm"] and not self.shared:
+            self.critic_linear = keras.Sequential(
+                [keras.Input((obs_dim,)), keras.layers.Dense(hidden, name="critic_linear")],
+                name="critic_linear",
+            )
+        self.built = True
+
+    def evaluate_sequences(
+        self, obs: tf.Tensor, actions: tf.Tensor, starts: tf.Tensor, pi: tuple[Any, Any], vf: tuple[Any, Any]
+    ) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+        """Log-probs, entropies and values of [T, E] steps, flattened to [T * E] in (t, e) order."""
+        latent_pi = self.lstm_actor.sequence(obs, starts, *pi)
+        if self.lstm_critic is not None:
+            latent_vf = self.lstm_critic.sequence(obs, starts, *vf)
+        elif self.shared:
+            latent_vf = tf.stop_gradient(latent_pi)
+        else:
+            assert self.critic_linear is not None
+            latent_vf = self.critic_linear(tf.reshape(obs, [-1, tf.shape(obs)[-1]]))
+        n = tf.shape(obs)[0] * tf.shape(obs)[1]
+        flat_actions = tf.reshape(actions, tf.concat([[n], tf.shape(actions)[2:]], 0))
+        out = self.heads.actor(tf.reshape(latent_pi, [n, self.hidden]))
+        logp, entropy = self.heads.log_prob_entropy(out, flat_actions)
+        values = self.heads.critic(tf.reshape(latent_vf, [n, self.hidden]))[:, 0]
+        return logp, entropy, values
+
+    def copy_from_torch(self, state: dict[str, Any]) -> None:
+        """Take a torch RecurrentActorCritic's state_dict (the parity tests)."""
+        self.heads.copy_from_torch(
+            {k[len("heads.") :]: v for k, v in state.items() if k.startswith("heads.")}
+        )
+        self.lstm_actor.copy_from_torch(state, "lstm_actor")
+        if self.lstm_critic is not None:
+            self.lstm_critic.copy_from_torch(state, "lstm_critic")
+        if self.critic_linear is not None:
+            dense = self.critic_linear.layers[-1]
+            dense.kernel.assign(state["critic_linear.weight"].detach().numpy().T)
+            dense.bias.assign(state["critic_linear.bias"].detach().numpy())

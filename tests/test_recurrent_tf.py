@@ -1,0 +1,201 @@
+"""Recurrent PPO in TensorFlow held to the same standards as the torch agent and to it: loss and every
+gradient equal to torch's on copied weights, eager == graph, one trace over a run with changing sequence
+lengths and env counts, flat memory, the numpy rollout's states replayed, and the TF export route's cell.
+
+Tolerances: float32 LSTMs in two frameworks sum their gate products in other orders and use other
+sigmoid/tanh kernels; over 64-step sequences, with the state carrying each step's rounding into the next,
+loss, stats and gradients agree to 1e-5 absolute (gradients of order 1e-3..1), or 1e-6 relative where
+Pendulum's unscaled returns make the value loss ~10^3 (float32's own step there is ~6e-5).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+tf = pytest.importorskip("tensorflow")
+
+from rl2edge.specs import ActionTransform  # noqa: E402
+from rl2edge.train.algos import build_config, train  # noqa: E402
+from rl2edge.train.core.normalization import RunningNormalizer  # noqa: E402
+from rl2edge.train.core.recurrent_driver import recurrent_network  # noqa: E402
+from rl2edge.train.core.recurrent_rollout import RecurrentCollector, SequenceBuffer  # noqa: E402
+from rl2edge.train.core.spaces import action_spec  # noqa: E402
+from rl2edge.train.tf_backend.ppo_lstm import TFRecurrentPPO  # noqa: E402
+from rl2edge.train.torch_backend.ppo_lstm import TorchRecurrentPPO  # noqa: E402
+from testkit.runs import export_run, tiny_train  # noqa: E402
+
+pytestmark = pytest.mark.integration
+
+NOVEL = "CartPoleNoVel-v1"
+PENDULUM_NOVEL = "PendulumNoVel-v1"
+
+
+def _pair_and_minibatches(env_id: str, n_steps: int = 64, **overrides: object):
+    """A torch agent, a TF agent with its weights, and the sequence minibatches of two numpy rollouts."""
+    import gymnasium as gym
+
+    cfg = build_config(
+        env_id,
+        overrides={"n_envs": 4, "n_steps": n_steps, "batch_size": 2 * n_steps, **overrides},
+        algo="ppo_lstm",
+    )
+    env = gym.make(env_id)
+    act = action_spec(env.action_space)
+    obs_dim = int(np.prod(env.observation_space.shape))
+    env.close()
+    network = recurrent_network(cfg, "recurrent_actor_critic", obs_dim, act.output_width, act.discrete)
+    torch_agent = TorchRecurrentPPO(network, cfg, 0, "cpu")
+    tf_agent = TFRecurrentPPO(network, cfg, 0, "cpu")
+    tf_agent.policy.copy_from_torch(torch_agent.policy.state_dict())
+    collector = RecurrentCollector(env_id, 0, 4, 0, cfg.gamma, network, RunningNormalizer((obs_dim,)), True,
+                                   ActionTransform(act).to_env, 4)  # fmt: skip
+    buffer = SequenceBuffer(n_steps, 4, (obs_dim,), act.discrete, act.output_width)
+    for _ in range(2):
+        seg = collector.collect(n_steps, torch_agent.rollout_weights())
+        for t in range(n_steps):
+            buffer.add(seg.obs[t], seg.actions[t], seg.logprobs[t], seg.values[t],
+                       seg.rewards[t].astype(np.float32), seg.dones[t])  # fmt: skip
+        buffer.set_sequences(seg.starts, seg.init_state)
+        buffer.finish(seg.last_values, cfg.gamma, cfg.gae_lambda)
+    collector.close()
+    mbs = list(buffer.sequence_minibatches(2 * n_steps, np.random.default_rng(0), True))
+    return torch_agent, tf_agent, mbs
+
+
+def _torch_grads(
+    agent: TorchRecurrentPPO, mb, clip: float
+) -> tuple[float, np.ndarray, dict[str, np.ndarray]]:
+    loss, stats = agent.loss(mb, clip)
+    agent.optimizer.zero_grad()
+    loss.backward()
+    return float(loss.detach()), stats.numpy(), {n: p.grad.numpy().copy() for n, p in agent.policy.named_parameters()}
+
+
+def _tf_grads(agent: TFRecurrentPPO, mb, clip: float) -> tuple[float, np.ndarray, dict[str, np.ndarray]]:
+    p = agent.policy
+    with tf.GradientTape() as tape:
+        loss, stats = agent.loss(mb, clip)
+    variables = p.trainable_variables
+    grads = dict(zip([id(v) for v in variables], tape.gradient(loss, variables), strict=True))
+    g = lambda v: grads[id(v)].numpy()  # noqa: E731
+    out: dict[str, np.ndarray] = {}
+    for prefix, lstm in (("lstm_actor", p.lstm_actor), ("lstm_critic", p.lstm_critic)):
+        if lstm is None:
+            continue
+        for k, (k_ih, k_hh, bias) in enumerate(lstm.cells):
+            out[f"{prefix}.weight_ih_l{k}"] = g(k_ih).T
+            out[f"{prefix}.weight_hh_l{k}"] = g(k_hh).T
+            out[f"{prefix}.bias_ih_l{k}"] = out[f"{prefix}.bias_hh_l{k}"] = g(bias)  # one bias, both torch's
+    if p.critic_linear is not None:
+        dense = p.critic_linear.layers[-1]
+        out["critic_linear.weight"], out["critic_linear.bias"] = g(dense.kernel).T, g(dense.bias)
+    for name, var in p.heads._pairs():
+        value = g(var)
+        out[f"heads.{name}"] = value.T if value.ndim == 2 else value
+    return float(loss), stats.numpy(), out
+
+
+@pytest.mark.parametrize(
+    "env_id, overrides",
+    [(NOVEL, {}), (PENDULUM_NOVEL, {}), (NOVEL, {"shared_lstm": True, "enable_critic_lstm": False}),
+     (NOVEL, {"enable_critic_lstm": False, "n_lstm_layers": 2})],
+    ids=["discrete", "box", "shared-lstm", "linear-critic-2-layers"],
+)  # fmt: skip
+def test_torch_and_tf_give_the_same_loss_and_gradients(env_id: str, overrides: dict) -> None:
+    n_steps = 128 if env_id == PENDULUM_NOVEL else 64  # a Pendulum episode (200 steps) starts inside
+    torch_agent, tf_agent, mbs = _pair_and_minibatches(env_id, n_steps, **overrides)
+    for mb in mbs:
+        assert mb.starts[1:].any()
+        t_loss, t_stats, t_grads = _torch_grads(torch_agent, mb, 0.2)
+        f_loss, f_stats, f_grads = _tf_grads(tf_agent, mb, 0.2)
+        # Pendulum's unscaled returns make value losses of ~10^3: there float32 holds ~1e-4 absolute
+        np.testing.assert_allclose(f_loss, t_loss, rtol=1e-6, atol=1e-5)
+        np.testing.assert_allclose(f_stats, t_stats, rtol=1e-6, atol=1e-5)
+        assert set(t_grads) == set(f_grads), set(t_grads) ^ set(f_grads)
+        for name, grad in t_grads.items():
+            np.testing.assert_allclose(f_grads[name], grad, rtol=1e-5, atol=1e-5, err_msg=name)
+        assert np.abs(t_grads["lstm_actor.weight_hh_l0"]).max() > 1e-6  # the recurrence is trained
+
+
+def test_tf_replays_the_states_the_numpy_rollout_acted_with() -> None:
+    _, tf_agent, mbs = _pair_and_minibatches(NOVEL)
+    for mb in mbs:
+        logp, _, values = tf_agent.policy.evaluate_sequences(
+            tf.constant(mb.obs),
+            tf.constant(mb.actions),
+            tf.constant(mb.starts),
+            mb.actor_state,
+            mb.critic_state,
+        )
+        np.testing.assert_allclose(logp.numpy(), mb.old_logprobs.reshape(-1), atol=1e-5)
+        np.testing.assert_allclose(values.numpy(), mb.old_values.reshape(-1), atol=1e-5)
+
+
+def test_eager_and_graph_give_the_same_loss() -> None:
+    _, tf_agent, mbs = _pair_and_minibatches(NOVEL)
+    eager_loss, eager_stats = tf_agent.loss(mbs[0], 0.2)
+    graph = tf.function(tf_agent.loss_fn)
+    args = [tf.constant(getattr(mbs[0], f)) for f in ("obs", "actions", "old_logprobs", "old_values",
+                                                      "advantages", "returns", "starts")]  # fmt: skip
+    graph_loss, graph_stats = graph(
+        *args, *(tf.constant(s) for s in tf_agent._states(mbs[0])), tf.constant(0.2)
+    )
+    assert abs(float(eager_loss) - float(graph_loss)) < 1e-6
+    np.testing.assert_allclose(eager_stats.numpy(), graph_stats.numpy(), atol=1e-6)
+
+
+def test_one_trace_over_runs_of_other_shapes_and_flat_memory(tmp_path: Path) -> None:
+    import psutil
+
+    agents: list = []
+    cfg = build_config(NOVEL, overrides={"n_timesteps": 4096, "eval_freq": 0}, algo="ppo_lstm")
+    train("tf", NOVEL, cfg, 0, tmp_path / "a", device="cpu", progress=False, agent_out=agents)
+    agent = agents[0]
+    assert agent.trace_counts() == {"train_many": 1}
+    # other sequence lengths, env counts and minibatch counts: still the one trace
+    _, _, mbs = _pair_and_minibatches(NOVEL, 48)
+    proc = psutil.Process(os.getpid())
+    for i in range(20):
+        agent.train_minibatches(mbs[: 1 + i % 2], 0.1 + 0.01 * i)
+    before = proc.memory_info().rss
+    for i in range(300):  # 300 calls x up to 2 minibatches x 48 steps x 4 envs: 57,600 steps replayed
+        agent.train_minibatches(mbs[: 1 + i % 2], 0.1 + 0.001 * i)
+    grown_mb = (proc.memory_info().rss - before) / 2**20
+    assert agent.trace_counts() == {"train_many": 1}
+    assert grown_mb < 20, f"RSS grew {grown_mb:.1f} MB"
+
+
+def test_tf_route_exports_the_same_state_contract_as_torch(tmp_path: Path) -> None:
+    """A TF checkpoint's artifact: the torch route's state names, verified over whole episodes."""
+    tf_run = tiny_train(NOVEL, tmp_path / "tf", steps=4096, algo="ppo_lstm", framework="tf")
+    torch_run = tiny_train(NOVEL, tmp_path / "torch", steps=2048, algo="ppo_lstm")
+    export_run(tf_run, tmp_path / "tf-art", "all")
+    export_run(torch_run, tmp_path / "torch-art", "fp32")
+    tf_m = json.loads((tmp_path / "tf-art" / "int8" / "manifest.json").read_text())
+    torch_m = json.loads((tmp_path / "torch-art" / "manifest.json").read_text())
+    assert tf_m["state"] == torch_m["state"]
+    assert tf_m["source"]["framework"] == "tf" and tf_m["onnx"] is None
+    assert "whole episodes" in tf_m["quantization"]["calibration"]["sequences"]
+    # the exported file against the TF graph it came from, step by step with the state carried
+    from rl2edge.export.calibration import collect_rollout_data
+    from rl2edge.export.checkpoint_source import source_from_checkpoint
+    from rl2edge.runtime.policy import Policy
+
+    source = source_from_checkpoint(tf_run)
+    data = collect_rollout_data(source.act, NOVEL, 2, 7, 10_000, 10_000, on_reset=source.reset)
+    ref = source.trajectory(data.calibration, data.calibration_starts)
+    served = Policy.load(tmp_path / "tf-art" / "fp32")
+    got = []
+    for o, start in zip(data.calibration, data.calibration_starts, strict=True):
+        if start:
+            served.reset()
+        got.append(served.predict(o))
+    top2 = np.sort(ref.pre_head, axis=-1)[:, -2:]
+    decisive = (top2[:, 1] - top2[:, 0]) > 1e-4
+    assert decisive.mean() > 0.5
+    assert np.array_equal(np.asarray(got)[decisive], ref.actions[decisive])

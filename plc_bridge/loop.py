@@ -137,9 +137,10 @@ class ControlLoop:
         )
         if policy.states:
             _logger.warning(
-                "the artifact carries state (%s): serve resets it at every connect and reconnect only; the "
-                "PLC's episode-start signal is not read yet, so an episodic plant's state runs on from one "
-                "episode into the next (docs/serving.md, 'Stateful artifacts')",
+                "the artifact carries state (%s): it advances once per new sequence number and is reset at "
+                "every connect and after a STALE spell; the PLC's episode-start signal is not read yet, so "
+                "an episodic plant's state runs on from one episode into the next (docs/serving.md, "
+                "'Stateful artifacts')",
                 ", ".join(policy.state()),
             )
 
@@ -161,6 +162,8 @@ class ControlLoop:
         serving.guard.adopt_staleness(self.guard)
         serving.faults.adopt(self.serving.faults)
         self.serving = serving
+        # the new policy's state is its own (a shadow run advanced it on the observations it saw)
+        self._cycle_state.state_seq = self._cycle_state.state_action = None
 
     # ------------------------------------------------------------------------------------- snapshot
     def snapshot(self, full: bool = False) -> LoopSnapshot:
@@ -213,16 +216,32 @@ class ControlLoop:
         if obs is None:
             return CycleStatus.INVALID_OBSERVATION, self.safe_action, problem
         if stale:
+            self._reset_state_before_next("the plant went unobserved past the stale limit")
             return CycleStatus.STALE, self.safe_action, why
+        state = self._cycle_state
+        stateful = bool(self.policy.states)
+        if stateful:
+            if state.state_seq is not None and seq == state.state_seq and state.state_action is not None:
+                return CycleStatus.OK, state.state_action, ""  # this plant step's decision, written again
+            if state.state_reset_due:
+                _logger.info("policy state reset: %s", state.state_reset_due)
+                self.policy.reset()
+                state.state_reset_due = ""
         try:
             action = self.policy.predict(obs, validated=True)  # checked above: shape, finite, range
         except (BackendError, ObservationError) as exc:
             return CycleStatus.INFERENCE_ERROR, self.safe_action, str(exc)
-        return (
-            CycleStatus.OK,
-            ([float(action)] if self.policy.discrete else np.asarray(action, np.float64).tolist()),
-            "",
-        )
+        decided = [float(action)] if self.policy.discrete else np.asarray(action, np.float64).tolist()
+        if stateful:
+            state.state_seq, state.state_action = seq, decided
+        return CycleStatus.OK, decided, ""
+
+    def _reset_state_before_next(self, why: str) -> None:
+        """A stateful policy starts afresh at the next valid observation (counted as `state_resets`)."""
+        if self.policy.states and not self._cycle_state.state_reset_due:
+            self._cycle_state.state_reset_due = why
+            self._cycle_state.state_seq = self._cycle_state.state_action = None
+            self.counters.state_resets += 1
 
     def _count(self, status: CycleStatus, detail: str) -> None:
         c = self.counters
@@ -370,7 +389,7 @@ class ControlLoop:
             self.link.connected = True
             self.guard.reset()
             # a (re)connect starts the policy's state afresh: the plant may have moved on while unobserved
-            self.policy.reset()
+            self._reset_state_before_next("connected" if self.counters.reconnects == 0 else "reconnected")
             if self._gc is not None:  # connected: what start-up made stays out of every collection
                 self._gc.freeze()
             cycles_before = self.counters.cycles

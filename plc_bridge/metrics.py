@@ -333,6 +333,7 @@ class ServeMetrics:
             ("reconnects", "Sessions re-established after a loss"),
             ("connection_losses", "Sessions lost"),
             ("disconnected_s", "Seconds without a session after a loss"),
+            ("state_resets", "A stateful policy's state resets by serve's rules (connect, after STALE)"),
         ):
             metric = "disconnected_seconds" if name == "disconnected_s" else name
             yield CounterMetricFamily(f"rl2edge_{metric}", doc, value=n[name])

@@ -346,4 +346,36 @@ def test_served_over_opc_ua_the_first_episode_equals_evaluate(weak_artifact: Pat
             assert stop(serve) == 0, (tmp_path / "serve.log").read_text()
     served = json.loads(record.read_text())["returns"]
     assert served == evaluate(Policy.load(weak_artifact).predict, NOVEL, 1, 3).returns
-    assert "resets it at every connect and reconnect only" in (tmp_path / "serve.log").read_text()
+    log = (tmp_path / "serve.log").read_text()
+    assert "advances once per new sequence number" in log and "policy state reset: connected" in log
+
+
+def test_the_loop_advances_the_state_once_per_plant_step_and_resets_after_stale(weak_artifact: Path) -> None:
+    """serve's rules for a stateful policy, through the loop's own decision: a cycle that re-reads the same
+    sequence number writes that step's action again without advancing the state; a STALE spell resets
+    the state before the next valid observation, counted."""
+    from rl2edge.plc_bridge.client import BridgeConfig
+    from rl2edge.plc_bridge.loop import ControlLoop, LoopConfig
+    from rl2edge.plc_bridge.status import CycleStatus
+
+    policy = Policy.load(weak_artifact)
+    loop = ControlLoop(policy, BridgeConfig("opc.tcp://127.0.0.1:1"), LoopConfig())
+    loop._reset_state_before_next("connected")  # what run() does at each connect
+    obs = [[0.01 * i, -0.02 * i] for i in range(6)]
+    status, first, _ = loop.decide(obs[0], 1, 0.00)
+    assert status == CycleStatus.OK and loop.counters.state_resets == 1
+    after_one = policy.state()
+    for t in (0.01, 0.02):  # the PLC has not stepped: the same observation, the same decision
+        assert loop.decide(obs[0], 1, t)[1] == first
+    for k, v in policy.state().items():
+        assert np.array_equal(v, after_one[k])
+    loop.decide(obs[1], 2, 0.03)
+    assert not np.array_equal(policy.state()["lstm_c_0"], after_one["lstm_c_0"])
+    # the sequence number frozen past the stale limit: STALE, and the state starts afresh afterwards
+    status, _, _ = loop.decide(obs[1], 2, 5.0)
+    assert status == CycleStatus.STALE and loop.counters.state_resets == 2
+    status, again, _ = loop.decide(obs[0], 3, 5.01)
+    fresh = Policy.load(weak_artifact)
+    assert status == CycleStatus.OK and again == [float(fresh.predict(np.asarray(obs[0], np.float32)))]
+    for k, v in policy.state().items():
+        assert np.array_equal(v, fresh.state()[k])

@@ -73,7 +73,11 @@ def _torch_grads(
     loss, stats = agent.loss(mb, clip)
     agent.optimizer.zero_grad()
     loss.backward()
-    return float(loss.detach()), stats.numpy(), {n: p.grad.numpy().copy() for n, p in agent.policy.named_parameters()}
+    return (
+        float(loss.detach()),
+        stats.numpy(),
+        {n: p.grad.numpy().copy() for n, p in agent.policy.named_parameters()},
+    )
 
 
 def _tf_grads(agent: TFRecurrentPPO, mb, clip: float) -> tuple[float, np.ndarray, dict[str, np.ndarray]]:

@@ -293,7 +293,7 @@ def test_guard_and_safe_action_without_network(cartpole_all) -> None:
     assert list(loop.summary()) == [
         "endpoint", "artifact", "security", "period_ms", "deadline_ms", "wall_time_s", "cycles", "ok",
         "invalid", "stale", "deadline_misses", "inference_errors", "write_rejected", "held", "ramped", "bad_quality",
-        "skipped_slots", "reconnects", "connection_losses", "disconnected_s", "latency_ms",
+        "skipped_slots", "reconnects", "connection_losses", "disconnected_s", "state_resets", "latency_ms",
         "start_lateness_ms", "cpu_ms_per_cycle", "spin_ms", "mode", "publishing_interval_ms", "stale_after", "realtime", "model_process",
     ]  # fmt: skip
     # a PLC publishing every 100 ms: the times are the reads' (monotonic seconds)

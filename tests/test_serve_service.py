@@ -71,6 +71,7 @@ COUNTERS = {  # summary key -> metric sample
     "connection_losses": ("rl2edge_connection_losses_total", ()),
     "skipped_slots": ("rl2edge_skipped_slots_total", ()),
     "bad_quality": ("rl2edge_bad_quality_total", ()),
+    "state_resets": ("rl2edge_state_resets_total", ()),
 }
 
 

@@ -252,7 +252,8 @@ def _collect(source: ExportSource, opts: ExportOptions) -> _Collected:
     if source.states:  # the held-out episodes in order, the state carried: per-step actions and margins
         assert data.heldout_starts is not None
         traj = source.trajectory(data.heldout, data.heldout_starts)
-        actions, margins = traj.actions, (_top2_margins(traj.pre_head) if source.discrete else None)
+        actions = source.reference_trajectory(data.heldout, data.heldout_starts)
+        margins = _top2_margins(traj.pre_head) if source.discrete else None
     else:
         actions, margins = source.reference_actions(data.heldout), source.margins(data.heldout)
     return _Collected(

@@ -1,4 +1,4 @@
-"""Stable-Baselines3 models (PPO, A2C, SAC, TD3, DQN; MlpPolicy, and MultiInputPolicy on Dict observations
+"""Stable-Baselines3 models (PPO, A2C, SAC, TD3, DQN; MlpPolicy, sb3-contrib's RecurrentPPO with MlpLstmPolicy, and MultiInputPolicy on Dict observations
 of vector and image keys) as export sources, with VecNormalize's observation statistics, epsilon and
 clipping folded into the graph (per key for a Dict: the keys outside `norm_obs_keys` pass raw) and SB3's own
 action post-processing reproduced in the head (clip to bounds for PPO/A2C, unscale for squashed policies,
@@ -60,6 +60,12 @@ def _algo_of(path: Path) -> str:
             f"{path}: {name} is not supported yet; MlpPolicy (Box) and MultiInputPolicy (Dict, camera keys "
             "included) models are"
         )
+    if module == "sb3_contrib.common.recurrent.policies":  # sb3-contrib's RecurrentPPO
+        if "MultiInput" in name:
+            raise ExportError(
+                f"{path}: MultiInputLstmPolicy ({name}) is not supported yet; RecurrentPPO's MlpLstmPolicy is"
+            )
+        return "ppo_lstm"
     if module.endswith("common.policies"):
         return "ppo" if "clip_range" in data or "n_epochs" in data else "a2c"
     for algo in ("sac", "td3", "dqn"):  # DDPG shares TD3's policy module and actor
@@ -118,6 +124,54 @@ class Sb3Actor(nn.Module):
         return extractor(obs)  # type: ignore[no-any-return]
 
 
+class _RecurrentView:
+    """An sb3-contrib RecurrentActorCriticPolicy as LSTMCellActor reads a recurrent actor-critic: the actor's
+    LSTM, then its MLP (mlp_extractor.policy_net) and action_net, and PPO's log std."""
+
+    def __init__(self, policy: Any, discrete: bool):
+        from types import SimpleNamespace
+
+        if policy.lstm_actor.bias is False or policy.lstm_actor.batch_first:
+            raise ExportError("an LSTM without biases or batch-first is not RecurrentPPO's; not supported")
+        self.lstm_actor = policy.lstm_actor
+        self.layers, self.hidden = policy.lstm_actor.num_layers, policy.lstm_actor.hidden_size
+        self.discrete = discrete
+        self.heads = SimpleNamespace(
+            actor=nn.Sequential(policy.mlp_extractor.policy_net, policy.action_net),
+            log_std=getattr(policy, "log_std", None),
+        )
+
+
+class RecurrentReference:
+    """sb3-contrib's own `predict(obs, state, episode_start, deterministic=True)`, the state carried from call
+    to call and reset at an episode's start: what an imported recurrent policy's files are checked against."""
+
+    def __init__(self, model: Any, normalize: Any):
+        self.model, self.normalize = model, normalize
+        self.reset()
+
+    def reset(self) -> None:
+        self.state: Any = None
+        self.start = np.ones((1,), bool)
+
+    def __call__(self, row: np.ndarray) -> np.ndarray:
+        x = np.asarray(row, np.float32).reshape(1, -1)
+        actions, self.state = self.model.predict(
+            self.normalize(x), state=self.state, episode_start=self.start, deterministic=True
+        )
+        self.start = np.zeros((1,), bool)
+        return np.asarray(actions)[0]
+
+    def trajectory(self, obs: np.ndarray, starts: np.ndarray) -> np.ndarray:
+        out = []
+        for row, start in zip(obs, starts, strict=True):
+            if start:
+                self.reset()
+            out.append(self(row))
+        self.reset()
+        return np.stack(out)
+
+
 def observation_is_dict(model: Any) -> bool:
     import gymnasium as gym
 
@@ -127,7 +181,9 @@ def observation_is_dict(model: Any) -> bool:
 def _head(model: Any, algo: str, discrete: bool) -> str:
     if discrete:
         return "argmax"
-    if algo == "sac" or (algo in ("ppo", "a2c") and getattr(model.policy, "squash_output", False)):
+    if algo == "sac" or (
+        algo in ("ppo", "a2c", "ppo_lstm") and getattr(model.policy, "squash_output", False)
+    ):
         return "tanh_unscale"
     if algo == "td3":
         return "unscale"
@@ -233,7 +289,16 @@ def source_from_sb3(path: Path, env_id: str | None, vecnormalize: Path | None) -
     algo = _algo_of(path)
     import stable_baselines3 as sb3
 
-    cls = {"ppo": sb3.PPO, "a2c": sb3.A2C, "sac": sb3.SAC, "td3": sb3.TD3, "dqn": sb3.DQN}[algo]
+    if algo == "ppo_lstm":
+        try:
+            from sb3_contrib import RecurrentPPO
+        except ImportError:
+            raise ConfigError(
+                f"{path} is an sb3-contrib RecurrentPPO model: install sb3-contrib to export it"
+            ) from None
+        cls: Any = RecurrentPPO
+    else:
+        cls = {"ppo": sb3.PPO, "a2c": sb3.A2C, "sac": sb3.SAC, "td3": sb3.TD3, "dqn": sb3.DQN}[algo]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         model = cls.load(str(path), device="cpu", custom_objects=_CUSTOM_OBJECTS)
@@ -264,7 +329,14 @@ def source_from_sb3(path: Path, env_id: str | None, vecnormalize: Path | None) -
         (k.name, part, k.shape, _transposed(tuple(model.observation_space[k.name].shape), k.shape))
         for k, (_, part) in zip(observation.keys, observation.key_slices, strict=True)
     ]
-    policy = DeployablePolicy(Sb3Actor(model, algo, keys), norm, action, head).eval()
+    actor: nn.Module
+    if algo == "ppo_lstm":  # one LSTM step per call, the state explicit (export.stateful)
+        from rl2edge.train.torch_backend.recurrent_nets import LSTMCellActor
+
+        actor = LSTMCellActor(_RecurrentView(model.policy, action.discrete))  # type: ignore[arg-type]
+    else:
+        actor = Sb3Actor(model, algo, keys)
+    policy = DeployablePolicy(actor, norm, action, head).eval()
 
     def sb3_predict(obs: np.ndarray) -> Any:
         x: Any = np.asarray(obs, np.float32)
@@ -305,4 +377,7 @@ def source_from_sb3(path: Path, env_id: str | None, vecnormalize: Path | None) -
         algo=f"sb3-{algo}",
         policy=policy,
         reference=sb3_predict,
+        stateful_reference=RecurrentReference(model, vn.normalize_obs if vn is not None else (lambda x: x))
+        if algo == "ppo_lstm"
+        else None,
     )

@@ -66,6 +66,11 @@ class ExportSource:
         action [1, ...], the output before the head [1, m], the next states)."""
         raise NotImplementedError
 
+    def reference_trajectory(self, obs: np.ndarray, starts: np.ndarray) -> np.ndarray:
+        """What a stateful source's exported files must reproduce over whole episodes: its own graph's
+        actions unless a source says otherwise (sb3-contrib's predict with its state carried)."""
+        return self.trajectory(obs, starts).actions
+
     def trajectory(self, obs: np.ndarray, starts: np.ndarray) -> Trajectory:
         """A stateful graph in its source framework over whole episodes in order, the state carried and
         reset where `starts` is True."""
@@ -157,6 +162,9 @@ class TorchSource(ExportSource):
     policy: Any = None  # export.deployable.DeployablePolicy
     reference: Callable[[np.ndarray], np.ndarray] | None = None
     """Raw observations -> the source's own actions (SB3's predict); None: the deployable graph."""
+    stateful_reference: Any = None
+    """A stateful source's own predict with its state (export.sb3.RecurrentReference: `reset()`, a call per
+    raw observation row, `trajectory(obs, starts)`); None: the deployable graph."""
 
     def deployable_actions(self, obs: np.ndarray) -> np.ndarray:
         import torch
@@ -196,7 +204,20 @@ class TorchSource(ExportSource):
             )
             return self.policy.head_of(out).numpy(), out.numpy(), [v.numpy() for v in new]
 
+    def reset(self) -> None:
+        super().reset()
+        if self.stateful_reference is not None:
+            self.stateful_reference.reset()
+
+    def reference_trajectory(self, obs: np.ndarray, starts: np.ndarray) -> np.ndarray:
+        if self.stateful_reference is None:
+            return super().reference_trajectory(obs, starts)
+        return np.asarray(self.stateful_reference.trajectory(obs, starts))
+
     def act(self, obs: Any) -> Any:
+        if self.stateful_reference is not None:
+            a = self.stateful_reference(self.observation.flatten(obs).astype(np.float32))
+            return int(a) if self.discrete else a
         if self.reference is None or self.states:
             return super().act(obs)
         a = self.reference_actions(self.observation.flatten(obs).astype(np.float32)[None])[0]

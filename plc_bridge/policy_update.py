@@ -112,6 +112,8 @@ class _Shadow:
     """Live observations checked with the candidate's own guard, and those it found invalid."""
     invalid: int = 0
     first_invalid: str = ""
+    last_sequence: Any = None
+    """A stateful candidate: the sequence number it last ran on (its state advances once per plant step)."""
 
     def result(self, discrete: bool) -> dict[str, Any]:
         out: dict[str, Any] = {"cycles": self.compared, "checked": self.checked, "invalid": self.invalid}
@@ -312,12 +314,22 @@ class PolicyUpdates:
             if obs is None:
                 shadow.invalid += 1
                 shadow.first_invalid = shadow.first_invalid or problem
+            elif shadow.serving.policy.states and seq == shadow.last_sequence:
+                pass  # a stateful candidate saw this plant step already: its state must not advance twice
             else:
+                shadow.last_sequence = seq
                 try:
                     new = shadow.serving.policy.predict(obs, validated=True)
                     # what the serving policy answered, or would have (the line held on the safe action by
-                    # its bounds is what a corrected artifact is deployed to end)
-                    served = action if status == CycleStatus.OK else self._serving_action(obs)
+                    # its bounds is what a corrected artifact is deployed to end); never asked of a stateful
+                    # serving policy, whose state would advance on an observation it did not serve
+                    served = (
+                        action
+                        if status == CycleStatus.OK
+                        else None
+                        if self.policy.states
+                        else self._serving_action(obs)
+                    )
                 except (BackendError, ObservationError) as exc:
                     self._shadow = None
                     self._refuse(shadow.artifact, shadow.digest, f"it failed on a live observation: {exc}")

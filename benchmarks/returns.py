@@ -63,6 +63,7 @@ CONFIGS = {
     ("sac", AGV): "examples/agv/sac.yml",
     ("ppo", CAMERA): "benchmarks/configs/ppo_camera_cartpole.yml",
     ("ppo", "CartPoleNoVel-v1"): "benchmarks/configs/ppo_cartpole_novel.yml",
+    ("ppo", "CartPoleNoVel-v1", "stack4"): "benchmarks/configs/ppo_cartpole_novel_stack4.yml",
 }
 SUITES = {
     "must-show": [("sac", "Pendulum-v1"), ("td3", "Pendulum-v1"), ("dqn", "CartPole-v1")],
@@ -71,7 +72,11 @@ SUITES = {
     "agv": [("ppo", AGV), ("sac", AGV)],
     "camera": [("ppo", CAMERA)],  # a camera key through rl2edge's own Nature-CNN
     # a task that needs memory: an LSTM policy (its state carried by the artifact) next to plain PPO
-    "memory": [("ppo_lstm", "CartPoleNoVel-v1"), ("ppo", "CartPoleNoVel-v1")],
+    "memory": [
+        ("ppo_lstm", "CartPoleNoVel-v1"),
+        ("ppo", "CartPoleNoVel-v1"),
+        ("ppo", "CartPoleNoVel-v1", "stack4"),
+    ],
     "a2c-rainbow": [
         ("a2c", "CartPole-v1"),
         ("a2c", "Acrobot-v1"),
@@ -92,12 +97,21 @@ def _run(cmd: list[str], log: Path) -> float:
 
 
 def run_cell(
-    algo: str, env_id: str, framework: str, seed: int, steps: int, runs: Path, episodes: int
+    algo: str,
+    env_id: str,
+    framework: str,
+    seed: int,
+    steps: int,
+    runs: Path,
+    episodes: int,
+    variant: str = "",
 ) -> dict[str, Any]:
-    name = f"{env_id}_{algo}_{framework}_s{seed}_{steps}"
+    """`variant`: a cell's own config file beside the algorithm's (CONFIGS[(algo, env, variant)])."""
+    name = f"{env_id}_{algo}{'_' + variant if variant else ''}_{framework}_s{seed}_{steps}"
     run_dir, art = runs / name, runs / f"{name}.int8"
     rl2edge = [sys.executable, "-m", "rl2edge.cli"]
-    config = ["--config", CONFIGS[(algo, env_id)]] if (algo, env_id) in CONFIGS else []
+    key = (algo, env_id, variant) if variant else (algo, env_id)
+    config = ["--config", CONFIGS[key]] if key in CONFIGS else []
     if not (run_dir / "checkpoint.json").is_file():
         _run(
             [*rl2edge, "train", "--algo", algo, "--framework", framework, "--env", env_id, *config, "--steps",
@@ -114,7 +128,7 @@ def run_cell(
     summary = json.loads((run_dir / "summary.json").read_text())
     closed = json.loads((art / "manifest.json").read_text())["verification"]["closed_loop"]
     return {
-        "algo": algo,
+        "algo": algo + (f" ({variant})" if variant else ""),
         "env_id": env_id,
         "framework": framework,
         "seed": seed,
@@ -210,25 +224,27 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--out", default=str(RESULTS))
     p.add_argument("--name", default="returns")
     args = p.parse_args(argv)
-    cells = [tuple(c.split(":", 1)) for c in args.cells.split(",")] if args.cells else SUITES[args.suite]
+    cells: list[tuple[str, ...]] = (
+        [tuple(c.split(":", 1)) for c in args.cells.split(",")] if args.cells else list(SUITES[args.suite])
+    )
     runs = Path(args.runs_dir)
     runs.mkdir(parents=True, exist_ok=True)
     results = []
-    for algo, env_id in cells:
+    for algo, env_id, *variant in cells:  # (algo, env) or (algo, env, variant)
         steps = args.steps or ZOO[(algo, env_id)][0]
         for fw in args.frameworks.split(","):
             for seed in (int(s) for s in args.seeds.split(",")):
-                r = run_cell(algo, env_id, fw, seed, steps, runs, args.episodes)
+                r = run_cell(algo, env_id, fw, seed, steps, runs, args.episodes, *variant)
                 print(f"{algo}/{fw} {env_id} seed {seed}: fp32 {r['fp32_return']:.1f} int8 {r['int8_return']:.1f}",
                       flush=True)  # fmt: skip
                 results.append(r)
     rows = summarize(results)
     md = table(rows, args.episodes)
     data: dict[str, Any] = {"rows": rows, "runs": results}
-    if any(env_id == AGV for _, env_id in cells):
+    if any(c[1] == AGV for c in cells):
         data["agv_references"] = agv_references(args.episodes)
         md += "\n\n" + references_table("AGV", data["agv_references"], args.episodes)
-    if any(env_id == CAMERA for _, env_id in cells):
+    if any(c[1] == CAMERA for c in cells):
         data["camera_references"] = {"random (uniform actions)": random_returns(CAMERA, args.episodes)}
         md += "\n\n" + references_table("CameraCartPole", data["camera_references"], args.episodes)
     out = Path(args.out)

@@ -159,6 +159,7 @@ def contenders(algo: str, env_id: str) -> dict[str, tuple[str, str, str, dict[st
     if algo == "ppo_lstm":
         return {
             "torch": ("rl2edge PPO-LSTM (torch)", "torch", algo, {}),
+            "tf": ("rl2edge PPO-LSTM (TF)", "tf", algo, {}),
             "sb3": ("sb3-contrib RecurrentPPO", "sb3", algo, {}),
         }
     if algo != "rainbow":

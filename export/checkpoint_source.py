@@ -33,9 +33,16 @@ def source_from_checkpoint(run_dir: Path) -> ExportSource:
     from rl2edge.export.deployable import build_deployable
 
     policy, norm = build_deployable(ckpt, agent)
+    observation = ObservationSpec.from_json(ckpt.meta["observation_space"])
+    k = int(ckpt.meta["network"].get("frame_stack", 1))
+    stacked = None
+    if k > 1:  # served one observation per call, the K-1 older ones the graph's state
+        from rl2edge.export.stateful import FrameStackPolicy
+
+        stacked = FrameStackPolicy(policy, observation.size, k).eval()
     return TorchSource(
         ckpt.env_id,
-        ObservationSpec.from_json(ckpt.meta["observation_space"]),
+        observation,
         ActionSpec.from_json(ckpt.meta["action_space"]),
         norm,
         policy.head,
@@ -44,6 +51,7 @@ def source_from_checkpoint(run_dir: Path) -> ExportSource:
         algo=ckpt.algo,
         policy_distribution=agent.policy_distribution,
         policy=policy,
+        stateful_graph=stacked,
     )
 
 

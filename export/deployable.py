@@ -28,6 +28,7 @@ from rl2edge.export.graph_spec import HEADS, head_for
 from rl2edge.specs import ActionSpec, ActionTransform, ObservationSpec
 from rl2edge.train.core.checkpoint import Checkpoint
 from rl2edge.train.core.encoder_spec import checkpoint_normalizer
+from rl2edge.train.core.frame_stack import stacked_spec
 from rl2edge.train.core.normalization import RunningNormalizer
 
 
@@ -165,7 +166,9 @@ def build_deployable(ckpt: Checkpoint, agent: Any) -> tuple[DeployablePolicy, Ru
     actor = load_actor(ckpt, agent).eval()
     observation = ObservationSpec.from_json(meta["observation_space"])
     action = ActionSpec.from_json(meta["action_space"])
-    norm = checkpoint_normalizer(observation, meta["normalization"])
+    # a frame stack: the network and its statistics take K observations (train.core.frame_stack)
+    k = int(meta["network"].get("frame_stack", 1))
+    norm = checkpoint_normalizer(stacked_spec(observation, k), meta["normalization"])
     head = head_for(ckpt.algo, action.discrete)
     policy = DeployablePolicy(actor, norm, action, head).eval()
     return policy, norm

@@ -162,6 +162,9 @@ class TorchSource(ExportSource):
     policy: Any = None  # export.deployable.DeployablePolicy
     reference: Callable[[np.ndarray], np.ndarray] | None = None
     """Raw observations -> the source's own actions (SB3's predict); None: the deployable graph."""
+    stateful_graph: Any = None
+    """A stateful graph other than a recurrent actor's (export.stateful.FrameStackPolicy); None: found from
+    the policy's actor."""
     stateful_reference: Any = None
     """A stateful source's own predict with its state (export.sb3.RecurrentReference: `reset()`, a call per
     raw observation row, `trajectory(obs, starts)`); None: the deployable graph."""
@@ -185,12 +188,13 @@ class TorchSource(ExportSource):
         return self.deployable_actions(obs) if self.reference is None else np.asarray(self.reference(obs))
 
     def __post_init__(self) -> None:
-        if hasattr(getattr(self.policy, "actor", None), "state_tensors"):  # a recurrent actor (one cell)
-            from rl2edge.export.stateful import StatefulPolicy
+        if self.stateful_graph is None and hasattr(getattr(self.policy, "actor", None), "state_tensors"):
+            from rl2edge.export.stateful import StatefulPolicy  # a recurrent actor: one cell per call
 
             self.stateful_graph = StatefulPolicy(self.policy).eval()
+        if self.stateful_graph is not None:
             self.states = self.stateful_graph.states
-            self.state_cell = self.policy.actor.CELL
+            self.state_cell = self.stateful_graph.cell
             self.reset()
 
     def state_step(

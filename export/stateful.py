@@ -1,5 +1,6 @@
-"""The deployable graph of a stateful policy, in torch: the stateless graph's normalization and head around
-an actor that takes and returns state (a recurrent actor's one-step cell, train.torch_backend.recurrent_nets).
+"""The deployable graphs of stateful policies, in torch: the stateless graph's normalization and head around
+an actor that takes and returns state (a recurrent actor's one-step cell, train.torch_backend.recurrent_nets),
+or around a frame stack whose older observations are the state (train.core.frame_stack).
 
 Inputs: obs, episode_start [1, 1], then each state tensor [1, size]; outputs: action, then each state's
 next value, named as export.graph_spec.state_io_names says. The actor multiplies every state input by
@@ -12,7 +13,7 @@ import torch
 from torch import nn
 
 from rl2edge.export.deployable import DeployablePolicy
-from rl2edge.export.graph_spec import StateTensor
+from rl2edge.export.graph_spec import FRAME_STACK_CELL, StateTensor, frame_stack_state
 
 
 class StatefulPolicy(nn.Module):
@@ -20,6 +21,7 @@ class StatefulPolicy(nn.Module):
         super().__init__()
         self.base = base
         self.states = [StateTensor(n, s, r) for n, s, r in base.actor.state_tensors()]
+        self.cell = base.actor.CELL
 
     def step(
         self, obs: torch.Tensor, episode_start: torch.Tensor, states: list[torch.Tensor]
@@ -39,3 +41,29 @@ class StatefulPolicy(nn.Module):
             torch.zeros((1, 1)),
             *(torch.zeros((1, t.size)) for t in self.states),
         )
+
+
+class FrameStackPolicy(nn.Module):
+    """A policy trained on the last K observations (`base` takes their concatenation), served one
+    observation per call: the K-1 previous ones are the state `frames` [1, (K-1) * dim]."""
+
+    def __init__(self, base: DeployablePolicy, dim: int, k: int):
+        super().__init__()
+        self.base, self.dim, self.k = base, dim, k
+        self.states = [frame_stack_state(dim, k)]
+        self.cell = FRAME_STACK_CELL
+
+    def step(
+        self, obs: torch.Tensor, episode_start: torch.Tensor, states: list[torch.Tensor]
+    ) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        stacked = torch.cat([states[0] * (1.0 - episode_start), obs.reshape(1, -1)], dim=-1)
+        return self.base.pre_head(stacked), [stacked[:, self.dim :]]
+
+    def forward(
+        self, obs: torch.Tensor, episode_start: torch.Tensor, frames: torch.Tensor
+    ) -> tuple[torch.Tensor, ...]:
+        out, new = self.step(obs, episode_start, [frames])
+        return self.base.head_of(out), new[0]
+
+    def example_inputs(self, obs_shape: tuple[int, ...]) -> tuple[torch.Tensor, ...]:
+        return torch.zeros((1, self.dim)), torch.zeros((1, 1)), torch.zeros((1, (self.k - 1) * self.dim))

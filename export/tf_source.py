@@ -15,6 +15,7 @@ from rl2edge.export.source import ExportSource
 from rl2edge.specs import ActionSpec, ActionTransform, NoiseSpec, ObservationSpec
 from rl2edge.train.core.checkpoint import Checkpoint
 from rl2edge.train.core.encoder_spec import checkpoint_normalizer
+from rl2edge.train.core.frame_stack import stacked_spec
 from rl2edge.train.core.normalization import RunningNormalizer
 
 if TYPE_CHECKING:
@@ -33,6 +34,9 @@ class GraphParts:
     head: str
     obs_keys: tuple[tuple[str, int], ...] = ()
     """A Dict observation's keys and sizes, in order: the served graph takes one input per key."""
+    frame_stack: int = 1
+    """K > 1: the network takes the last K observations (`obs_dim` is K times one's); the served graph takes
+    one and keeps the K-1 previous ones as its state (export.graph_spec.FRAME_STACK_CELL)."""
 
     @property
     def has_distribution(self) -> bool:
@@ -42,7 +46,7 @@ class GraphParts:
 def _deployable_module(parts: GraphParts, noise: NoiseSpec | None = None) -> Any:
     import tensorflow as tf
 
-    from rl2edge.export.graph_spec import EPISODE_START, NOISE_INPUT, STATE_INPUT, STATE_OUTPUT
+    from rl2edge.export.graph_spec import EPISODE_START, FRAMES, NOISE_INPUT, STATE_INPUT, STATE_OUTPUT
     from rl2edge.specs import lstm_state_tensors, ou_constants
     from rl2edge.train.tf_backend.nets import frozen_dense
 
@@ -77,9 +81,21 @@ def _deployable_module(parts: GraphParts, noise: NoiseSpec | None = None) -> Any
     states = lstm_state_tensors(len(cells), cells[0][0][0].shape[1]) if cells else []
     state_specs = [tf.TensorSpec([1, size], tf.float32, name=name) for name, size, _ in states]
 
+    k = parts.frame_stack
+    frame_dim = obs_dim // k
+
     class Deployable(tf.Module):
         def __init__(self) -> None:
             super().__init__(name="rl2edge_policy")
+            if k > 1:
+                signature = [
+                    tf.TensorSpec([1, frame_dim], tf.float32, name="obs"),
+                    tf.TensorSpec([1, 1], tf.float32, name=EPISODE_START),
+                    tf.TensorSpec([1, (k - 1) * frame_dim], tf.float32, name=FRAMES),
+                ]
+                self.serve = tf.function(self._stacked, input_signature=signature)
+                self.step = tf.function(self._stacked_step, input_signature=signature)
+                return
             if cells:
                 signature = [
                     obs_spec(1, "obs"),
@@ -148,13 +164,25 @@ def _deployable_module(parts: GraphParts, noise: NoiseSpec | None = None) -> Any
                 **{f"{name}_out": v for (name, _, _), v in zip(states, new, strict=True)},
             }
 
+        def _stacked_step(self, obs, episode_start, frames):
+            stacked = tf.concat([frames * (1.0 - episode_start), obs], axis=-1)
+            return {"out": self._pre_head(stacked), f"{FRAMES}_out": stacked[:, frame_dim:]}
+
+        def _stacked(self, obs, episode_start, frames):
+            step = self._stacked_step(obs, episode_start, frames)
+            out = step.pop("out")
+            return {**self._forward_from(out), **step}
+
+        def _forward_from(self, out):
+            if transform.discrete:
+                action = tf.argmax(out, axis=-1)
+                return {"action": action + transform.start if transform.start else action}
+            return {"action": _unscale(_squash(head, out), transform)}
+
         def _stateful(self, obs, episode_start, *state):
             step = self._step(obs, episode_start, *state)
             out = step.pop("out")
-            if transform.discrete:
-                action = tf.argmax(out, axis=-1)
-                return {"action": action + transform.start if transform.start else action, **step}
-            return {"action": _unscale(_squash(head, out), transform), **step}
+            return {**self._forward_from(out), **step}
 
         def _forward(self, obs):
             out = self._pre_head(obs)
@@ -236,7 +264,13 @@ class TFSource(ExportSource):
 
     def __post_init__(self) -> None:
         assert self.parts is not None
-        if self.parts.net.lstm:
+        if self.parts.frame_stack > 1:
+            from rl2edge.export.graph_spec import FRAME_STACK_CELL, frame_stack_state
+
+            self.states = [frame_stack_state(self.observation.size, self.parts.frame_stack)]
+            self.state_cell = FRAME_STACK_CELL
+            self.reset()
+        elif self.parts.net.lstm:
             from rl2edge.export.graph_spec import StateTensor
             from rl2edge.specs import LSTM_CELL, lstm_state_tensors
 
@@ -285,10 +319,11 @@ def tf_source(ckpt: Checkpoint, agent: Any, description: dict[str, Any]) -> TFSo
     net = agent.deploy_parts(meta["network"], load)
     observation = ObservationSpec.from_json(meta["observation_space"])
     action = ActionSpec.from_json(meta["action_space"])
-    norm = checkpoint_normalizer(observation, meta["normalization"])
+    k = int(meta["network"].get("frame_stack", 1))  # the network takes the last k observations
+    norm = checkpoint_normalizer(stacked_spec(observation, k), meta["normalization"])
     head = head_for(ckpt.algo, action.discrete)
-    keys = tuple((k.name, k.size) for k in observation.keys)
-    parts = GraphParts(net, norm, action, observation.size, head, keys)
+    keys = tuple((key.name, key.size) for key in observation.keys)
+    parts = GraphParts(net, norm, action, observation.size * k, head, keys, frame_stack=k)
     return TFSource(
         ckpt.env_id,
         observation,

@@ -98,6 +98,8 @@ class BoundNodes:
     """The PLC's heartbeat at connect: continued from there, so a restart of serve never moves it back."""
     observation_keys: tuple[tuple[str, tuple[BoundNode, ...]], ...] = ()
     """A per-key map: each key's nodes (consecutive in `observation`), in the manifest's key order."""
+    episode_start: BoundNode | None = None
+    """The PLC's episode-start flag (a Boolean or integer scalar), read with the observation; None: unmapped."""
 
     def describe(self) -> str:
         obs = (
@@ -133,6 +135,7 @@ async def bind(client: Client, node_map: NodeMap, io: PlantIo) -> BoundNodes:
         ("action_seq", m.action_seq),
         ("heartbeat", m.heartbeat),
         ("status", m.status),
+        *((("episode_start", m.episode_start),) if m.episode_start is not None else ()),
     ]
     ids = [await _node_id(client, parse_ref(ref, role), namespaces, role) for role, ref in roles]
     params = ua.ReadParameters()
@@ -147,9 +150,18 @@ async def bind(client: Client, node_map: NodeMap, io: PlantIo) -> BoundNodes:
             )
         bound.append(await _typed(client, role, ref, node_id, dtype, rank, dims, access, value))
     n_obs, n_act = len(observation_roles), len(m.action)
-    hb = results[(len(roles) - 2) * len(_ATTRS) + 4]
+    hb = results[(n_obs + 1 + n_act + 1) * len(_ATTRS) + 4]
     current = hb.Value.Value if hb.StatusCode.is_good() and hb.Value is not None else 0
-    action_seq, heartbeat, status = bound[n_obs + 1 + n_act :]
+    action_seq, heartbeat, status = bound[n_obs + 1 + n_act : n_obs + 1 + n_act + 3]
+    episode_start = bound[-1] if m.episode_start is not None else None
+    if episode_start is not None and (
+        episode_start.length is not None or episode_start.vtype in tv.FLOAT_TYPES
+    ):
+        raise ConfigError(
+            f"episode_start {episode_start.ref}: a {episode_start.vtype.name}"
+            f"{'' if episode_start.length is None else ' array'}; declare a Boolean (or integer) scalar the PLC "
+            "sets with an episode's first observation"
+        )
     nodes = BoundNodes(
         observation=tuple(bound[:n_obs]),
         observation_seq=bound[n_obs],
@@ -159,6 +171,7 @@ async def bind(client: Client, node_map: NodeMap, io: PlantIo) -> BoundNodes:
         status=status,
         heartbeat_value=int(current) if isinstance(current, int) and not isinstance(current, bool) else 0,
         observation_keys=_by_key(groups, bound[:n_obs]),
+        episode_start=episode_start,
     )
     check_fit(nodes, io)
     return nodes

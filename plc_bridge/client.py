@@ -81,6 +81,8 @@ class Reading:
     """None when the PLC marked the sequence number itself Bad or Uncertain."""
     problem: str = ""
     """Non-empty when a node's value is not Good (Bad or Uncertain quality): the cycle is INVALID."""
+    episode_start: bool = False
+    """The PLC's episode-start flag, where the node map has one (else False)."""
 
 
 @dataclass(frozen=True)
@@ -153,7 +155,7 @@ class PlcClient:
         self._one_array = len(nodes.observation) == 1 and nodes.observation[0].length is not None
         self._read_params.NodesToRead = [
             ua.ReadValueId(NodeId=b.node_id, AttributeId=ua.AttributeIds.Value)
-            for b in (*nodes.observation, nodes.observation_seq)
+            for b in (*nodes.observation, nodes.observation_seq, *self._episode_node(nodes))
         ]
         _logger.info("connected to %s (%s): %s", self.cfg.endpoint, self.cfg.security.mode, nodes.describe())
 
@@ -169,14 +171,23 @@ class PlcClient:
         results = await self._client.uaclient.read(self._read_params)
         bad = [
             f"{b.role} {b.ref}: {dv.StatusCode.name}"
-            for b, dv in zip((*n.observation, n.observation_seq), results, strict=True)
+            for b, dv in zip(
+                (*n.observation, n.observation_seq, *self._episode_node(n)), results, strict=True
+            )
             if not dv.StatusCode.is_good()
         ]
         values = [dv.Value.Value if dv.Value is not None else None for dv in results]
+        start = False
+        if n.episode_start is not None:
+            start, results, values = bool(values[-1]), results[:-1], values[:-1]
         obs = values[0] if self._one_array else _joined(n.observation, values[:-1])
         problem = f"bad quality: {'; '.join(bad)}" if bad else ""
         sequence = values[-1] if results[-1].StatusCode.is_good() else None  # never answer a doubtful one
-        return Reading(obs, sequence, problem)
+        return Reading(obs, sequence, problem, start)
+
+    @staticmethod
+    def _episode_node(nodes: BoundNodes) -> tuple[BoundNode, ...]:
+        return () if nodes.episode_start is None else (nodes.episode_start,)
 
     def _next_heartbeat(self) -> int:
         self._heartbeat = tv.wrap(self._heartbeat + 1, self._bound.heartbeat.vtype)

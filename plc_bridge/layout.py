@@ -37,6 +37,8 @@ class PlcNodes:
     run: Node
     episode_returns: Node
     episodes: Node
+    episode_start: Node
+    """True with the first observation of each episode (a node map's `episode_start`)."""
     observation_keys: tuple[Node, ...] = ()
     """A Dict observation's node per key, in key order."""
 
@@ -70,6 +72,7 @@ async def build_plc_nodes(
         run=await var("Run", True, ua.VariantType.Boolean),
         episode_returns=await var("EpisodeReturns", [], ua.VariantType.Double, writable=False),
         episodes=await var("Episodes", 0, ua.VariantType.UInt32, writable=False),
+        episode_start=await var("EpisodeStart", True, ua.VariantType.Boolean, writable=False),
         observation_keys=tuple(
             [await var(observation_node_name(k), [0.0] * n, ua.VariantType.Double) for k, n in obs_keys]
         ),

@@ -206,9 +206,12 @@ class ControlLoop:
         )
 
     # ---------------------------------------------------------------------------------------- decide
-    def decide(self, values: Any, seq: Any, now: float | None = None) -> tuple[CycleStatus, list[float], str]:
+    def decide(
+        self, values: Any, seq: Any, now: float | None = None, episode_start: bool = False
+    ) -> tuple[CycleStatus, list[float], str]:
         """The cycle's status, action and detail for an observation and its sequence number read at `now`
-        (monotonic seconds; the time of the call if None)."""
+        (monotonic seconds; the time of the call if None). `episode_start`: the PLC flags this observation
+        as an episode's first (the node map's episode_start node): a stateful policy starts afresh."""
         stale, why = self.guard.is_stale(seq, time.monotonic() if now is None else now)
         obs, problem = self.guard.check(values)
         if obs is not None:
@@ -223,7 +226,10 @@ class ControlLoop:
         if stateful:
             if state.state_seq is not None and seq == state.state_seq and state.state_action is not None:
                 return CycleStatus.OK, state.state_action, ""  # this plant step's decision, written again
-            if state.state_reset_due:
+            if episode_start:  # the PLC's episode start: the graph is fed episode_start = 1 (Policy.reset)
+                self.policy.reset()
+                state.state_reset_due = ""
+            elif state.state_reset_due:
                 _logger.info("policy state reset: %s", state.state_reset_due)
                 self.policy.reset()
                 state.state_reset_due = ""
@@ -319,7 +325,9 @@ class ControlLoop:
             status, action, detail = CycleStatus.INVALID_OBSERVATION, self.safe_action, reading.problem
         else:
             t0 = loop.time()
-            status, action, detail = self.decide(reading.observation, reading.sequence, t0)
+            status, action, detail = self.decide(
+                reading.observation, reading.sequence, t0, reading.episode_start
+            )
             self._note_decision(loop.time() - t0)
             if self._injector is not None and status == CycleStatus.OK:
                 injected = self._injector.draw()

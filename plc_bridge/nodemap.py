@@ -59,13 +59,20 @@ class NodeMap:
     observation_keys: tuple[tuple[str, tuple[str, ...]], ...] = ()
     """A Dict artifact's observation per key, as the map lists them: (key, its nodes: one array node, one
     scalar for a one-value key, or scalar nodes in the key's order)."""
+    episode_start: str | None = None
+    """A Boolean (or integer) node the PLC sets with the first observation of each episode; read with the
+    observation, it resets a stateful policy's state (docs/serving.md, 'Stateful artifacts')."""
 
     def check(self) -> None:
         """Every reference parses (resolving it needs the server: the client does that at connect)."""
         for key in ("observation", "observation_seq", "action", "action_seq", "heartbeat", "status"):
             value = getattr(self, key)
+            if value is None:
+                continue
             for i, ref in enumerate(value if isinstance(value, tuple) else (value,)):
                 parse_ref(ref, f"{key}[{i}]" if isinstance(value, tuple) and len(value) > 1 else key)
+        if self.episode_start is not None:
+            parse_ref(self.episode_start, "episode_start")
         for name, refs in self.observation_keys:
             for role, ref in key_roles(name, refs):
                 parse_ref(ref, role)
@@ -178,6 +185,7 @@ def load_node_map(path: str | Path | None) -> NodeMap:
         "stale_cycles",
         "obs_low",
         "obs_high",
+        "episode_start",
     }
     unknown = sorted(short_repr(k) for k in data if k not in known)
     if unknown:
@@ -187,6 +195,8 @@ def load_node_map(path: str | Path | None) -> NodeMap:
     for key in ("observation_seq", "action_seq", "heartbeat", "status"):
         if not isinstance(data[key], str):
             raise ConfigError(f"{path}: {key} must be one node reference")
+    if "episode_start" in data and not isinstance(data["episode_start"], str):
+        raise ConfigError(f"{path}: episode_start must be one node reference (a Boolean the PLC sets)")
     stale = data.get("stale_cycles")
     if stale is not None and (isinstance(stale, bool) or not isinstance(stale, int) or stale < 1):
         raise ConfigError(f"{path}: stale_cycles must be a positive integer, got {short_repr(stale)}")
@@ -223,6 +233,7 @@ def load_node_map(path: str | Path | None) -> NodeMap:
         fault_responses=parse_fault_responses(data, str(path)),
         obs_low=_floats(data.get("obs_low"), "obs_low", path, allow_none=True),
         obs_high=_floats(data.get("obs_high"), "obs_high", path, allow_none=True),
+        episode_start=data.get("episode_start"),
     )
     if node_map.obs_low is not None and node_map.obs_high is not None:
         for i, (lo, hi) in enumerate(

@@ -160,7 +160,9 @@ class PlcSim:
             self.server = None
         self.env.close()
 
-    async def _publish(self, obs: Any, seq: int) -> None:
+    async def _publish(self, obs: Any, seq: int, episode_start: bool) -> None:
+        """The observation, the episode-start flag, then the sequence number: a reader that sees the new
+        sequence number sees the rest of this step too."""
         assert self.nodes is not None
         # a Dict observation: each key's values, and in `Observation` their concatenation
         per_key = [np.asarray(obs[key], np.float64).reshape(-1).tolist() for key, _ in self.obs_keys]
@@ -175,6 +177,7 @@ class PlcSim:
         await self.nodes.observation.write_value(ua.Variant(values, ua.VariantType.Double))
         for node, key_values in zip(self.nodes.observation_keys, per_key, strict=True):
             await node.write_value(ua.Variant(key_values, ua.VariantType.Double))
+        await self.nodes.episode_start.write_value(ua.Variant(episode_start, ua.VariantType.Boolean))
         await self.nodes.observation_seq.write_value(ua.Variant(seq, ua.VariantType.UInt32))
 
     def _env_action(self, raw: Any) -> Any:
@@ -196,7 +199,7 @@ class PlcSim:
         episode, total = 0, 0.0
         obs, _ = self.env.reset(seed=self.cfg.seed)
         seq = 1
-        await self._publish(obs, seq)
+        await self._publish(obs, seq, True)
         trace = self.cfg.trace.open("w") if self.cfg.trace is not None else None
         try:
             while not stop.is_set():
@@ -227,7 +230,8 @@ class PlcSim:
                     )
                 obs, reward, terminated, truncated, _ = self.env.step(action)
                 total += float(reward)
-                if terminated or truncated:
+                new_episode = terminated or truncated
+                if new_episode:
                     self.returns.append(total)
                     episode += 1
                     _logger.info(
@@ -242,7 +246,7 @@ class PlcSim:
                     obs, _ = self.env.reset(seed=self.cfg.seed + episode)
                     total = 0.0
                 seq = (seq + 1) % (1 << 32)
-                await self._publish(obs, seq)
+                await self._publish(obs, seq, new_episode)
         finally:
             if trace is not None:
                 trace.close()

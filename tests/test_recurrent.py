@@ -379,3 +379,37 @@ def test_the_loop_advances_the_state_once_per_plant_step_and_resets_after_stale(
     assert status == CycleStatus.OK and again == [float(fresh.predict(np.asarray(obs[0], np.float32)))]
     for k, v in policy.state().items():
         assert np.array_equal(v, fresh.state()[k])
+
+
+def test_with_the_plcs_episode_start_node_every_served_episode_equals_evaluate(
+    weak_artifact: Path, tmp_path: Path
+) -> None:
+    """A node map naming plc-sim's EpisodeStart flag: serve resets the state with each episode's first
+    observation, so every episode over OPC UA returns what evaluate returns on its seed."""
+    import yaml
+
+    from rl2edge.plc_bridge.layout import node_id
+    from rl2edge.train.core.evaluation import evaluate
+    from testkit.plc import NO_MISS, free_port, running, stop, wait_for_server
+
+    names = ("Observation", "ObservationSeq", "Action", "ActionSeq", "Heartbeat", "Status", "EpisodeStart")
+    keys = ("observation", "observation_seq", "action", "action_seq", "heartbeat", "status", "episode_start")
+    node_map = tmp_path / "plant.yaml"
+    node_map.write_text(yaml.safe_dump({k: node_id(n) for k, n in zip(keys, names, strict=True)}))
+    url = f"opc.tcp://127.0.0.1:{free_port()}"
+    record, summary = tmp_path / "returns.json", tmp_path / "serve.json"
+    sim_args = ["plc-sim", "--env", NOVEL, "--endpoint", url, "--mode", "lockstep", "--seed", "3"]
+    with running(
+        [*sim_args, "--episodes", "4", "--record", str(record), "--strict"], tmp_path / "sim.log"
+    ) as sim:
+        wait_for_server(url)
+        serve_args = ["serve", str(weak_artifact), "--endpoint", url, "--map", str(node_map), "--period-ms", "5",
+                      "--summary", str(summary), *NO_MISS]  # fmt: skip
+        with running(serve_args, tmp_path / "serve.log") as serve:
+            assert sim.wait(timeout=180) == 0, (tmp_path / "sim.log").read_text()
+            assert stop(serve) == 0, (tmp_path / "serve.log").read_text()
+    served = json.loads(record.read_text())["returns"]
+    assert served == evaluate(Policy.load(weak_artifact).predict, NOVEL, 4, 3).returns
+    assert (
+        json.loads(summary.read_text())["state_resets"] == 1
+    )  # the connect; episodes are not serve's resets

@@ -55,6 +55,10 @@ class RunConfig:
     keep_best: bool = True
     """Checkpoint the policy (and its normalization statistics) of the best periodic evaluation rather than
     the last one; both evaluations are in summary.json."""
+    frame_stack: int = 1
+    """The Zoo's frame_stack: the policy sees its last K observations, oldest first, zeros before an
+    episode's first (SB3's VecFrameStack); the exported graph keeps the K-1 previous ones as its state,
+    so the PLC still sends one observation per cycle. Flat Box observations."""
     policy: str = "MlpPolicy"
     """The Zoo's name. MlpPolicy, or MultiInputPolicy for a Dict observation: the same network here, on
     the keys' values concatenated in the space's order, with a Nature-CNN per image key in front (SB3's
@@ -69,6 +73,8 @@ class RunConfig:
                 raise ConfigError(f"{name} must be a positive integer, got {getattr(self, name)}")
         if self.activation not in ("tanh", "relu"):
             raise ConfigError(f"activation must be tanh or relu, got {self.activation!r}")
+        if not 1 <= int(self.frame_stack) <= 64:
+            raise ConfigError(f"frame_stack must be from 1 (no stacking) to 64, got {self.frame_stack}")
         if self.policy not in ("MlpPolicy", "MultiInputPolicy"):
             raise ConfigError(
                 f"policy {self.policy!r} is not implemented; use MlpPolicy (or MultiInputPolicy for Dict observations)"

@@ -11,6 +11,7 @@ import gymnasium as gym
 
 from rl2edge.errors import ConfigError
 from rl2edge.specs import ObservationSpec
+from rl2edge.train.core.frame_stack import StackedObservation
 from rl2edge.train.core.partial_envs import register as _register_partial_envs
 from rl2edge.train.core.spaces import FlatDictObservation, observation_spec
 
@@ -52,22 +53,28 @@ def make_env(env_id: str, **kwargs: Any) -> gym.Env:
     return env
 
 
-def make_vec_env(env_id: str, n_envs: int) -> gym.vector.SyncVectorEnv:
+def make_vec_env(env_id: str, n_envs: int, frame_stack: int = 1) -> gym.vector.SyncVectorEnv:
     """n copies in one process, as training sees them: a Dict observation as one vector
-    (FlatDictObservation). SAME_STEP autoreset keeps the final observation of each episode in
-    infos['final_obs'], which PPO needs to bootstrap truncated episodes."""
+    (FlatDictObservation), the last `frame_stack` observations stacked (train.core.frame_stack). SAME_STEP
+    autoreset keeps the final observation of each episode in infos['final_obs'], which PPO needs to
+    bootstrap truncated episodes."""
     factory = _env_factory(env_id)
 
     def make() -> gym.Env:
         env = factory()
-        return FlatDictObservation(env) if isinstance(env.observation_space, gym.spaces.Dict) else env
+        if isinstance(env.observation_space, gym.spaces.Dict):
+            env = FlatDictObservation(env)
+        return StackedObservation(env, frame_stack) if frame_stack > 1 else env
 
     return gym.vector.SyncVectorEnv([make] * n_envs, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
 
 
 def vec_observation_spec(envs: gym.vector.SyncVectorEnv) -> ObservationSpec:
-    """The observation as the env declares it (a Dict keeps its keys), not the vector training sees."""
+    """The observation as the env declares it (a Dict keeps its keys; one frame of a stack), not the
+    vector training sees."""
     first = envs.envs[0]
+    if isinstance(first, StackedObservation):
+        first = first.env
     if isinstance(first, FlatDictObservation):
         return first.spec_of_keys
     return observation_spec(envs.single_observation_space)

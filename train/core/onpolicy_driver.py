@@ -97,6 +97,8 @@ def train_onpolicy(
     encoder = encoder_spec(obs_spec)
     if encoder is not None:  # image keys: a Nature-CNN each (train.core.encoder_spec)
         network["encoder"] = encoder
+    if cfg.frame_stack > 1:  # Ray rollout workers make their envs from it
+        network["frame_stack"] = int(cfg.frame_stack)
     agent = make_agent(network, cfg, seed, device)
     buffer = RolloutBuffer(cfg.n_steps, cfg.n_envs, obs_shape, discrete, act_spec.output_width)
 

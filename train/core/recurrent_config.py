@@ -66,6 +66,10 @@ class RecurrentPPOConfig(PPOConfig):
             super().validate()
         finally:
             self.policy = policy
+        if self.frame_stack > 1:
+            raise ConfigError(
+                f"frame_stack {self.frame_stack} with {self.algo}: the LSTM is the policy's memory; choose one"
+            )
         if self.shared_lstm and self.enable_critic_lstm:
             raise ConfigError(
                 "shared_lstm and enable_critic_lstm are both true: choose a shared LSTM, a separate one for "

@@ -107,7 +107,7 @@ class RolloutCollector:
         pad_to: int,
         envs: Any = None,
     ):
-        self.envs = envs if envs is not None else make_vec_env(env_id, count)
+        self.envs = envs if envs is not None else make_vec_env(env_id, count, network.get("frame_stack", 1))
         self.first, self.count, self.gamma32, self.pad_to = first, count, np.float32(gamma), pad_to
         self.norm, self.live_norm, self.to_env = norm, live_norm, to_env
         self.policy: Any = self.make_policy(network)

@@ -23,6 +23,7 @@ from rl2edge.train.core.config import RunConfig
 from rl2edge.train.core.encoder_spec import image_mask
 from rl2edge.train.core.envs import make_vec_env, vec_observation_spec
 from rl2edge.train.core.evaluation import EvalResult, evaluate
+from rl2edge.train.core.frame_stack import FrameStacker, check_stackable, stacked_spec
 from rl2edge.train.core.metrics import MetricsLogger
 from rl2edge.train.core.normalization import RunningNormalizer
 from rl2edge.train.core.spaces import action_spec
@@ -136,15 +137,38 @@ def finish_run(
 
 
 def deterministic_fn(
-    to_env: Callable[[Any], Any], flatten: Callable[[Any], np.ndarray] = np.asarray
+    to_env: Callable[[Any], Any], flatten: Callable[[Any], np.ndarray] = np.asarray, frame_stack: int = 1
 ) -> Callable[[Any, RunningNormalizer], Callable[[Any], Any]]:
     """(agent, norm) -> the deterministic raw-observation -> env-action callable that evaluation runs.
-    `flatten`: a Dict observation (as the env gives it) -> the one vector the network sees."""
+    `flatten`: a Dict observation (as the env gives it) -> the one vector the network sees; with
+    `frame_stack` K > 1 the callable stacks the last K (and evaluate resets it per episode)."""
 
     def make(agent: Any, norm: RunningNormalizer) -> Callable[[Any], Any]:
-        return lambda raw_obs: to_env(agent.deterministic(norm.normalize(flatten(raw_obs)[None]))[0])
+        if frame_stack == 1:
+            return lambda raw_obs: to_env(agent.deterministic(norm.normalize(flatten(raw_obs)[None]))[0])
+        return StackedAct(agent, norm, to_env, flatten, frame_stack)
 
     return make
+
+
+class StackedAct:
+    """The deterministic policy on the last K observations (train.core.frame_stack), reset per episode."""
+
+    def __init__(self, agent: Any, norm: RunningNormalizer, to_env: Any, flatten: Any, k: int):
+        self.agent, self.norm, self.to_env, self.flatten = agent, norm, to_env, flatten
+        self.stacker: FrameStacker | None = None
+        self.k = k
+
+    def reset(self) -> None:
+        if self.stacker is not None:
+            self.stacker.reset()
+
+    def __call__(self, raw_obs: Any) -> Any:
+        x = np.asarray(self.flatten(raw_obs), np.float32).reshape(-1)
+        if self.stacker is None:
+            self.stacker = FrameStacker(self.k, x.size)
+        stacked = self.stacker(x)
+        return self.to_env(self.agent.deterministic(self.norm.normalize(stacked[None]))[0])
 
 
 class TrainingRun:
@@ -162,15 +186,19 @@ class TrainingRun:
         self.env_id, self.cfg, self.seed, self.run_dir = env_id, cfg, seed, run_dir
         self.on_evaluation = on_evaluation
         self.stop_requested = False
-        self.envs = make_vec_env(env_id, cfg.n_envs)
-        self.obs_spec = vec_observation_spec(self.envs)  # image keys: train.algos.check_env refused them
+        k = int(cfg.frame_stack)
+        self.envs = make_vec_env(env_id, cfg.n_envs, k)
+        # the observation the env (and the PLC) gives, one frame; the network sees `frame_stack` of them
+        self.frame_spec = vec_observation_spec(self.envs)
+        check_stackable(self.frame_spec, k)
+        self.obs_spec = stacked_spec(self.frame_spec, k)
         self.act_spec = action_spec(self.envs.single_action_space)
         self.discrete = self.act_spec.discrete
         self.obs_shape = self.obs_spec.shape
         self.to_env = ActionTransform(self.act_spec).to_env
         self.norm = RunningNormalizer(self.obs_shape, clip=cfg.norm_obs_clip, enabled=cfg.normalize_obs)
         self.norm.raw = image_mask(self.obs_spec)  # pixels: scaled in the network, never normalized
-        self.act_fn = deterministic_fn(self.to_env, self.obs_spec.flatten)
+        self.act_fn = deterministic_fn(self.to_env, self.frame_spec.flatten, k)
         self.keeper = BestKeeper(cfg.keep_best)
         self.recent_returns: list[float] = []
         self.next_eval = cfg.eval_freq
@@ -225,6 +253,8 @@ class TrainingRun:
             run_dir=self.run_dir,
             global_step=global_step,
             wall=time.perf_counter() - self._start,
-            spaces=(self.obs_spec, self.act_spec),
-            network=network,
+            spaces=(self.frame_spec, self.act_spec),
+            network={**network, "frame_stack": int(self.cfg.frame_stack)}
+            if self.cfg.frame_stack > 1
+            else network,
         )

@@ -136,13 +136,22 @@ class ControlLoop:
             "" if bridge.node_map.safe_action is not None else " (default; set safe_action in the node map)",
         )
         if policy.states:
-            _logger.warning(
-                "the artifact carries state (%s): it advances once per new sequence number and is reset at "
-                "every connect and after a STALE spell; the PLC's episode-start signal is not read yet, so "
-                "an episodic plant's state runs on from one episode into the next (docs/serving.md, "
-                "'Stateful artifacts')",
-                ", ".join(policy.state()),
-            )
+            rules = "advances once per new sequence number, resets at every connect and after a STALE spell"
+            if bridge.node_map.episode_start is None:
+                _logger.warning(
+                    "the artifact carries state (%s): it %s; the node map names no episode_start node, so an "
+                    "episodic plant's state runs on from one episode into the next (docs/serving.md, "
+                    "'Stateful artifacts')",
+                    ", ".join(policy.state()),
+                    rules,
+                )
+            else:
+                _logger.info(
+                    "the artifact carries state (%s): it %s, and with each episode start %s flags",
+                    ", ".join(policy.state()),
+                    rules,
+                    bridge.node_map.episode_start,
+                )
 
     @property
     def policy(self) -> Policy:

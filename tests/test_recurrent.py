@@ -347,7 +347,7 @@ def test_served_over_opc_ua_the_first_episode_equals_evaluate(weak_artifact: Pat
     served = json.loads(record.read_text())["returns"]
     assert served == evaluate(Policy.load(weak_artifact).predict, NOVEL, 1, 3).returns
     log = (tmp_path / "serve.log").read_text()
-    assert "advances once per new sequence number" in log and "policy state reset: connected" in log
+    assert "names no episode_start node" in log and "policy state reset: connected" in log
 
 
 def test_the_loop_advances_the_state_once_per_plant_step_and_resets_after_stale(weak_artifact: Path) -> None:

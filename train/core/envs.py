@@ -77,4 +77,4 @@ def vec_observation_spec(envs: gym.vector.SyncVectorEnv) -> ObservationSpec:
         first = first.env
     if isinstance(first, FlatDictObservation):
         return first.spec_of_keys
-    return observation_spec(envs.single_observation_space)
+    return observation_spec(first.observation_space)

@@ -40,10 +40,11 @@ def evaluate(
 
     `on_step` sees every raw observation (export uses it to collect calibration data); `on_reset` is called
     at each episode's start (an act function that keeps state across steps resets it there); without it,
-    `act.reset()` where `act` has one (a stateful policy's evaluator).
+    `act.reset()` where `act` has one (a stateful policy's evaluator), or the `reset()` of the object whose
+    bound method `act` is (`runtime.Policy.predict`: a stateful artifact starts each episode afresh).
     """
     if on_reset is None:
-        on_reset = getattr(act, "reset", None)
+        on_reset = getattr(act, "reset", None) or getattr(getattr(act, "__self__", None), "reset", None)
     env = make_env(env_id)
     returns, lengths = [], []
     try:

@@ -21,14 +21,10 @@ from rl2edge.cli import main
 from rl2edge.errors import BackendError, ConfigError, ManifestError
 from rl2edge.runtime.manifest import load_manifest, write_manifest
 from rl2edge.runtime.policy import Policy
-from rl2edge.specs import ActionTransform
 from rl2edge.train.algos import build_config, check_rollout_workers
-from rl2edge.train.core.normalization import RunningNormalizer
-from rl2edge.train.core.recurrent_driver import recurrent_network
-from rl2edge.train.core.recurrent_rollout import RecurrentCollector, SequenceBuffer
-from rl2edge.train.core.spaces import action_spec
 from rl2edge.train.torch_backend.ppo_lstm import TorchRecurrentPPO, cuts_of
 from testkit.cli import assert_clean_failure, rl2edge
+from testkit.recurrent import recurrent_rollouts, recurrent_setup
 from testkit.runs import assert_same_weights, export_run, tiny_train
 
 pytestmark = pytest.mark.integration  # training runs and TFLite conversions: the integration tier
@@ -38,40 +34,10 @@ PENDULUM_NOVEL = "PendulumNoVel-v1"
 
 
 def _agent_and_rollout(env_id: str, n_steps: int = 64, **overrides: object):
-    """A fresh agent and one rollout of 8 envs collected by the numpy rollout policy, in a buffer."""
-    cfg = build_config(
-        env_id,
-        overrides={"n_envs": 8, "n_steps": n_steps, "batch_size": 2 * n_steps, **overrides},
-        algo="ppo_lstm",
-    )
-    import gymnasium as gym
-
-    env = gym.make(env_id)
-    act = action_spec(env.action_space)
-    obs_dim = int(np.prod(env.observation_space.shape))
-    env.close()
-    network = recurrent_network(cfg, "recurrent_actor_critic", obs_dim, act.output_width, act.discrete)
+    """A fresh agent and the second of two rollouts of 8 envs by the numpy rollout policy, in a buffer."""
+    cfg, network = recurrent_setup(env_id, 8, n_steps, **overrides)
     agent = TorchRecurrentPPO(network, cfg, 0, "cpu")
-    norm = RunningNormalizer((obs_dim,))
-    collector = RecurrentCollector(
-        env_id, 0, 8, 0, cfg.gamma, network, norm, True, ActionTransform(act).to_env, 8
-    )
-    buffer = SequenceBuffer(n_steps, 8, (obs_dim,), act.discrete, act.output_width)
-    # two rollouts: the second starts from states carried over from the first (not zeros)
-    for _ in range(2):
-        seg = collector.collect(n_steps, agent.rollout_weights())
-        for t in range(n_steps):
-            buffer.add(
-                seg.obs[t],
-                seg.actions[t],
-                seg.logprobs[t],
-                seg.values[t],
-                seg.rewards[t].astype(np.float32),
-                seg.dones[t],
-            )
-        buffer.set_sequences(seg.starts, seg.init_state)
-        buffer.finish(seg.last_values, cfg.gamma, cfg.gae_lambda)
-    collector.close()
+    buffer, seg = recurrent_rollouts(env_id, cfg, network, agent.rollout_weights())
     return agent, buffer, seg
 
 

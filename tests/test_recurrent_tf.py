@@ -19,14 +19,10 @@ import pytest
 
 tf = pytest.importorskip("tensorflow")
 
-from rl2edge.specs import ActionTransform  # noqa: E402
 from rl2edge.train.algos import build_config, train  # noqa: E402
-from rl2edge.train.core.normalization import RunningNormalizer  # noqa: E402
-from rl2edge.train.core.recurrent_driver import recurrent_network  # noqa: E402
-from rl2edge.train.core.recurrent_rollout import RecurrentCollector, SequenceBuffer  # noqa: E402
-from rl2edge.train.core.spaces import action_spec  # noqa: E402
 from rl2edge.train.tf_backend.ppo_lstm import TFRecurrentPPO  # noqa: E402
 from rl2edge.train.torch_backend.ppo_lstm import TorchRecurrentPPO  # noqa: E402
+from testkit.recurrent import recurrent_rollouts, recurrent_setup  # noqa: E402
 from testkit.runs import export_run, tiny_train  # noqa: E402
 
 pytestmark = pytest.mark.integration
@@ -37,32 +33,11 @@ PENDULUM_NOVEL = "PendulumNoVel-v1"
 
 def _pair_and_minibatches(env_id: str, n_steps: int = 64, **overrides: object):
     """A torch agent, a TF agent with its weights, and the sequence minibatches of two numpy rollouts."""
-    import gymnasium as gym
-
-    cfg = build_config(
-        env_id,
-        overrides={"n_envs": 4, "n_steps": n_steps, "batch_size": 2 * n_steps, **overrides},
-        algo="ppo_lstm",
-    )
-    env = gym.make(env_id)
-    act = action_spec(env.action_space)
-    obs_dim = int(np.prod(env.observation_space.shape))
-    env.close()
-    network = recurrent_network(cfg, "recurrent_actor_critic", obs_dim, act.output_width, act.discrete)
+    cfg, network = recurrent_setup(env_id, 4, n_steps, **overrides)
     torch_agent = TorchRecurrentPPO(network, cfg, 0, "cpu")
     tf_agent = TFRecurrentPPO(network, cfg, 0, "cpu")
     tf_agent.policy.copy_from_torch(torch_agent.policy.state_dict())
-    collector = RecurrentCollector(env_id, 0, 4, 0, cfg.gamma, network, RunningNormalizer((obs_dim,)), True,
-                                   ActionTransform(act).to_env, 4)  # fmt: skip
-    buffer = SequenceBuffer(n_steps, 4, (obs_dim,), act.discrete, act.output_width)
-    for _ in range(2):
-        seg = collector.collect(n_steps, torch_agent.rollout_weights())
-        for t in range(n_steps):
-            buffer.add(seg.obs[t], seg.actions[t], seg.logprobs[t], seg.values[t],
-                       seg.rewards[t].astype(np.float32), seg.dones[t])  # fmt: skip
-        buffer.set_sequences(seg.starts, seg.init_state)
-        buffer.finish(seg.last_values, cfg.gamma, cfg.gae_lambda)
-    collector.close()
+    buffer, _ = recurrent_rollouts(env_id, cfg, network, torch_agent.rollout_weights())
     mbs = list(buffer.sequence_minibatches(2 * n_steps, np.random.default_rng(0), True))
     return torch_agent, tf_agent, mbs
 

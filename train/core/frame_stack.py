@@ -23,7 +23,7 @@ def check_stackable(spec: ObservationSpec, k: int) -> None:
     if k > 1 and (spec.is_dict or spec.layout != "flat" or len(spec.shape) != 1):
         raise ConfigError(
             f"frame_stack {k}: stacking is implemented for flat Box observations; this one is "
-            f"{'a Dict' if spec.is_dict else list(spec.shape)}. Use a recurrent policy (ppo_lstm) instead"
+            f"{'a Dict' if spec.is_dict else list(spec.shape)}; a recurrent policy keeps a memory of any observation"
         )
 
 

@@ -28,29 +28,33 @@ if TYPE_CHECKING:
 
 def make_loss_fn(model: Any, cfg: PPOConfig) -> Any:
     """The PPO loss as a plain function of tensors (traced inside train_step; called eagerly in tests)."""
-    import tensorflow as tf
-
-    clip_vf = cfg.clip_range_vf
 
     def loss_fn(obs, actions, old_logp, old_values, adv, returns, clip):
         out, values = model.outputs(obs)
         logp, entropy = model.log_prob_entropy(out, actions)
-        log_ratio = logp - old_logp
-        ratio = tf.exp(log_ratio)
-        # The clipped surrogate is a min of two objectives, not clip_by_value(ratio) * adv.
-        pg_loss = -tf.reduce_mean(
-            tf.minimum(adv * ratio, adv * tf.clip_by_value(ratio, 1.0 - clip, 1.0 + clip))
-        )
-        if clip_vf is not None:
-            values = old_values + tf.clip_by_value(values - old_values, -clip_vf, clip_vf)
-        v_loss = tf.reduce_mean(tf.square(returns - values))
-        ent = tf.reduce_mean(entropy)
-        loss = pg_loss - cfg.ent_coef * ent + cfg.vf_coef * v_loss
-        kl = tf.reduce_mean((ratio - 1.0) - log_ratio)
-        clip_frac = tf.reduce_mean(tf.cast(tf.abs(ratio - 1.0) > clip, tf.float32))
-        return loss, tf.stack([pg_loss, v_loss, ent, kl, clip_frac])
+        return ppo_objective(logp, entropy, values, old_logp, old_values, adv, returns, clip, cfg)
 
     return loss_fn
+
+
+def ppo_objective(logp, entropy, values, old_logp, old_values, adv, returns, clip, cfg: PPOConfig):
+    """PPO's loss and its stats row from per-sample log-probs, entropies and values: what every TF agent
+    of the PPO family minimizes (recurrent PPO too, on its flattened sequences)."""
+    import tensorflow as tf
+
+    clip_vf = cfg.clip_range_vf
+    log_ratio = logp - old_logp
+    ratio = tf.exp(log_ratio)
+    # The clipped surrogate is a min of two objectives, not clip_by_value(ratio) * adv.
+    pg_loss = -tf.reduce_mean(tf.minimum(adv * ratio, adv * tf.clip_by_value(ratio, 1.0 - clip, 1.0 + clip)))
+    if clip_vf is not None:
+        values = old_values + tf.clip_by_value(values - old_values, -clip_vf, clip_vf)
+    v_loss = tf.reduce_mean(tf.square(returns - values))
+    ent = tf.reduce_mean(entropy)
+    loss = pg_loss - cfg.ent_coef * ent + cfg.vf_coef * v_loss
+    kl = tf.reduce_mean((ratio - 1.0) - log_ratio)
+    clip_frac = tf.reduce_mean(tf.cast(tf.abs(ratio - 1.0) > clip, tf.float32))
+    return loss, tf.stack([pg_loss, v_loss, ent, kl, clip_frac])
 
 
 class TFPPO:

@@ -12,6 +12,7 @@ import numpy as np
 
 from rl2edge.train.core.recurrent_config import RecurrentPPOConfig
 from rl2edge.train.core.recurrent_rollout import RecurrentWeights, SequenceMinibatch
+from rl2edge.train.tf_backend.ppo import ppo_objective
 from rl2edge.train.tf_backend.setup import configure_tensorflow
 from rl2edge.train.tf_backend.weights import save_keras_weights, state_copy
 
@@ -23,29 +24,15 @@ FIELDS = ("obs", "actions", "old_logprobs", "old_values", "advantages", "returns
 
 def make_loss_fn(model: Any, cfg: RecurrentPPOConfig) -> Any:
     """PPO's loss over a minibatch of sequences, a plain function of tensors (traced in the training graph,
-    called eagerly in tests): the same formulas as train.tf_backend.ppo's, on the [T * E] flattened steps."""
+    called eagerly in tests): train.tf_backend.ppo's objective on the [T * E] flattened steps."""
     import tensorflow as tf
-
-    clip_vf = cfg.clip_range_vf
 
     def loss_fn(obs, actions, old_logp, old_values, adv, returns, starts, pi_h, pi_c, vf_h, vf_c, clip):
         logp, entropy, values = model.evaluate_sequences(obs, actions, starts, (pi_h, pi_c), (vf_h, vf_c))
         flat = lambda x: tf.reshape(x, [-1])  # noqa: E731  the (t, e) order evaluate_sequences uses
-        old_logp, old_values, adv, returns = flat(old_logp), flat(old_values), flat(adv), flat(returns)
-        log_ratio = logp - old_logp
-        ratio = tf.exp(log_ratio)
-        # The clipped surrogate is a min of two objectives, not clip_by_value(ratio) * adv.
-        pg_loss = -tf.reduce_mean(
-            tf.minimum(adv * ratio, adv * tf.clip_by_value(ratio, 1.0 - clip, 1.0 + clip))
+        return ppo_objective(
+            logp, entropy, values, flat(old_logp), flat(old_values), flat(adv), flat(returns), clip, cfg
         )
-        if clip_vf is not None:
-            values = old_values + tf.clip_by_value(values - old_values, -clip_vf, clip_vf)
-        v_loss = tf.reduce_mean(tf.square(returns - values))
-        ent = tf.reduce_mean(entropy)
-        loss = pg_loss - cfg.ent_coef * ent + cfg.vf_coef * v_loss
-        kl = tf.reduce_mean((ratio - 1.0) - log_ratio)
-        clip_frac = tf.reduce_mean(tf.cast(tf.abs(ratio - 1.0) > clip, tf.float32))
-        return loss, tf.stack([pg_loss, v_loss, ent, kl, clip_frac])
 
     return loss_fn
 

@@ -1,0 +1,67 @@
+"""What the recurrent tests share: a ppo_lstm config and network for an env, and real rollouts of the numpy
+LSTM policy (train.core.recurrent_rollout) in a sequence buffer, the second one starting from the states
+the first left behind."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from rl2edge.specs import ActionTransform
+from rl2edge.train.algos import build_config
+from rl2edge.train.core.normalization import RunningNormalizer
+from rl2edge.train.core.recurrent_driver import recurrent_network
+from rl2edge.train.core.recurrent_rollout import RecurrentCollector, SequenceBuffer
+from rl2edge.train.core.rollout_collector import Segment
+from rl2edge.train.core.spaces import action_spec
+
+
+def recurrent_setup(
+    env_id: str, n_envs: int, n_steps: int, **overrides: object
+) -> tuple[Any, dict[str, Any]]:
+    """(config, network spec) of ppo_lstm on `env_id`: minibatches of 2 envs' whole sequences."""
+    cfg = build_config(
+        env_id,
+        overrides={"n_envs": n_envs, "n_steps": n_steps, "batch_size": 2 * n_steps, **overrides},
+        algo="ppo_lstm",
+    )
+    env = gym.make(env_id)
+    act = action_spec(env.action_space)
+    obs_dim = int(np.prod(env.observation_space.shape))
+    env.close()
+    return cfg, recurrent_network(cfg, "recurrent_actor_critic", obs_dim, act.output_width, act.discrete)
+
+
+def recurrent_rollouts(
+    env_id: str, cfg: Any, network: dict[str, Any], weights: Any, rounds: int = 2
+) -> tuple[SequenceBuffer, Segment]:
+    """`rounds` rollouts acted with `weights` (an agent's rollout_weights()); the buffer holds the last, its
+    advantages computed, and the last segment."""
+    env = gym.make(env_id)
+    act = action_spec(env.action_space)
+    env.close()
+    n, t_max, obs_dim = cfg.n_envs, cfg.n_steps, int(network["obs_dim"])
+    collector = RecurrentCollector(
+        env_id,
+        0,
+        n,
+        0,
+        cfg.gamma,
+        network,
+        RunningNormalizer((obs_dim,)),
+        True,
+        ActionTransform(act).to_env,
+        n,
+    )
+    buffer = SequenceBuffer(t_max, n, (obs_dim,), act.discrete, act.output_width)
+    for _ in range(rounds):
+        seg = collector.collect(t_max, weights)
+        for t in range(t_max):
+            buffer.add(seg.obs[t], seg.actions[t], seg.logprobs[t], seg.values[t],
+                       seg.rewards[t].astype(np.float32), seg.dones[t])  # fmt: skip
+        buffer.set_sequences(seg.starts, seg.init_state)
+        buffer.finish(seg.last_values, cfg.gamma, cfg.gae_lambda)
+    collector.close()
+    return buffer, seg

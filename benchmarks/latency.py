@@ -85,6 +85,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--calls", type=int, default=0, help="calls per measurement (default: 3000 MLP, 500 CNN)")
     ap.add_argument("--policies", default="mlp64,mlp256,cnn", help="suite: which synthetic policies")
     ap.add_argument("--out", default=str(RESULTS))
+    ap.add_argument("--name", help="--artifact: the results files' name (default: latency_artifact)")
     args = ap.parse_args(argv)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     thread_counts = sorted({1, os.cpu_count() or 1})
@@ -103,7 +104,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         + ("\n\n" + "\n".join(f"- {line}" for line in derived["lines"]) if derived["lines"] else "")
     )
     data = {"rows": rows, "derived": derived}
-    name = "latency_artifact"
+    name = args.name or "latency_artifact"
     if args.suite:  # the default suite is `latency`; another choice of policies writes files of its own
         chosen = args.policies.split(",")
         name = "latency" if chosen == ap.get_default("policies").split(",") else "latency_" + "_".join(chosen)

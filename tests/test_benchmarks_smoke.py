@@ -119,7 +119,8 @@ def test_latency_of_one_artifact_needs_only_the_runtime(cartpole_all, tmp_path: 
 
     _, root = cartpole_all
     code = (
-        f"import sys; sys.argv = ['x', '--artifact', {str(root / 'int8')!r}, '--calls', '20', '--out', {str(tmp_path)!r}]\n"
+        f"import sys; sys.argv = ['x', '--artifact', {str(root / 'int8')!r}, '--calls', '20', '--out', {str(tmp_path)!r}, "
+        "'--name', 'latency_cp_int8']\n"
         "from benchmarks.latency import main; main()\n"
         "print('LOADED', sorted(m for m in ('torch', 'tensorflow') if m in sys.modules))"
     )
@@ -130,7 +131,7 @@ def test_latency_of_one_artifact_needs_only_the_runtime(cartpole_all, tmp_path: 
         check=True,
         cwd=Path(__file__).parents[1],
     ).stdout
-    assert "LOADED []" in out and "TFLite int8 predict" in (tmp_path / "latency_artifact.md").read_text()
+    assert "LOADED []" in out and "TFLite int8 predict" in (tmp_path / "latency_cp_int8.md").read_text()
 
 
 @integration
@@ -170,6 +171,32 @@ def test_returns_camera_suite_smoke(tmp_path: Path) -> None:
     assert (
         "CameraCartPole references on the same seeds (0 to 1)" in (tmp_path / "returns_camera.md").read_text()
     )
+
+
+@integration
+def test_returns_memory_suite_smoke(tmp_path: Path) -> None:
+    """The memory suite: ppo_lstm, plain PPO and PPO on a frame stack (its own config) as three rows."""
+    from benchmarks.returns import main
+
+    data = main(["--suite", "memory", "--frameworks", "torch", "--seeds", "0", "--steps", "512",
+                 "--episodes", "1", "--runs-dir", str(tmp_path / "runs"), "--out", str(tmp_path),
+                 "--name", "returns_memory"])  # fmt: skip
+    assert [r["algo"] for r in data["rows"]] == ["ppo_lstm", "ppo", "ppo (stack4)"]
+    assert {r["env_id"] for r in data["rows"]} == {"CartPoleNoVel-v1"}
+    stack4 = json.loads(
+        (tmp_path / "runs" / "CartPoleNoVel-v1_ppo_stack4_torch_s0_512" / "checkpoint.json").read_text()
+    )
+    assert stack4["network"]["frame_stack"] == 4
+
+
+@integration
+def test_recurrent_throughput_next_to_sb3_contrib(tmp_path: Path) -> None:
+    from benchmarks.train_throughput import main
+
+    data = main(["--algo", "ppo_lstm", "--env", "CartPoleNoVel-v1", "--steps", "512", "--who", "torch,sb3",
+                 "--out", str(tmp_path)])  # fmt: skip
+    assert set(data["ratio_to_sb3"]) == {"torch", "sb3"}
+    assert "sb3-contrib RecurrentPPO" in (tmp_path / "train_throughput_ppo_lstm.md").read_text()
 
 
 @integration

@@ -57,11 +57,16 @@ def test_the_update_replays_the_states_the_rollout_acted_with(env_id: str, overr
         env_id, n_steps=128 if env_id == PENDULUM_NOVEL else 64, **overrides
     )
     assert seg.starts[1:].any(), "the rollout should hold episode starts inside its sequences"
-    assert np.abs(seg.init_state[0][0]).max() > 0, "the second rollout starts from carried, non-zero states"
+    assert np.abs(seg.init_state[0][0][0]).max() > 0, (
+        "the second rollout starts from carried, non-zero states"
+    )
     rng = np.random.default_rng(0)
     mbs = list(buffer.sequence_minibatches(buffer.n_steps * 2, rng, False))
     assert len(mbs) == 4 and mbs[0].obs.shape[:2] == (buffer.n_steps, 2)
-    for mb in mbs:
+    # chunks of 16 steps of one env, each from the state recorded at its first step
+    chunks = list(buffer.sequence_minibatches(16, rng, False))
+    assert len(chunks) == 8 * buffer.n_steps // 16 and chunks[0].obs.shape[:2] == (16, 1)
+    for mb in mbs + chunks:
         with torch.no_grad():
             logp, _, values = agent.evaluate(mb)
         np.testing.assert_allclose(logp.numpy(), mb.old_logprobs.reshape(-1), atol=1e-5)
@@ -89,7 +94,7 @@ def test_cuts_are_the_steps_where_any_env_starts() -> None:
 
 
 def test_config_errors_name_the_fix() -> None:
-    with pytest.raises(ConfigError, match="batch_size 100 must be n_steps"):
+    with pytest.raises(ConfigError, match="batch_size 100 must divide n_steps"):
         build_config(NOVEL, overrides={"batch_size": 100}, algo="ppo_lstm")
     with pytest.raises(ConfigError, match="shared_lstm and enable_critic_lstm"):
         build_config(NOVEL, overrides={"shared_lstm": True}, algo="ppo_lstm")

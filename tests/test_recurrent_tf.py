@@ -31,14 +31,14 @@ NOVEL = "CartPoleNoVel-v1"
 PENDULUM_NOVEL = "PendulumNoVel-v1"
 
 
-def _pair_and_minibatches(env_id: str, n_steps: int = 64, **overrides: object):
+def _pair_and_minibatches(env_id: str, n_steps: int = 64, batch: int = 0, **overrides: object):
     """A torch agent, a TF agent with its weights, and the sequence minibatches of two numpy rollouts."""
     cfg, network = recurrent_setup(env_id, 4, n_steps, **overrides)
     torch_agent = TorchRecurrentPPO(network, cfg, 0, "cpu")
     tf_agent = TFRecurrentPPO(network, cfg, 0, "cpu")
     tf_agent.policy.copy_from_torch(torch_agent.policy.state_dict())
     buffer, _ = recurrent_rollouts(env_id, cfg, network, torch_agent.rollout_weights())
-    mbs = list(buffer.sequence_minibatches(2 * n_steps, np.random.default_rng(0), True))
+    mbs = list(buffer.sequence_minibatches(batch or 2 * n_steps, np.random.default_rng(0), True))
     return torch_agent, tf_agent, mbs
 
 
@@ -101,8 +101,10 @@ def test_torch_and_tf_give_the_same_loss_and_gradients(env_id: str, overrides: d
         assert np.abs(t_grads["lstm_actor.weight_hh_l0"]).max() > 1e-6  # the recurrence is trained
 
 
-def test_tf_replays_the_states_the_numpy_rollout_acted_with() -> None:
-    _, tf_agent, mbs = _pair_and_minibatches(NOVEL)
+@pytest.mark.parametrize("batch", [128, 16], ids=["whole-sequences", "chunks"])
+def test_tf_replays_the_states_the_numpy_rollout_acted_with(batch: int) -> None:
+    _, tf_agent, mbs = _pair_and_minibatches(NOVEL, 64, batch)
+    assert mbs[0].obs.shape[:2] == ((64, 2) if batch == 128 else (16, 1))
     for mb in mbs:
         logp, _, values = tf_agent.policy.evaluate_sequences(
             tf.constant(mb.obs),

@@ -15,10 +15,10 @@ from rl2edge.train.core.schedules import Schedule
 class RecurrentPPOConfig(PPOConfig):
     """PPO with an LSTM in front of the actor's MLP (and, by default, another in front of the critic's).
 
-    Minibatches are whole env sequences: `batch_size` counts steps, so it is a multiple of `n_steps`
-    (batch_size / n_steps envs per minibatch, each replayed from its state at the rollout's start with the
-    episode starts inside it as masks). sb3-contrib cuts sequences at episode starts and pads them instead;
-    both give every step the state the rollout acted with."""
+    Minibatches are consecutive steps: `batch_size` counts steps; n_steps times a divisor of n_envs gives
+    whole env sequences, a divisor of n_steps chunks of one env's sequence, each replayed from the state
+    recorded at its first step with the episode starts inside it as masks. sb3-contrib cuts sequences at
+    episode starts and pads them instead; both give every step the state the rollout acted with."""
 
     algo = "ppo_lstm"
     json_order = (
@@ -31,7 +31,8 @@ class RecurrentPPOConfig(PPOConfig):
     n_steps: int = 128
     """Steps per env per rollout (sb3-contrib's default)."""
     batch_size: int = 128
-    """Steps per minibatch: a multiple of n_steps (whole env sequences)."""
+    """Steps per minibatch: n_steps times a divisor of n_envs (whole env sequences), or a divisor of n_steps
+    (chunks of one env's sequence)."""
     learning_rate: Schedule = field(default_factory=lambda: Schedule(3e-4))
     """Step size; 'lin_X' anneals linearly to 0."""
     lstm_hidden_size: int = 256
@@ -78,9 +79,12 @@ class RecurrentPPOConfig(PPOConfig):
         for name in ("lstm_hidden_size", "n_lstm_layers"):
             if int(getattr(self, name)) <= 0:
                 raise ConfigError(f"{name} must be a positive integer, got {getattr(self, name)}")
-        if self.batch_size % self.n_steps or self.n_envs % (self.batch_size // self.n_steps):
+        whole = self.batch_size >= self.n_steps
+        if (whole and (self.batch_size % self.n_steps or self.n_envs % (self.batch_size // self.n_steps))) or (
+            not whole and self.n_steps % self.batch_size
+        ):
             raise ConfigError(
-                f"batch_size {self.batch_size} must be n_steps ({self.n_steps}) times a divisor of n_envs "
-                f"({self.n_envs}): recurrent minibatches are whole env sequences. "
-                f"For example batch_size: {self.n_steps * max(1, self.n_envs // 2)}"
+                f"batch_size {self.batch_size} must divide n_steps ({self.n_steps}: chunks of one env's sequence) "
+                f"or be n_steps times a divisor of n_envs ({self.n_envs}: whole env sequences); recurrent "
+                f"minibatches replay consecutive steps. For example batch_size: {self.n_steps * max(1, self.n_envs // 2)}"
             )

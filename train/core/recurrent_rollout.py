@@ -190,11 +190,15 @@ class RecurrentCollector(RolloutCollector):
         return NumpyRecurrentActorCritic(network)
 
     def _begin(self) -> Any:
+        """The states before each step of the rollout, a list this collector appends to as it steps (the
+        Segment's `init_state`): the update replays a sequence from the state at its first step."""
         if self.policy.actor_state is None:
             self.policy.reset(self.count)
-        return self.policy.state()
+        self._trace: list[tuple[LSTMState, LSTMState | None]] = []
+        return self._trace
 
     def _act(self, obs: np.ndarray, noise: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        self._trace.append(self.policy.state())  # before the step's mask: the replay applies it again
         return self.policy.act(obs, self.starts, noise)
 
     def _final_values(self, final_obs: np.ndarray) -> np.ndarray:
@@ -206,33 +210,49 @@ class RecurrentCollector(RolloutCollector):
 
 
 class SequenceBuffer(RolloutBuffer):
-    """The rollout as [n_steps, n_envs] sequences; minibatches of whole envs."""
+    """The rollout as [n_steps, n_envs] sequences, with each env's state before every step. Minibatches of
+    `batch_size` steps: whole env sequences (batch_size / n_steps envs each) when batch_size >= n_steps,
+    else chunks of batch_size consecutive steps of one env (sb3-contrib's minibatches are as small); each
+    replayed from the state recorded at its first step."""
 
     starts: np.ndarray
-    init_state: tuple[LSTMState, LSTMState | None]
+    states: tuple[np.ndarray, np.ndarray, np.ndarray | None, np.ndarray | None]
+    """The actor's h, c and the critic's h, c (None without a critic LSTM) before each step: [T, L, N, H]."""
 
-    def set_sequences(self, starts: np.ndarray, init_state: tuple[LSTMState, LSTMState | None]) -> None:
-        self.starts, self.init_state = starts.astype(np.float32), init_state
+    def set_sequences(self, starts: np.ndarray, trace: list[tuple[LSTMState, LSTMState | None]]) -> None:
+        self.starts = starts.astype(np.float32)
+        stack = lambda i, j: np.stack([step[i][j] for step in trace])  # noqa: E731
+        critic = trace[0][1] is not None
+        self.states = (stack(0, 0), stack(0, 1), stack(1, 0) if critic else None, stack(1, 1) if critic else None)
 
     def sequence_minibatches(
         self, batch_size: int, rng: np.random.Generator, normalize_advantage: bool
     ) -> Iterator[SequenceMinibatch]:
-        per = batch_size // self.n_steps  # envs per minibatch (RecurrentPPOConfig checks it divides)
-        order = rng.permutation(self.n_envs)
-        pi, vf = self.init_state
-        for start in range(0, self.n_envs, per):
-            idx = np.sort(order[start : start + per])
-            adv = self.advantages[:, idx]
+        """RecurrentPPOConfig checks that batch_size divides n_steps, or is n_steps times a divisor of n_envs."""
+        if batch_size >= self.n_steps:
+            per = batch_size // self.n_steps
+            order = rng.permutation(self.n_envs)
+            pieces = [(0, self.n_steps, np.sort(order[i : i + per])) for i in range(0, self.n_envs, per)]
+        else:
+            chunks = [(t, e) for e in range(self.n_envs) for t in range(0, self.n_steps, batch_size)]
+            pieces = [
+                (chunks[i][0], chunks[i][0] + batch_size, np.array([chunks[i][1]]))
+                for i in rng.permutation(len(chunks))
+            ]
+        pi_h, pi_c, vf_h, vf_c = self.states
+        for t0, t1, idx in pieces:
+            steps = slice(t0, t1)
+            adv = self.advantages[steps, idx]
             if normalize_advantage and adv.size > 1:
                 adv = ((adv - adv.mean()) / (adv.std() + np.float32(1e-8))).astype(np.float32)
             yield SequenceMinibatch(
-                self.obs[:, idx],
-                self.actions[:, idx],
-                self.logprobs[:, idx],
-                self.values[:, idx],
+                self.obs[steps, idx],
+                self.actions[steps, idx],
+                self.logprobs[steps, idx],
+                self.values[steps, idx],
                 adv,
-                self.returns[:, idx],
-                self.starts[:, idx],
-                (pi[0][:, idx], pi[1][:, idx]),
-                None if vf is None else (vf[0][:, idx], vf[1][:, idx]),
+                self.returns[steps, idx],
+                self.starts[steps, idx],
+                (pi_h[t0][:, idx], pi_c[t0][:, idx]),
+                None if vf_h is None or vf_c is None else (vf_h[t0][:, idx], vf_c[t0][:, idx]),
             )

@@ -70,7 +70,7 @@ class Segment:
     raw_obs: np.ndarray | None  # the raw observation after each step (for the learner's statistics), or None
     episodes: list[tuple[int, int, float]] = field(default_factory=list)  # (t, env index, return)
     starts: np.ndarray | None = None  # bool [T, m]: obs[t] is its episode's first
-    init_state: Any = None  # a recurrent policy's state at the segment's start (RecurrentCollector)
+    init_state: Any = None  # a recurrent policy's states before each step (RecurrentCollector)
 
     @staticmethod
     def concat(parts: list[Segment]) -> Segment:

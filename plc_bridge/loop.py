@@ -235,11 +235,10 @@ class ControlLoop:
         if stateful:
             if state.state_seq is not None and seq == state.state_seq and state.state_action is not None:
                 return CycleStatus.OK, state.state_action, ""  # this plant step's decision, written again
-            if episode_start:  # the PLC's episode start: the graph is fed episode_start = 1 (Policy.reset)
-                self.policy.reset()
-                state.state_reset_due = ""
-            elif state.state_reset_due:
-                _logger.info("policy state reset: %s", state.state_reset_due)
+            # the PLC's episode start, or one of serve's rules: the graph is fed episode_start = 1
+            if episode_start or state.state_reset_due:
+                if state.state_reset_due:
+                    _logger.info("policy state reset: %s", state.state_reset_due)
                 self.policy.reset()
                 state.state_reset_due = ""
         try:

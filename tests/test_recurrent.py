@@ -215,10 +215,10 @@ def test_in_its_own_process_the_policy_carries_the_same_state(novel_artifacts: P
 @pytest.fixture(scope="module")
 def weak_artifact(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A briefly trained ppo_lstm (episodes of tens of steps, each ending with the pole falling: a state
-    very unlike the zero one an episode starts from), fp32."""
+    very unlike the zero one an episode starts from), int8."""
     root = tmp_path_factory.mktemp("weak")
     run = tiny_train(NOVEL, root / "run", steps=4096, algo="ppo_lstm")
-    export_run(run, root / "art", "fp32")
+    export_run(run, root / "art", "int8")
     return root / "art"
 
 
@@ -352,21 +352,72 @@ def test_the_loop_advances_the_state_once_per_plant_step_and_resets_after_stale(
         assert np.array_equal(v, fresh.state()[k])
 
 
-def test_with_the_plcs_episode_start_node_every_served_episode_equals_evaluate(
-    weak_artifact: Path, tmp_path: Path
-) -> None:
-    """A node map naming plc-sim's EpisodeStart flag: serve resets the state with each episode's first
-    observation, so every episode over OPC UA returns what evaluate returns on its seed."""
+def _episode_start_map(tmp_path: Path) -> Path:
+    """plc-sim's nodes, with its EpisodeStart flag mapped as the node map's episode_start."""
     import yaml
 
     from rl2edge.plc_bridge.layout import node_id
-    from rl2edge.train.core.evaluation import evaluate
-    from testkit.plc import NO_MISS, free_port, running, stop, wait_for_server
 
     names = ("Observation", "ObservationSeq", "Action", "ActionSeq", "Heartbeat", "Status", "EpisodeStart")
     keys = ("observation", "observation_seq", "action", "action_seq", "heartbeat", "status", "episode_start")
     node_map = tmp_path / "plant.yaml"
     node_map.write_text(yaml.safe_dump({k: node_id(n) for k, n in zip(keys, names, strict=True)}))
+    return node_map
+
+
+def test_the_plc_restarting_mid_episode_resets_the_state_and_later_episodes_equal_evaluate(
+    weak_artifact: Path, tmp_path: Path
+) -> None:
+    """plc-sim killed in the middle of an episode and started again on other seeds: serve reconnects, the
+    reconnect resets the state (counted in the summary), and every episode of the new PLC returns what
+    evaluate returns on its seed."""
+    import asyncio
+    import signal
+
+    from asyncua import Client
+
+    from rl2edge.train.core.evaluation import evaluate
+    from testkit.plc import NO_MISS, free_port, read, running, stop, wait_for_server, wait_until
+
+    url = f"opc.tcp://127.0.0.1:{free_port()}"
+    record, summary = tmp_path / "returns.json", tmp_path / "serve.json"
+    sim = ["plc-sim", "--env", NOVEL, "--endpoint", url, "--mode", "lockstep", "--strict"]
+
+    async def some_steps() -> None:
+        async with Client(url, timeout=2) as plc:
+            (seq,) = await read(plc, "ObservationSeq")
+            await wait_until(plc, "ObservationSeq", lambda v: v > seq + 8, within_s=30)
+
+    serve_args = ["serve", str(weak_artifact), "--endpoint", url, "--map", str(_episode_start_map(tmp_path)),
+                  "--period-ms", "5", "--summary", str(summary), "--timeout-ms", "500", *NO_MISS]  # fmt: skip
+    with running(serve_args, tmp_path / "serve.log") as serve:
+        with running([*sim, "--seed", "3"], tmp_path / "sim1.log") as first:
+            wait_for_server(url)
+            asyncio.run(some_steps())
+            first.send_signal(signal.SIGKILL)  # the PLC dies in the middle of an episode
+            first.wait(timeout=10)
+        with running(
+            [*sim, "--seed", "11", "--episodes", "3", "--record", str(record)], tmp_path / "sim2.log"
+        ) as second:
+            wait_for_server(url)
+            assert second.wait(timeout=180) == 0, (tmp_path / "sim2.log").read_text()
+        assert stop(serve) == 0, (tmp_path / "serve.log").read_text()
+    served = json.loads(record.read_text())["returns"]
+    assert served == evaluate(Policy.load(weak_artifact).predict, NOVEL, 3, 11).returns
+    s = json.loads(summary.read_text())
+    assert s["reconnects"] >= 1 and s["state_resets"] == 1 + s["reconnects"]
+    assert "policy state reset: reconnected" in (tmp_path / "serve.log").read_text()
+
+
+def test_with_the_plcs_episode_start_node_every_served_episode_equals_evaluate(
+    weak_artifact: Path, tmp_path: Path
+) -> None:
+    """A node map naming plc-sim's EpisodeStart flag: serve resets the state with each episode's first
+    observation, so every episode over OPC UA returns what evaluate returns on its seed."""
+    from rl2edge.train.core.evaluation import evaluate
+    from testkit.plc import NO_MISS, free_port, running, stop, wait_for_server
+
+    node_map = _episode_start_map(tmp_path)
     url = f"opc.tcp://127.0.0.1:{free_port()}"
     record, summary = tmp_path / "returns.json", tmp_path / "serve.json"
     sim_args = ["plc-sim", "--env", NOVEL, "--endpoint", url, "--mode", "lockstep", "--seed", "3"]

@@ -97,13 +97,9 @@ def _deployable_module(parts: GraphParts, noise: NoiseSpec | None = None) -> Any
                 self.step = tf.function(self._stacked_step, input_signature=signature)
                 return
             if cells:
-                signature = [
-                    obs_spec(1, "obs"),
-                    tf.TensorSpec([1, 1], tf.float32, name=EPISODE_START),
-                    *state_specs,
-                ]
-                self.serve = tf.function(self._stateful, input_signature=signature)
-                self.step = tf.function(self._step, input_signature=signature)
+                extra = [tf.TensorSpec([1, 1], tf.float32, name=EPISODE_START), *state_specs]
+                self.serve = self._served(self._stateful, extra)  # one input per key for a Dict
+                self.step = tf.function(self._full_step, input_signature=[obs_spec(1, "obs"), *extra])
                 return
             self.batch = tf.function(self._forward, input_signature=[obs_spec(None)])
             self.pre_head = tf.function(self._pre_head, input_signature=[obs_spec(None)])
@@ -178,6 +174,11 @@ def _deployable_module(parts: GraphParts, noise: NoiseSpec | None = None) -> Any
                 action = tf.argmax(out, axis=-1)
                 return {"action": action + transform.start if transform.start else action}
             return {"action": _unscale(_squash(head, out), transform)}
+
+        def _full_step(self, obs, episode_start, *state):
+            """The source's step on the concatenated observation: the output before the head too."""
+            step = self._step(obs, episode_start, *state)
+            return {**self._forward_from(step["out"]), **step}
 
         def _stateful(self, obs, episode_start, *state):
             step = self._step(obs, episode_start, *state)
@@ -283,9 +284,10 @@ class TFSource(ExportSource):
         self, x: np.ndarray, start: float, states: list[np.ndarray]
     ) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
         args = [np.asarray(x, np.float32), np.full((1, 1), start, np.float32), *states]
-        step = self.module.step(*args)
-        out = self.module.serve(*args)
-        return out["action"].numpy(), step["out"].numpy(), [out[t.output].numpy() for t in self.states]
+        step = self.module.step(*args)  # a frame stack's and a cell's: action, out and the next states
+        if "action" not in step:
+            step = {**step, **self.module.serve(*args)}
+        return step["action"].numpy(), step["out"].numpy(), [step[t.output].numpy() for t in self.states]
 
     def deployable_actions(self, obs: np.ndarray) -> np.ndarray:
         return self.module.batch(np.asarray(obs, np.float32))["action"].numpy()

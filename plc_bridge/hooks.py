@@ -29,6 +29,8 @@ class CycleOutcome:
     """How late the cycle started (part of the latency)."""
     cycles: int
     """Cycles completed so far, this one included."""
+    episode_start: bool = False
+    """The PLC flagged this observation as an episode's first (the node map's episode_start)."""
 
 
 class LoopHooks(Protocol):

@@ -171,8 +171,11 @@ class ControlLoop:
         serving.guard.adopt_staleness(self.guard)
         serving.faults.adopt(self.serving.faults)
         self.serving = serving
-        # the new policy's state is its own (a shadow run advanced it on the observations it saw)
+        # a stateful policy's state starts afresh with its first observation served (its shadow run's state
+        # saw another history: the candidate was not reset with the serving policy's episodes)
         self._cycle_state.state_seq = self._cycle_state.state_action = None
+        self._cycle_state.state_reset_due = ""
+        self._reset_state_before_next("a policy update took over")
 
     # ------------------------------------------------------------------------------------- snapshot
     def snapshot(self, full: bool = False) -> LoopSnapshot:
@@ -222,6 +225,7 @@ class ControlLoop:
         (monotonic seconds; the time of the call if None). `episode_start`: the PLC flags this observation
         as an episode's first (the node map's episode_start node): a stateful policy starts afresh."""
         stale, why = self.guard.is_stale(seq, time.monotonic() if now is None else now)
+        self._note_episode_start(episode_start, seq)
         obs, problem = self.guard.check(values)
         if obs is not None:
             self._cycle_state.warm_obs = obs
@@ -236,19 +240,28 @@ class ControlLoop:
             if state.state_seq is not None and seq == state.state_seq and state.state_action is not None:
                 return CycleStatus.OK, state.state_action, ""  # this plant step's decision, written again
             # the PLC's episode start, or one of serve's rules: the graph is fed episode_start = 1
-            if episode_start or state.state_reset_due:
+            if state.episode_start_due or state.state_reset_due:
                 if state.state_reset_due:
                     _logger.info("policy state reset: %s", state.state_reset_due)
                 self.policy.reset()
                 state.state_reset_due = ""
+        state.episode_start_due = False
         try:
             action = self.policy.predict(obs, validated=True)  # checked above: shape, finite, range
         except (BackendError, ObservationError) as exc:
+            # the call may have advanced the state before failing: start afresh rather than twice on one step
+            self._reset_state_before_next("an inference error")
             return CycleStatus.INFERENCE_ERROR, self.safe_action, str(exc)
         decided = [float(action)] if self.policy.discrete else np.asarray(action, np.float64).tolist()
         if stateful:
             state.state_seq, state.state_action = seq, decided
         return CycleStatus.OK, decided, ""
+
+    def _note_episode_start(self, flagged: bool, seq: Any) -> None:
+        """The PLC's episode-start flag on an observation not served yet: kept until one is (a flag raised
+        for one step is not lost to an invalid or stale cycle); a re-read of the served step adds nothing."""
+        if flagged and seq != self._cycle_state.state_seq:
+            self._cycle_state.episode_start_due = True
 
     def _reset_state_before_next(self, why: str) -> None:
         """A stateful policy starts afresh at the next valid observation (counted as `state_resets`)."""
@@ -306,6 +319,7 @@ class ControlLoop:
                 latency_ms=latency_ms,
                 lateness_ms=lateness_ms,
                 cycles=self.counters.cycles,
+                episode_start=reading.episode_start,
             )
         )
         if self._gc is not None:
@@ -328,6 +342,7 @@ class ControlLoop:
         """One cycle's I/O and decision: what was read, the status, the action written, the latency in ms."""
         reading: Reading = await plc.read()
         if reading.problem:
+            self._note_episode_start(reading.episode_start, reading.sequence)
             self.guard.is_stale(reading.sequence, loop.time())
             self.counters.bad_quality += 1
             status, action, detail = CycleStatus.INVALID_OBSERVATION, self.safe_action, reading.problem

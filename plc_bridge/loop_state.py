@@ -88,6 +88,9 @@ class CycleState:
     state_action: list[float] | None = None
     state_reset_due: str = ""
     """Why the policy's state is reset before the next valid observation ("" : it is not)."""
+    episode_start_due: bool = False
+    """The PLC flagged an episode start on an observation that could not be served (invalid, stale): the
+    state starts afresh on the next valid one."""
     decision_s: float = 0.0
     """A decaying maximum of how long a decision takes (the cycles' own and the warm-ups): a warm-up runs
     only where twice that is left of the lead, so a model slower than the lead (a CNN on a Jetson) is never

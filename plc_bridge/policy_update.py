@@ -317,6 +317,8 @@ class PolicyUpdates:
             elif shadow.serving.policy.states and seq == shadow.last_sequence:
                 pass  # a stateful candidate saw this plant step already: its state must not advance twice
             else:
+                if shadow.serving.policy.states and outcome.episode_start:
+                    shadow.serving.policy.reset()  # the PLC's episode start, as the serving policy had it
                 shadow.last_sequence = seq
                 try:
                     new = shadow.serving.policy.predict(obs, validated=True)

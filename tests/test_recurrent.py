@@ -350,6 +350,22 @@ def test_the_loop_advances_the_state_once_per_plant_step_and_resets_after_stale(
     assert status == CycleStatus.OK and again == [float(fresh.predict(np.asarray(obs[0], np.float32)))]
     for k, v in policy.state().items():
         assert np.array_equal(v, fresh.state()[k])
+    # the PLC's episode start on an observation the guard refuses: kept, and served with the next valid one
+    loop.decide(obs[2], 4, 5.02)
+    assert loop.decide([float("nan"), 0.0], 5, 5.03, episode_start=True)[0] == CycleStatus.INVALID_OBSERVATION
+    loop.decide(obs[3], 6, 5.04)
+    fresh = Policy.load(weak_artifact)
+    fresh.predict(np.asarray(obs[3], np.float32))
+    for k, v in policy.state().items():
+        assert np.array_equal(v, fresh.state()[k])
+    assert loop.counters.state_resets == 2  # an episode start is the PLC's, not one of serve's resets
+    # a policy update takes over: its state starts afresh with the first observation it serves (counted)
+    from rl2edge.plc_bridge.observation_guard import Serving
+
+    loop.install(Serving.of(Policy.load(weak_artifact), loop.bridge.node_map))
+    assert loop.counters.state_resets == 3
+    loop.decide(obs[4], 6, 5.05)  # the sequence number the old policy served last: the new one runs on it
+    assert any(np.abs(v).max() > 0 for v in loop.policy.state().values())
 
 
 def _episode_start_map(tmp_path: Path) -> Path:

@@ -180,3 +180,20 @@ def test_tf_route_exports_the_same_state_contract_as_torch(tmp_path: Path) -> No
     decisive = (top2[:, 1] - top2[:, 0]) > 1e-4
     assert decisive.mean() > 0.5
     assert np.array_equal(np.asarray(got)[decisive], ref.actions[decisive])
+
+
+@pytest.mark.parametrize("framework", ["torch", "tf"])
+def test_a_dict_of_vector_keys_exports_one_input_per_key_with_the_state(
+    framework: str, tmp_path: Path
+) -> None:
+    """The AGV example's Dict observation (lidar, IMU, goal, speed) through ppo_lstm (MultiInputLstmPolicy):
+    the file takes one input per key beside episode_start and the LSTM's state, and its fp32 file agrees
+    with the source over whole episodes."""
+    agv = "examples.agv:AgvDictEnv"
+    run = tiny_train(agv, tmp_path / "run", steps=1024, algo="ppo_lstm", framework=framework, n_envs=2,
+                     n_steps=256, batch_size=256, policy="MultiInputLstmPolicy", lstm_hidden_size=16)  # fmt: skip
+    export_run(run, tmp_path / "art", "fp32")
+    m = json.loads((tmp_path / "art" / "manifest.json").read_text())
+    assert [k["name"] for k in m["model"]["input"]["keys"]] == [k["name"] for k in m["observation"]["keys"]]
+    assert [t["name"] for t in m["state"]["tensors"]] == ["lstm_h_0", "lstm_c_0"]
+    assert m["verification"]["tflite_vs_source"]["max_abs_error"] <= 1e-4

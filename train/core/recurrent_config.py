@@ -80,9 +80,9 @@ class RecurrentPPOConfig(PPOConfig):
             if int(getattr(self, name)) <= 0:
                 raise ConfigError(f"{name} must be a positive integer, got {getattr(self, name)}")
         whole = self.batch_size >= self.n_steps
-        if (whole and (self.batch_size % self.n_steps or self.n_envs % (self.batch_size // self.n_steps))) or (
-            not whole and self.n_steps % self.batch_size
-        ):
+        if (
+            whole and (self.batch_size % self.n_steps or self.n_envs % (self.batch_size // self.n_steps))
+        ) or (not whole and self.n_steps % self.batch_size):
             raise ConfigError(
                 f"batch_size {self.batch_size} must divide n_steps ({self.n_steps}: chunks of one env's sequence) "
                 f"or be n_steps times a divisor of n_envs ({self.n_envs}: whole env sequences); recurrent "

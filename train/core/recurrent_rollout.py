@@ -223,7 +223,12 @@ class SequenceBuffer(RolloutBuffer):
         self.starts = starts.astype(np.float32)
         stack = lambda i, j: np.stack([step[i][j] for step in trace])  # noqa: E731
         critic = trace[0][1] is not None
-        self.states = (stack(0, 0), stack(0, 1), stack(1, 0) if critic else None, stack(1, 1) if critic else None)
+        self.states = (
+            stack(0, 0),
+            stack(0, 1),
+            stack(1, 0) if critic else None,
+            stack(1, 1) if critic else None,
+        )
 
     def sequence_minibatches(
         self, batch_size: int, rng: np.random.Generator, normalize_advantage: bool

@@ -61,7 +61,9 @@ class TorchRecurrentPPO:
         return RecurrentWeights(
             lstm_layers_numpy(p.lstm_actor),
             None if p.lstm_critic is None else lstm_layers_numpy(p.lstm_critic),
-            None if linear is None else (linear.weight.detach().numpy().T, linear.bias.detach().numpy()),
+            None
+            if linear is None
+            else (linear.weight.detach().cpu().numpy().T, linear.bias.detach().cpu().numpy()),
             dense(p.heads.actor),
             dense(p.heads.critic),
             None if p.discrete else p.heads.log_std.detach().cpu().numpy(),

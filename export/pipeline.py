@@ -35,6 +35,7 @@ from rl2edge.export.graph_spec import (
     state_section,
 )
 from rl2edge.export.noise_verify import check_noise_off, verify_distribution
+from rl2edge.export.rate_limit import RateLimit, parse_rate_limit
 from rl2edge.export.report import ExportReport, FileRow
 from rl2edge.export.return_check import RULE as RETURN_RULE
 from rl2edge.export.return_check import check_return
@@ -80,13 +81,24 @@ class ExportOptions:
     """Exploration noise folded into the graph: gaussian:sigma=S, ou:theta=T,sigma=S[,dt=D] or policy."""
     noise_seed: int = 0
     """The seed the runtime's noise generator starts from (recorded in the manifest; overridable on the device)."""
+    max_action_rate: str | None = None
+    """An action-rate limit folded after the policy (export.rate_limit): action units per second, one rate
+    or one per component (`0.5` or `0.5,2.0`), at `period_ms`."""
+    period_ms: float | None = None
+    """The control period `max_action_rate` is stated at: the plant's step period."""
     tolerances: Tolerances = field(default_factory=lambda: DEFAULT)
     noise_spec: NoiseSpec | None = field(init=False, default=None, repr=False, compare=False)
     """`noise`, parsed: options are checked and parsed once, when they are made."""
+    rate_limit: RateLimit | None = field(init=False, default=None, repr=False, compare=False)
+    """`max_action_rate` at `period_ms`, parsed."""
 
     def __post_init__(self) -> None:
         self.check()
         object.__setattr__(self, "noise_spec", parse_noise(self.noise) if self.noise else None)
+        if self.max_action_rate is not None:
+            object.__setattr__(self, "rate_limit", parse_rate_limit(self.max_action_rate, self.period_ms))
+        elif self.period_ms is not None:
+            raise ConfigError("--period-ms states the period of --max-action-rate; give both, or neither")
 
     def check(self) -> None:
         if self.quantize not in CHOICES:
@@ -123,6 +135,8 @@ def export_source(source: ExportSource, out: Path, opts: ExportOptions) -> Expor
                 "--noise is implemented for flat observations; image policies export without it"
             )
         source.fold_noise(opts.noise_spec)
+    if opts.rate_limit is not None:
+        source.limit_rate(opts.rate_limit)
     check_output_dir(out, force=opts.force, what="export")
     start = time.perf_counter()
     built = list(MODES) if opts.quantize in ("all", "auto") else list(dict.fromkeys(["fp32", opts.quantize]))
@@ -319,6 +333,8 @@ def _common_manifest(
             **manifest_section(source.noise, opts.noise_seed, source.act_dim),
             "off_equals_deterministic": noise_off,
         }
+    if source.rate_limit is not None:
+        common["folded"]["action_rate"] = source.rate_limit.to_json(source.act_dim)
     return common
 
 

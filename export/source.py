@@ -16,6 +16,7 @@ import numpy as np
 
 from rl2edge.errors import ExportError
 from rl2edge.export.graph_spec import StateTensor
+from rl2edge.export.rate_limit import RateLimit
 from rl2edge.specs import ActionSpec, NoiseSpec, ObservationSpec
 from rl2edge.train.core.normalization import RunningNormalizer
 
@@ -41,6 +42,9 @@ class ExportSource:
     """The graph's state tensors (a recurrent policy's h and c); empty for a stateless graph."""
     state_cell: str = ""
     """What the graph computes with its state, for the manifest."""
+    rate_limit: RateLimit | None = None
+    """The action-rate limit folded after the policy (its state `prev_action` last in `states`); set with
+    `limit_rate`."""
 
     def fold_noise(self, spec: NoiseSpec) -> None:
         from rl2edge.export.graph_spec import check_noise_fits
@@ -53,6 +57,37 @@ class ExportSource:
         check_noise_fits(spec, self.head, self.discrete, self.policy_distribution, self.algo)
         self.noise = spec
 
+    def limit_rate(self, spec: RateLimit) -> None:
+        """Fold an action-rate limit after the policy (export.rate_limit): one more state, `prev_action`."""
+        from rl2edge.export.rate_limit import PREV_ACTION, RATE_LIMIT_CELL
+
+        if self.discrete:
+            raise ExportError(
+                "--max-action-rate limits how fast a Box action moves; this policy's action is Discrete. "
+                "Export without it"
+            )
+        if self.noise is not None:
+            raise ExportError("--max-action-rate with --noise is not implemented; export with one of them")
+        spec.max_step(self.act_dim)  # checks the number of rates
+        self.rate_limit = spec
+        self.states = [
+            *self.states,
+            StateTensor(PREV_ACTION, self.act_dim, "the previous action, in action units"),
+        ]
+        self.state_cell = f"{self.state_cell}; then {RATE_LIMIT_CELL}" if self.state_cell else RATE_LIMIT_CELL
+        self.reset()
+
+    @property
+    def max_step(self) -> np.ndarray:
+        """The rate limit's largest change per call [1, act_dim]."""
+        assert self.rate_limit is not None
+        return self.rate_limit.max_step(self.act_dim)
+
+    @property
+    def cell_states(self) -> list[StateTensor]:
+        """The policy's own state tensors, without the rate limit's."""
+        return self.states[:-1] if self.rate_limit is not None else self.states
+
     def reset(self) -> None:
         """A new episode for `act` (a stateful source's state back to zero); nothing for a stateless one."""
         if self.states:
@@ -63,13 +98,42 @@ class ExportSource:
         self, x: np.ndarray, start: float, states: list[np.ndarray]
     ) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
         """A stateful graph's one step in its source framework on one raw observation row [1, n]: (the
-        action [1, ...], the output before the head [1, m], the next states)."""
+        action [1, ...], the output before the head [1, m], the next states), the rate limit last."""
+        n = len(self.cell_states)
+        if n:
+            action, out, new = self.cell_step(x, start, states[:n])
+        else:  # a stateless policy with a rate limit
+            action, out, new = self.deployable_actions(x), self.pre_head(x), []
+        if self.rate_limit is not None:
+            from rl2edge.export.rate_limit import limit_step
+
+            action = limit_step(action, states[n], start, self.max_step)
+            new = [*new, action.copy()]
+        return action, out, new
+
+    def cell_step(
+        self, x: np.ndarray, start: float, states: list[np.ndarray]
+    ) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
+        """The policy's own cell (a recurrent actor, a frame stack), as `state_step` without a rate limit."""
         raise NotImplementedError
 
     def reference_trajectory(self, obs: np.ndarray, starts: np.ndarray) -> np.ndarray:
         """What a stateful source's exported files must reproduce over whole episodes: its own graph's
         actions unless a source says otherwise (sb3-contrib's predict with its state carried)."""
         return self.trajectory(obs, starts).actions
+
+    def limit_live(self, action: Any) -> Any:
+        """`act`'s action from a source's own reference (SB3's predict), through the rate limit with the
+        live previous action; unchanged without one."""
+        if self.rate_limit is None:
+            return action
+        from rl2edge.export.rate_limit import limit_step
+
+        limited = limit_step(
+            np.asarray(action, np.float32)[None], self._live[-1], self._live_start, self.max_step
+        )
+        self._live[-1], self._live_start = limited, 0.0
+        return limited[0]
 
     def trajectory(self, obs: np.ndarray, starts: np.ndarray) -> Trajectory:
         """A stateful graph in its source framework over whole episodes in order, the state carried and
@@ -197,7 +261,7 @@ class TorchSource(ExportSource):
             self.state_cell = self.stateful_graph.cell
             self.reset()
 
-    def state_step(
+    def cell_step(
         self, x: np.ndarray, start: float, states: list[np.ndarray]
     ) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
         import torch
@@ -214,17 +278,25 @@ class TorchSource(ExportSource):
             self.stateful_reference.reset()
 
     def reference_trajectory(self, obs: np.ndarray, starts: np.ndarray) -> np.ndarray:
-        if self.stateful_reference is None:
+        if self.stateful_reference is not None:
+            own = np.asarray(self.stateful_reference.trajectory(obs, starts))
+        elif self.reference is not None and self.rate_limit is not None:
+            own = self.reference_actions(obs)  # SB3's predict, then the limit as the graph applies it
+        else:
             return super().reference_trajectory(obs, starts)
-        return np.asarray(self.stateful_reference.trajectory(obs, starts))
+        if self.rate_limit is None:
+            return own
+        from rl2edge.export.rate_limit import limit_sequence
+
+        return limit_sequence(own, starts, self.max_step)
 
     def act(self, obs: Any) -> Any:
         if self.stateful_reference is not None:
-            a = self.stateful_reference(self.observation.flatten(obs).astype(np.float32))
+            a = self.limit_live(self.stateful_reference(self.observation.flatten(obs).astype(np.float32)))
             return int(a) if self.discrete else a
-        if self.reference is None or self.states:
+        if self.reference is None or len(self.cell_states):
             return super().act(obs)
-        a = self.reference_actions(self.observation.flatten(obs).astype(np.float32)[None])[0]
+        a = self.limit_live(self.reference_actions(self.observation.flatten(obs).astype(np.float32)[None])[0])
         return int(a) if self.discrete else a
 
     def _noisy(self) -> Any:
@@ -265,10 +337,17 @@ class TorchSource(ExportSource):
         if self.states:  # obs, episode_start, the states -> action, the next states
             from rl2edge.export.graph_spec import state_io_names
 
-            graph = self.stateful_graph
             state_in, state_out = state_io_names(self.states)
             inputs, outputs = [inputs[0], *state_in], [outputs[0], *state_out]
-            examples = self.stateful_graph.example_inputs(shape)
+            if self.stateful_graph is not None:
+                graph, examples = self.stateful_graph, self.stateful_graph.example_inputs(shape)
+            else:
+                examples = (*examples, torch.zeros((1, 1)))
+            if self.rate_limit is not None:
+                from rl2edge.export.rate_limit import torch_rate_limited
+
+                graph = torch_rate_limited(graph, self.max_step, stateful=self.stateful_graph is not None)
+                examples = (*examples, torch.zeros((1, self.act_dim)))
         if self.observation.is_dict:  # one input per key in place of `obs`
             from rl2edge.export.deployable import KeyedInputs
 

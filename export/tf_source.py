@@ -280,14 +280,15 @@ class TFSource(ExportSource):
             self.state_cell = LSTM_CELL
             self.reset()
 
-    def state_step(
+    def cell_step(
         self, x: np.ndarray, start: float, states: list[np.ndarray]
     ) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
         args = [np.asarray(x, np.float32), np.full((1, 1), start, np.float32), *states]
         step = self.module.step(*args)  # a frame stack's and a cell's: action, out and the next states
         if "action" not in step:
             step = {**step, **self.module.serve(*args)}
-        return step["action"].numpy(), step["out"].numpy(), [step[t.output].numpy() for t in self.states]
+        outputs = [step[t.output].numpy() for t in self.cell_states]
+        return step["action"].numpy(), step["out"].numpy(), outputs
 
     def deployable_actions(self, obs: np.ndarray) -> np.ndarray:
         return self.module.batch(np.asarray(obs, np.float32))["action"].numpy()
@@ -299,7 +300,13 @@ class TFSource(ExportSource):
         import tensorflow as tf
 
         path = work / "saved_model"
-        tf.saved_model.save(self.module, str(path), signatures={"serving_default": self.module.serve})
+        serve = self.module.serve
+        if self.rate_limit is not None:
+            from rl2edge.export.rate_limit import tf_rate_limited
+
+            serve = tf_rate_limited(serve, self.max_step, stateful=bool(self.cell_states))
+            self.module.limited = serve  # tracked by the module, so that the SavedModel keeps it
+        tf.saved_model.save(self.module, str(path), signatures={"serving_default": serve})
         return path
 
 

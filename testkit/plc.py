@@ -95,3 +95,16 @@ async def wait_until(client: Client, name: str, predicate: Any, within_s: float 
             return value
         await asyncio.sleep(0.02)
     raise TimeoutError(f"{name} never satisfied the condition; last value {value!r}")
+
+
+def episode_start_map(directory: Path) -> Path:
+    """plc-sim's nodes, with its EpisodeStart flag mapped as the node map's episode_start."""
+    import yaml
+
+    from rl2edge.plc_bridge.layout import node_id
+
+    names = ("Observation", "ObservationSeq", "Action", "ActionSeq", "Heartbeat", "Status", "EpisodeStart")
+    keys = ("observation", "observation_seq", "action", "action_seq", "heartbeat", "status", "episode_start")
+    node_map = directory / "plant.yaml"
+    node_map.write_text(yaml.safe_dump({k: node_id(n) for k, n in zip(keys, names, strict=True)}))
+    return node_map

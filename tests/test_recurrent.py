@@ -368,19 +368,6 @@ def test_the_loop_advances_the_state_once_per_plant_step_and_resets_after_stale(
     assert any(np.abs(v).max() > 0 for v in loop.policy.state().values())
 
 
-def _episode_start_map(tmp_path: Path) -> Path:
-    """plc-sim's nodes, with its EpisodeStart flag mapped as the node map's episode_start."""
-    import yaml
-
-    from rl2edge.plc_bridge.layout import node_id
-
-    names = ("Observation", "ObservationSeq", "Action", "ActionSeq", "Heartbeat", "Status", "EpisodeStart")
-    keys = ("observation", "observation_seq", "action", "action_seq", "heartbeat", "status", "episode_start")
-    node_map = tmp_path / "plant.yaml"
-    node_map.write_text(yaml.safe_dump({k: node_id(n) for k, n in zip(keys, names, strict=True)}))
-    return node_map
-
-
 def test_the_plc_restarting_mid_episode_resets_the_state_and_later_episodes_equal_evaluate(
     weak_artifact: Path, tmp_path: Path
 ) -> None:
@@ -393,7 +380,16 @@ def test_the_plc_restarting_mid_episode_resets_the_state_and_later_episodes_equa
     from asyncua import Client
 
     from rl2edge.train.core.evaluation import evaluate
-    from testkit.plc import NO_MISS, free_port, read, running, stop, wait_for_server, wait_until
+    from testkit.plc import (
+        NO_MISS,
+        episode_start_map,
+        free_port,
+        read,
+        running,
+        stop,
+        wait_for_server,
+        wait_until,
+    )
 
     url = f"opc.tcp://127.0.0.1:{free_port()}"
     record, summary = tmp_path / "returns.json", tmp_path / "serve.json"
@@ -404,7 +400,7 @@ def test_the_plc_restarting_mid_episode_resets_the_state_and_later_episodes_equa
             (seq,) = await read(plc, "ObservationSeq")
             await wait_until(plc, "ObservationSeq", lambda v: v > seq + 8, within_s=30)
 
-    serve_args = ["serve", str(weak_artifact), "--endpoint", url, "--map", str(_episode_start_map(tmp_path)),
+    serve_args = ["serve", str(weak_artifact), "--endpoint", url, "--map", str(episode_start_map(tmp_path)),
                   "--period-ms", "5", "--summary", str(summary), "--timeout-ms", "500", *NO_MISS]  # fmt: skip
     with running(serve_args, tmp_path / "serve.log") as serve:
         with running([*sim, "--seed", "3"], tmp_path / "sim1.log") as first:
@@ -431,9 +427,9 @@ def test_with_the_plcs_episode_start_node_every_served_episode_equals_evaluate(
     """A node map naming plc-sim's EpisodeStart flag: serve resets the state with each episode's first
     observation, so every episode over OPC UA returns what evaluate returns on its seed."""
     from rl2edge.train.core.evaluation import evaluate
-    from testkit.plc import NO_MISS, free_port, running, stop, wait_for_server
+    from testkit.plc import NO_MISS, episode_start_map, free_port, running, stop, wait_for_server
 
-    node_map = _episode_start_map(tmp_path)
+    node_map = episode_start_map(tmp_path)
     url = f"opc.tcp://127.0.0.1:{free_port()}"
     record, summary = tmp_path / "returns.json", tmp_path / "serve.json"
     sim_args = ["plc-sim", "--env", NOVEL, "--endpoint", url, "--mode", "lockstep", "--seed", "3"]

@@ -25,7 +25,8 @@ def add_parser(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
         epilog="examples:\n  rl2edge export runs/cp --quantize int8 --out artifacts/cp\n"
         "  rl2edge export runs/cp --quantize all --out artifacts/cp   # one artifact per mode in artifacts/cp/<mode>/\n"
         "  rl2edge export ppo_pendulum.zip --env Pendulum-v1 --vecnormalize vecnormalize.pkl --quantize auto --out artifacts/pd\n"
-        "  rl2edge export runs/pd-td3 --quantize int8 --noise ou:theta=0.15,sigma=0.2 --out artifacts/pd-explore",
+        "  rl2edge export runs/pd-td3 --quantize int8 --noise ou:theta=0.15,sigma=0.2 --out artifacts/pd-explore\n"
+        "  rl2edge export runs/pd-td3 --quantize int8 --max-action-rate 4 --period-ms 50 --out artifacts/pd-smooth",
     )
     e.add_argument(
         "run_dir", help="checkpoint directory written by `rl2edge train`, or a Stable-Baselines3 model.zip"
@@ -69,6 +70,17 @@ def add_parser(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
         default=0,
         help="seed of the runtime's noise draws, recorded in the manifest",
     )
+    e.add_argument(
+        "--max-action-rate",
+        metavar="RATE[,RATE...]",
+        help="limit how fast a Box action moves, in action units per second (one rate, or one per component); "
+        "the graph keeps the previous action as its state. Needs --period-ms",
+    )
+    e.add_argument(
+        "--period-ms",
+        type=float,
+        help="the control period --max-action-rate is stated at: the plant's step period (serve's --period-ms)",
+    )
     e.add_argument("--force", action="store_true", help="replace a non-empty --out directory")
     e.add_argument("--no-progress", action="store_true", help="no progress bar")
     e.set_defaults(func=run)
@@ -89,6 +101,8 @@ def run(args: argparse.Namespace) -> int:
         max_return_drop_pct=args.max_return_drop,
         noise=args.noise,
         noise_seed=args.noise_seed,
+        max_action_rate=args.max_action_rate,
+        period_ms=args.period_ms,
     )
     src = Path(args.run_dir)
     out = Path(args.out) if args.out else default_out(src)

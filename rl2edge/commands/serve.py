@@ -6,7 +6,7 @@ import argparse
 import logging
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rl2edge.commands.common import (
     MAX_NOISE_SEED,
@@ -27,6 +27,9 @@ from rl2edge.plc_bridge.realtime import (
     current_state,
     parse_cpus,
 )
+
+if TYPE_CHECKING:
+    from rl2edge.runtime.policy import Policy
 
 _logger = logging.getLogger("rl2edge")
 
@@ -195,6 +198,7 @@ def run(args: argparse.Namespace) -> int:
             "on" if policy.explore else "off (--no-explore)",
             args.noise_seed if args.noise_seed is not None else policy.noise["seed"],
         )
+    _say_rate_limit(policy, args.period_ms)
     bridge = BridgeConfig(
         endpoint=args.endpoint,
         node_map=node_map,
@@ -297,3 +301,26 @@ def summary_table(summary: dict[str, Any]) -> str:
 
 def _ms(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}"
+
+
+def _say_rate_limit(policy: Policy, period_ms: float) -> None:
+    """An artifact with a folded action-rate limit moves at most max_step per plant step (export.rate_limit):
+    max_rate only holds where the plant steps at the period export stated it at."""
+    rate = policy.manifest.data["folded"].get("action_rate")
+    if not rate:
+        return
+    _logger.info(
+        "action-rate limit: at most %s per plant step (%s units/s at %g ms)",
+        rate["max_step"],
+        rate["max_rate"],
+        rate["period_ms"],
+    )
+    if abs(float(rate["period_ms"]) - period_ms) > 1e-6 * period_ms:
+        _logger.warning(
+            "the artifact's action-rate limit is stated at a period of %g ms, serve's --period-ms is %g: the "
+            "limit applies per plant step, so it is %s units/s only where the plant steps every %g ms",
+            rate["period_ms"],
+            period_ms,
+            rate["max_rate"],
+            rate["period_ms"],
+        )

@@ -19,13 +19,13 @@ from rl2edge.train.core.spaces import action_spec
 
 
 def recurrent_setup(
-    env_id: str, n_envs: int, n_steps: int, **overrides: object
+    env_id: str, n_envs: int, n_steps: int, algo: str = "ppo_lstm", **overrides: object
 ) -> tuple[Any, dict[str, Any]]:
-    """(config, network spec) of ppo_lstm on `env_id`: minibatches of 2 envs' whole sequences."""
+    """(config, network spec) of `algo` on `env_id`: ppo_lstm's minibatches are 2 envs' whole sequences,
+    a2c_lstm's the whole rollout."""
+    batch = {"batch_size": 2 * n_steps} if algo == "ppo_lstm" else {}
     cfg = build_config(
-        env_id,
-        overrides={"n_envs": n_envs, "n_steps": n_steps, "batch_size": 2 * n_steps, **overrides},
-        algo="ppo_lstm",
+        env_id, overrides={"n_envs": n_envs, "n_steps": n_steps, **batch, **overrides}, algo=algo
     )
     env = gym.make(env_id)
     act = action_spec(env.action_space)

@@ -128,6 +128,32 @@ def test_same_seed_same_checkpoint(tmp_path: Path) -> None:
     assert json.loads((a / "checkpoint.json").read_text())["network"]["type"] == "recurrent_actor_critic"
 
 
+def test_a2c_lstm_through_the_cli_trains_exports_and_evaluates(tmp_path: Path, capfd) -> None:
+    """`train --algo a2c_lstm` (one RMSprop step per rollout), the same seed twice: one checkpoint; `export`
+    gives the LSTM cell's state contract, `evaluate` runs the file; all through the real main()."""
+    runs = []
+    for name in ("a", "b"):
+        run = tmp_path / name
+        args = ["train", "--algo", "a2c_lstm", "--env", NOVEL, "--steps", "1024", "--device", "cpu",
+                "--out", str(run), "--no-progress"]  # fmt: skip
+        assert main(args) == 0
+        runs.append(run)
+    assert_same_weights(*runs)
+    meta = json.loads((runs[0] / "checkpoint.json").read_text())
+    assert meta["algo"] == "a2c_lstm" and meta["network"]["type"] == "recurrent_actor_critic"
+    assert meta["hyperparameters"]["use_rms_prop"] is True and "clip_range" not in meta["hyperparameters"]
+    art = tmp_path / "art"
+    args = ["export", str(runs[0]), "--quantize", "int8", "--calib-episodes", "3", "--eval-episodes", "2",
+            "--out", str(art), "--no-progress"]  # fmt: skip
+    assert main(args) == 0
+    state = load_manifest(art).data["state"]
+    assert [t["name"] for t in state["tensors"]] == ["lstm_h_0", "lstm_c_0"]
+    capfd.readouterr()
+    assert main(["evaluate", str(art), "--episodes", "2", "--seed", "0", "--json"]) == 0
+    out = json.loads(capfd.readouterr().out.strip().splitlines()[-1])
+    assert out["returns"] == load_manifest(art).data["verification"]["closed_loop"]["this_file"]["returns"]
+
+
 @pytest.fixture(scope="module")
 def novel_artifacts(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """ppo_lstm on CartPole with the velocities hidden, 20k steps, exported in every mode."""

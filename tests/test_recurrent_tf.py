@@ -10,6 +10,7 @@ Pendulum's unscaled returns make the value loss ~10^3 (float32's own step there 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from pathlib import Path
@@ -20,7 +21,9 @@ import pytest
 tf = pytest.importorskip("tensorflow")
 
 from rl2edge.train.algos import build_config, train  # noqa: E402
+from rl2edge.train.tf_backend.a2c_lstm import TFRecurrentA2C  # noqa: E402
 from rl2edge.train.tf_backend.ppo_lstm import TFRecurrentPPO  # noqa: E402
+from rl2edge.train.torch_backend.a2c_lstm import TorchRecurrentA2C  # noqa: E402
 from rl2edge.train.torch_backend.ppo_lstm import TorchRecurrentPPO  # noqa: E402
 from testkit.recurrent import recurrent_rollouts, recurrent_setup  # noqa: E402
 from testkit.runs import export_run, tiny_train  # noqa: E402
@@ -31,14 +34,21 @@ NOVEL = "CartPoleNoVel-v1"
 PENDULUM_NOVEL = "PendulumNoVel-v1"
 
 
-def _pair_and_minibatches(env_id: str, n_steps: int = 64, batch: int = 0, **overrides: object):
-    """A torch agent, a TF agent with its weights, and the sequence minibatches of two numpy rollouts."""
-    cfg, network = recurrent_setup(env_id, 4, n_steps, **overrides)
-    torch_agent = TorchRecurrentPPO(network, cfg, 0, "cpu")
-    tf_agent = TFRecurrentPPO(network, cfg, 0, "cpu")
+def _pair_and_minibatches(
+    env_id: str, n_steps: int = 64, batch: int = 0, algo: str = "ppo_lstm", **overrides: object
+):
+    """A torch agent, a TF agent with its weights, and the sequence minibatches of two numpy rollouts
+    (a2c_lstm: one, the whole rollout, advantages as they are)."""
+    cfg, network = recurrent_setup(env_id, 4, n_steps, algo, **overrides)
+    torch_cls, tf_cls = (
+        (TorchRecurrentPPO, TFRecurrentPPO) if algo == "ppo_lstm" else (TorchRecurrentA2C, TFRecurrentA2C)
+    )
+    torch_agent = torch_cls(network, cfg, 0, "cpu")
+    tf_agent = tf_cls(network, cfg, 0, "cpu")
     tf_agent.policy.copy_from_torch(torch_agent.policy.state_dict())
     buffer, _ = recurrent_rollouts(env_id, cfg, network, torch_agent.rollout_weights())
-    mbs = list(buffer.sequence_minibatches(batch or 2 * n_steps, np.random.default_rng(0), True))
+    size = batch or (2 * n_steps if algo == "ppo_lstm" else 4 * n_steps)
+    mbs = list(buffer.sequence_minibatches(size, np.random.default_rng(0), cfg.normalize_advantage))
     return torch_agent, tf_agent, mbs
 
 
@@ -66,10 +76,10 @@ def _tf_grads(agent: TFRecurrentPPO, mb, clip: float) -> tuple[float, np.ndarray
     for prefix, lstm in (("lstm_actor", p.lstm_actor), ("lstm_critic", p.lstm_critic)):
         if lstm is None:
             continue
-        for k, (k_ih, k_hh, bias) in enumerate(lstm.cells):
+        for k, (k_ih, k_hh, b_ih, b_hh) in enumerate(lstm.cells):
             out[f"{prefix}.weight_ih_l{k}"] = g(k_ih).T
             out[f"{prefix}.weight_hh_l{k}"] = g(k_hh).T
-            out[f"{prefix}.bias_ih_l{k}"] = out[f"{prefix}.bias_hh_l{k}"] = g(bias)  # one bias, both torch's
+            out[f"{prefix}.bias_ih_l{k}"], out[f"{prefix}.bias_hh_l{k}"] = g(b_ih), g(b_hh)
     if p.critic_linear is not None:
         dense = p.critic_linear.layers[-1]
         out["critic_linear.weight"], out["critic_linear.bias"] = g(dense.kernel).T, g(dense.bias)
@@ -99,6 +109,55 @@ def test_torch_and_tf_give_the_same_loss_and_gradients(env_id: str, overrides: d
         for name, grad in t_grads.items():
             np.testing.assert_allclose(f_grads[name], grad, rtol=1e-5, atol=1e-5, err_msg=name)
         assert np.abs(t_grads["lstm_actor.weight_hh_l0"]).max() > 1e-6  # the recurrence is trained
+
+
+def _flat_weights(w) -> list[np.ndarray]:
+    """A RecurrentWeights (the numpy rollout's view of either backend's agent) as a list of arrays."""
+    if w is None:
+        return []
+    if isinstance(w, np.ndarray):
+        return [w]
+    if isinstance(w, (list, tuple)):
+        return [a for item in w for a in _flat_weights(item)]
+    return [a for f in dataclasses.fields(w) for a in _flat_weights(getattr(w, f.name))]
+
+
+@pytest.mark.parametrize("env_id", [NOVEL, PENDULUM_NOVEL], ids=["discrete", "box"])
+def test_a2c_lstm_torch_and_tf_give_the_same_loss_gradients_and_rmsprop_step(env_id: str) -> None:
+    """a2c_lstm: one minibatch, the whole rollout (4 envs' sequences), A2C's loss and RMSprop in both
+    backends: loss, stats and gradients as ppo_lstm's test, then the weights after one update."""
+    n_steps = 128 if env_id == PENDULUM_NOVEL else 32
+    torch_agent, tf_agent, mbs = _pair_and_minibatches(env_id, n_steps, algo="a2c_lstm")
+    assert len(mbs) == 1 and mbs[0].obs.shape[:2] == (n_steps, 4) and mbs[0].starts[1:].any()
+    t_loss, t_stats, t_grads = _torch_grads(torch_agent, mbs[0], 0.0)
+    f_loss, f_stats, f_grads = _tf_grads(tf_agent, mbs[0], 0.0)
+    assert t_stats.shape == (3,)  # policy loss, value loss, entropy: no ratio, no clip
+    np.testing.assert_allclose(f_loss, t_loss, rtol=1e-6, atol=1e-5)
+    np.testing.assert_allclose(f_stats, t_stats, rtol=1e-6, atol=1e-5)
+    for name, grad in t_grads.items():
+        np.testing.assert_allclose(f_grads[name], grad, rtol=1e-5, atol=1e-5, err_msg=name)
+    assert type(torch_agent.optimizer).__name__ == "RMSprop"
+    before = _flat_weights(torch_agent.rollout_weights())  # the TF agent's too: copied from it
+    params = {n: p.detach().numpy().copy() for n, p in torch_agent.policy.named_parameters()}
+    torch_agent.train_minibatches(mbs, 0.0)
+    tf_agent.train_minibatches(mbs, 0.0)
+    after_torch, after_tf = (
+        _flat_weights(torch_agent.rollout_weights()),
+        _flat_weights(tf_agent.rollout_weights()),
+    )
+    # RMSprop's first step is lr * g / (sqrt(1 - alpha) |g| + eps): 10 lr for every gradient well above eps
+    # (Adam's would be lr), and as steep as lr / eps in g where g is near 0. Gradients agree to 1e-5, so the
+    # steps agree to (lr / eps) * 1e-5 = lr.
+    lr = torch_agent.cfg.learning_rate(1.0)
+    steps_torch = [a - b for a, b in zip(after_torch, before, strict=True)]
+    steps_tf = [a - b for a, b in zip(after_tf, before, strict=True)]
+    largest = max(  # torch's own parameters: the rollout's view sums its two LSTM biases
+        float(np.abs(p.detach().numpy() - params[name]).max())
+        for name, p in torch_agent.policy.named_parameters()
+    )
+    assert abs(largest - 10 * lr) < 0.01 * lr, (largest, lr)
+    for a, b in zip(steps_torch, steps_tf, strict=True):
+        np.testing.assert_allclose(b, a, atol=lr)
 
 
 @pytest.mark.parametrize("batch", [128, 16], ids=["whole-sequences", "chunks"])
@@ -197,3 +256,20 @@ def test_a_dict_of_vector_keys_exports_one_input_per_key_with_the_state(
     assert [k["name"] for k in m["model"]["input"]["keys"]] == [k["name"] for k in m["observation"]["keys"]]
     assert [t["name"] for t in m["state"]["tensors"]] == ["lstm_h_0", "lstm_c_0"]
     assert m["verification"]["tflite_vs_source"]["max_abs_error"] <= 1e-4
+
+
+def test_a2c_lstm_traces_once_over_a_run_and_eager_equals_graph(tmp_path: Path) -> None:
+    agents: list = []
+    cfg = build_config(NOVEL, overrides={"n_timesteps": 2048, "eval_freq": 0}, algo="a2c_lstm")
+    train("tf", NOVEL, cfg, 0, tmp_path / "a", device="cpu", progress=False, agent_out=agents)
+    assert agents[0].trace_counts() == {"train_many": 1}  # 32 updates, one trace
+    _, tf_agent, mbs = _pair_and_minibatches(NOVEL, 32, algo="a2c_lstm")
+    eager_loss, eager_stats = tf_agent.loss(mbs[0], 0.0)
+    fields = ("obs", "actions", "old_logprobs", "old_values", "advantages", "returns", "starts")
+    graph_loss, graph_stats = tf.function(tf_agent.loss_fn)(
+        *(tf.constant(getattr(mbs[0], f)) for f in fields),
+        *(tf.constant(s) for s in tf_agent._states(mbs[0])),
+        tf.constant(0.0),
+    )
+    assert abs(float(eager_loss) - float(graph_loss)) < 1e-6
+    np.testing.assert_allclose(eager_stats.numpy(), graph_stats.numpy(), atol=1e-6)

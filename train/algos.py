@@ -210,6 +210,19 @@ ALGOS: dict[str, Algo] = {
             network="recurrent_actor_critic",
             on_policy=True,
         ),
+        Algo(  # ppo_lstm's network, rollout and export; A2C's update: one step per rollout, RMSprop
+            "a2c_lstm",
+            "rl2edge.train.core.recurrent_config:RecurrentA2CConfig",
+            "rl2edge.train.core.recurrent_driver:train_recurrent",
+            {
+                "torch": "rl2edge.train.torch_backend.a2c_lstm:TorchRecurrentA2C",
+                "tf": "rl2edge.train.tf_backend.a2c_lstm:TFRecurrentA2C",
+            },
+            ("discrete", "box"),
+            "clip_unscale",
+            network="recurrent_actor_critic",
+            on_policy=True,
+        ),
     )
 }
 

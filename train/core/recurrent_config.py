@@ -1,40 +1,29 @@
-"""Recurrent PPO's configuration: sb3-contrib's RecurrentPPO names and defaults (its MlpLstmPolicy's
-policy_kwargs as flat fields, as the Zoo's ppo_lstm files give them in policy_kwargs)."""
+"""Recurrent PPO's and A2C's configuration: sb3-contrib's RecurrentPPO names and defaults (its
+MlpLstmPolicy's policy_kwargs as flat fields, as the Zoo's ppo_lstm files give them in policy_kwargs)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from rl2edge.errors import ConfigError
-from rl2edge.train.core.config import PPOConfig
+from rl2edge.train.core.config import A2CConfig, PPOConfig
 from rl2edge.train.core.schedules import Schedule
+
+RECURRENT_JSON = ("lstm_hidden_size", "n_lstm_layers", "shared_lstm", "enable_critic_lstm")
 
 
 @dataclass
-class RecurrentPPOConfig(PPOConfig):
-    """PPO with an LSTM in front of the actor's MLP (and, by default, another in front of the critic's).
+class LSTMFields:
+    """The LSTM of a recurrent actor-critic, sb3-contrib's MlpLstmPolicy's policy_kwargs as flat fields (the
+    Zoo's names). `policy` is set by each algorithm's config: RunConfig's own default would win here."""
 
-    Minibatches are consecutive steps: `batch_size` counts steps; n_steps times a divisor of n_envs gives
-    whole env sequences, a divisor of n_steps chunks of one env's sequence, each replayed from the state
-    recorded at its first step with the episode starts inside it as masks. sb3-contrib cuts sequences at
-    episode starts and pads them instead; both give every step the state the rollout acted with."""
+    if TYPE_CHECKING:  # RunConfig's, which every config that mixes this in has
+        algo: ClassVar[str]
+        policy: str
+        frame_stack: int
 
-    algo = "ppo_lstm"
-    json_order = (
-        *PPOConfig.json_order,
-        "lstm_hidden_size",
-        "n_lstm_layers",
-        "shared_lstm",
-        "enable_critic_lstm",
-    )
-    n_steps: int = 128
-    """Steps per env per rollout (sb3-contrib's default)."""
-    batch_size: int = 128
-    """Steps per minibatch: n_steps times a divisor of n_envs (whole env sequences), or a divisor of n_steps
-    (chunks of one env's sequence)."""
-    learning_rate: Schedule = field(default_factory=lambda: Schedule(3e-4))
-    """Step size; 'lin_X' anneals linearly to 0."""
     lstm_hidden_size: int = 256
     """Width of each LSTM layer's hidden and cell state."""
     n_lstm_layers: int = 1
@@ -43,11 +32,9 @@ class RecurrentPPOConfig(PPOConfig):
     """The critic reads the actor's LSTM output (its gradient stopped), as sb3-contrib's shared_lstm."""
     enable_critic_lstm: bool = True
     """The critic has an LSTM of its own; with neither this nor shared_lstm, a Linear layer stands in."""
-    policy: str = "MlpLstmPolicy"
-    """The Zoo's name: MlpLstmPolicy (MultiInputLstmPolicy for a Dict of vector keys)."""
 
     def network_fields(self) -> dict[str, Any]:
-        """The checkpoint network's fields beyond PPO's: the LSTMs (sb3-contrib's names)."""
+        """The checkpoint network's fields beyond the MLP's: the LSTMs (sb3-contrib's names)."""
         return {
             "rnn": "lstm",
             "lstm_hidden_size": int(self.lstm_hidden_size),
@@ -56,20 +43,22 @@ class RecurrentPPOConfig(PPOConfig):
             "enable_critic_lstm": bool(self.enable_critic_lstm),
         }
 
-    def validate(self) -> None:
-        if self.policy not in ("MlpLstmPolicy", "MultiInputLstmPolicy"):
+    def validate_recurrent(self, validate_rest: Callable[[], None]) -> None:
+        """The LSTM's checks around `validate_rest` (RunConfig's, which knows MlpPolicy only)."""
+        algo, policy = self.algo, self.policy
+        if policy not in ("MlpLstmPolicy", "MultiInputLstmPolicy"):
             raise ConfigError(
-                f"policy {self.policy!r}: ppo_lstm trains MlpLstmPolicy (or MultiInputLstmPolicy for a Dict "
+                f"policy {policy!r}: {algo} trains MlpLstmPolicy (or MultiInputLstmPolicy for a Dict "
                 "observation); CnnLstmPolicy is not implemented"
             )
-        policy, self.policy = self.policy, "MlpPolicy"  # the rest of RunConfig's checks
+        self.policy = "MlpPolicy"
         try:
-            super().validate()
+            validate_rest()
         finally:
             self.policy = policy
         if self.frame_stack > 1:
             raise ConfigError(
-                f"frame_stack {self.frame_stack} with {self.algo}: the LSTM is the policy's memory; choose one"
+                f"frame_stack {self.frame_stack} with {algo}: the LSTM is the policy's memory; choose one"
             )
         if self.shared_lstm and self.enable_critic_lstm:
             raise ConfigError(
@@ -79,6 +68,31 @@ class RecurrentPPOConfig(PPOConfig):
         for name in ("lstm_hidden_size", "n_lstm_layers"):
             if int(getattr(self, name)) <= 0:
                 raise ConfigError(f"{name} must be a positive integer, got {getattr(self, name)}")
+
+
+@dataclass
+class RecurrentPPOConfig(PPOConfig, LSTMFields):
+    """PPO with an LSTM in front of the actor's MLP (and, by default, another in front of the critic's).
+
+    Minibatches are consecutive steps: `batch_size` counts steps; n_steps times a divisor of n_envs gives
+    whole env sequences, a divisor of n_steps chunks of one env's sequence, each replayed from the state
+    recorded at its first step with the episode starts inside it as masks. sb3-contrib cuts sequences at
+    episode starts and pads them instead; both give every step the state the rollout acted with."""
+
+    algo = "ppo_lstm"
+    json_order = (*PPOConfig.json_order, *RECURRENT_JSON)
+    n_steps: int = 128
+    """Steps per env per rollout (sb3-contrib's default)."""
+    batch_size: int = 128
+    """Steps per minibatch: n_steps times a divisor of n_envs (whole env sequences), or a divisor of n_steps
+    (chunks of one env's sequence)."""
+    learning_rate: Schedule = field(default_factory=lambda: Schedule(3e-4))
+    """Step size; 'lin_X' anneals linearly to 0."""
+    policy: str = "MlpLstmPolicy"
+    """The Zoo's name: MlpLstmPolicy (MultiInputLstmPolicy for a Dict of vector keys)."""
+
+    def validate(self) -> None:
+        self.validate_recurrent(super().validate)
         whole = self.batch_size >= self.n_steps
         if (
             whole and (self.batch_size % self.n_steps or self.n_envs % (self.batch_size // self.n_steps))
@@ -88,3 +102,18 @@ class RecurrentPPOConfig(PPOConfig):
                 f"or be n_steps times a divisor of n_envs ({self.n_envs}: whole env sequences); recurrent "
                 f"minibatches replay consecutive steps. For example batch_size: {self.n_steps * max(1, self.n_envs // 2)}"
             )
+
+
+@dataclass
+class RecurrentA2CConfig(A2CConfig, LSTMFields):
+    """A2C with an LSTM (sb3-contrib has no recurrent A2C: RecurrentPPO's network and rollout, A2C's update):
+    one gradient step per rollout on all envs' whole sequences, each replayed from the state recorded at
+    its first step, RMSprop as A2C."""
+
+    algo = "a2c_lstm"
+    json_order = (*A2CConfig.json_order, *RECURRENT_JSON)
+    policy: str = "MlpLstmPolicy"
+    """The Zoo's name: MlpLstmPolicy (MultiInputLstmPolicy for a Dict of vector keys)."""
+
+    def validate(self) -> None:
+        self.validate_recurrent(super().validate)

@@ -93,6 +93,8 @@ def train_recurrent(
     run.act_fn = lambda agent_, norm_: StatefulEvaluator(agent_, norm_, run.to_env, obs_spec.flatten, network)
     buffer = SequenceBuffer(cfg.n_steps, cfg.n_envs, run.obs_shape, run.discrete, act_spec.output_width)
     batch_steps = cfg.n_envs * cfg.n_steps
+    minibatch = cfg.batch_size or batch_steps  # A2C: the whole rollout, one gradient step
+    stat_names = getattr(agent, "stat_names", STAT_NAMES)
     n_updates = max(1, math.ceil(cfg.n_timesteps / batch_steps))
     scale = RewardScaler(cfg.n_envs, cfg.gamma) if cfg.normalize_reward else None
     live_norm = cfg.norm_obs_update == "step"
@@ -105,7 +107,7 @@ def train_recurrent(
     try:
         for update in range(n_updates):
             progress_remaining = 1.0 - update / n_updates
-            clip = cfg.clip_range(progress_remaining)
+            clip = cfg.clip_range(progress_remaining) if cfg.clip_range is not None else 0.0  # A2C: none
             lr = cfg.learning_rate(progress_remaining)
             agent.set_learning_rate(lr)
 
@@ -117,19 +119,19 @@ def train_recurrent(
             global_step += batch_steps
             buffer.finish(seg.last_values, cfg.gamma, cfg.gae_lambda)
 
-            # UPDATE: n_epochs over minibatches of whole env sequences.
+            # UPDATE: n_epochs over minibatches of whole env sequences (A2C: one, the whole rollout).
             done_epochs = []
             for _ in range(cfg.n_epochs):
-                mbs = list(buffer.sequence_minibatches(cfg.batch_size, rng, cfg.normalize_advantage))
+                mbs = list(buffer.sequence_minibatches(minibatch, rng, cfg.normalize_advantage))
                 done_epochs.append(agent.train_minibatches(mbs, clip))
                 if cfg.target_kl is not None and done_epochs[-1][3] > 1.5 * cfg.target_kl:
                     break
             stats = dict(
-                zip(STAT_NAMES, np.mean(done_epochs, axis=0).astype(np.float64).tolist(), strict=True)
+                zip(stat_names, np.mean(done_epochs, axis=0).astype(np.float64).tolist(), strict=True)
             )
             bar.update(batch_steps)
 
-            row = {"lr": lr, "clip_range": clip, **stats}
+            row = {"lr": lr, **({"clip_range": clip} if cfg.clip_range is not None else {}), **stats}
             if run.recent_returns:
                 row["rollout_return_mean"] = float(np.mean(run.recent_returns[-20:]))
                 bar.set_postfix(ret=f"{row['rollout_return_mean']:.1f}")

@@ -62,9 +62,8 @@ class TFRecurrentPPO:
         keras.utils.set_random_seed(seed)  # once, before the layers' initializers draw
         self.policy = TFRecurrentActorCritic(network, seed)
         self.layers, self.hidden = int(network["n_lstm_layers"]), int(network["lstm_hidden_size"])
-        self.optimizer = keras.optimizers.Adam(learning_rate=cfg.learning_rate(1.0), epsilon=1e-5)
-        self.optimizer.build(self.policy.trainable_variables)
-        self.loss_fn = make_loss_fn(self.policy, cfg)
+        self.optimizer = self.make_optimizer()
+        self.loss_fn = self.make_loss_fn()
         discrete, obs_dim, act_dim = network["discrete"], network["obs_dim"], network["act_dim"]
         # [minibatches, T, E, ...]; the states [minibatches, layers, E, H]
         seq = lambda *tail, dtype=tf.float32: tf.TensorSpec([None, None, None, *tail], dtype)  # noqa: E731
@@ -76,6 +75,16 @@ class TFRecurrentPPO:
             input_signature=[seq(obs_dim), actions, seq(), seq(), seq(), seq(), seq(), state, state, state,
                              state, tf.TensorSpec([], tf.float32)],
         )  # fmt: skip
+
+    def make_optimizer(self) -> Any:
+        import keras
+
+        optimizer = keras.optimizers.Adam(learning_rate=self.cfg.learning_rate(1.0), epsilon=1e-5)
+        optimizer.build(self.policy.trainable_variables)
+        return optimizer
+
+    def make_loss_fn(self) -> Any:
+        return make_loss_fn(self.policy, self.cfg)
 
     def _train_graph(
         self, obs, actions, old_logp, old_values, adv, returns, starts, pi_h, pi_c, vf_h, vf_c, clip

@@ -3,8 +3,9 @@ layout (an LSTM in front of the actor's MLP; in front of the critic's its own LS
 its gradient stopped, or a Dense layer) and the same gate order (i, f, g, o), so that weights copy across
 (`copy_from_torch`, for the parity tests) and one numpy rollout serves both.
 
-The LSTM is written as its step arithmetic on explicit variables (a kernel on the input, one on h, one
-bias: torch's b_ih + b_hh), run over a sequence by a loop over its steps with each env's state zeroed where
+The LSTM is written as its step arithmetic on explicit variables (a kernel on the input, one on h, and
+torch's two biases b_ih and b_hh: one bias would train at half their sum's speed under Adam or RMSprop,
+whose step per variable does not scale with the gradient), run over a sequence by a loop over its steps with each env's state zeroed where
 its episode starts: one loop in the training graph, traced once for any sequence length and env count.
 """
 
@@ -24,7 +25,7 @@ LSTMLayer = tuple[np.ndarray, np.ndarray, np.ndarray]
 
 class TFLSTM(keras.layers.Layer):
     """A stacked LSTM's weights and its step; PyTorch's init (uniform in +-1/sqrt(hidden) for every weight
-    and both biases, whose sum is the bias here)."""
+    and both biases)."""
 
     def __init__(self, in_dim: int, hidden: int, layers: int, seed: int, name: str):
         super().__init__(name=name)
@@ -32,24 +33,21 @@ class TFLSTM(keras.layers.Layer):
         bound = 1.0 / math.sqrt(hidden)
         seeds = iter(range(seed, seed + 4 * layers))
         uniform = lambda: keras.initializers.RandomUniform(-bound, bound, seed=next(seeds))  # noqa: E731
-        self.cells: list[tuple[Any, Any, Any]] = []
+        self.cells: list[tuple[Any, Any, Any, Any]] = []
         for k in range(layers):
             n_in = in_dim if k == 0 else hidden
             k_ih = self.add_weight(shape=(n_in, 4 * hidden), initializer=uniform(), name=f"kernel_ih_{k}")
             k_hh = self.add_weight(shape=(hidden, 4 * hidden), initializer=uniform(), name=f"kernel_hh_{k}")
-            b_ih = keras.ops.convert_to_numpy(uniform()((4 * hidden,)))
-            b_hh = keras.ops.convert_to_numpy(uniform()((4 * hidden,)))
-            bias = self.add_weight(
-                shape=(4 * hidden,), initializer=keras.initializers.Constant(b_ih + b_hh), name=f"bias_{k}"
-            )
-            self.cells.append((k_ih, k_hh, bias))
+            b_ih = self.add_weight(shape=(4 * hidden,), initializer=uniform(), name=f"bias_ih_{k}")
+            b_hh = self.add_weight(shape=(4 * hidden,), initializer=uniform(), name=f"bias_hh_{k}")
+            self.cells.append((k_ih, k_hh, b_ih, b_hh))
         self.built = True
 
     def step(self, x: tf.Tensor, h: tf.Tensor, c: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
         """One step on [rows, in] from (h, c) [layers, rows, H]: the top layer's h, and the new (h, c)."""
         hs, cs = [], []
-        for k, (k_ih, k_hh, bias) in enumerate(self.cells):
-            gates = tf.matmul(x, k_ih) + tf.matmul(h[k], k_hh) + bias
+        for k, (k_ih, k_hh, b_ih, b_hh) in enumerate(self.cells):
+            gates = tf.matmul(x, k_ih) + tf.matmul(h[k], k_hh) + (b_ih + b_hh)
             i, f, g, o = tf.split(gates, 4, axis=-1)
             c_k = tf.sigmoid(f) * c[k] + tf.sigmoid(i) * tf.tanh(g)
             x = tf.sigmoid(o) * tf.tanh(c_k)
@@ -68,15 +66,17 @@ class TFLSTM(keras.layers.Layer):
         return out.stack()
 
     def numpy_layers(self) -> list[LSTMLayer]:
-        return [(k_ih.numpy(), k_hh.numpy(), bias.numpy()) for k_ih, k_hh, bias in self.cells]
+        """Per layer (kernel on x, kernel on h, bias): the rollout's and the export's one bias, b_ih + b_hh."""
+        return [(k_ih.numpy(), k_hh.numpy(), (b_ih + b_hh).numpy()) for k_ih, k_hh, b_ih, b_hh in self.cells]
 
     def copy_from_torch(self, state: dict[str, Any], prefix: str) -> None:
         """Take torch's nn.LSTM weights (weight_ih_l{k} [4H, in], weight_hh_l{k}, bias_ih_l{k}, bias_hh_l{k})."""
         value = lambda name: np.asarray(state[f"{prefix}.{name}"].detach().cpu().numpy())  # noqa: E731
-        for k, (k_ih, k_hh, bias) in enumerate(self.cells):
+        for k, (k_ih, k_hh, b_ih, b_hh) in enumerate(self.cells):
             k_ih.assign(value(f"weight_ih_l{k}").T)
             k_hh.assign(value(f"weight_hh_l{k}").T)
-            bias.assign(value(f"bias_ih_l{k}") + value(f"bias_hh_l{k}"))
+            b_ih.assign(value(f"bias_ih_l{k}"))
+            b_hh.assign(value(f"bias_hh_l{k}"))
 
 
 class TFRecurrentActorCritic(keras.Model):

@@ -44,7 +44,10 @@ class TorchRecurrentPPO:
         self.cfg, self.dev, self.device = cfg, dev, str(dev)
         self.policy = RecurrentActorCritic(network).to(dev)
         self.params = list(self.policy.parameters())
-        self.optimizer = torch.optim.Adam(self.params, lr=cfg.learning_rate(1.0), eps=1e-5, fused=True)
+        self.optimizer = self.make_optimizer()
+
+    def make_optimizer(self) -> torch.optim.Optimizer:
+        return torch.optim.Adam(self.params, lr=self.cfg.learning_rate(1.0), eps=1e-5, fused=True)
 
     def _t(self, x: np.ndarray) -> torch.Tensor:
         return torch.as_tensor(x, device=self.dev)

@@ -1,0 +1,48 @@
+"""Recurrent A2C's TensorFlow side, the twin of train.torch_backend.a2c_lstm: recurrent PPO's compiled
+update (fixed input signature, one trace, every minibatch in one XLA call) with A2C's loss over the
+sequences and PyTorch's RMSprop."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rl2edge.train.core.config import A2CConfig
+from rl2edge.train.core.recurrent_config import RecurrentA2CConfig
+from rl2edge.train.tf_backend.a2c import STAT_NAMES
+from rl2edge.train.tf_backend.ppo_lstm import TFRecurrentPPO
+
+
+def make_a2c_lstm_loss_fn(model: Any, cfg: RecurrentA2CConfig) -> Any:
+    """A2C's loss with recurrent PPO's loss signature (the recorded log-probs and values and the clip are
+    unused: A2C's update needs none of them)."""
+    import tensorflow as tf
+
+    def loss_fn(obs, actions, old_logp, old_values, adv, returns, starts, pi_h, pi_c, vf_h, vf_c, clip):
+        logp, entropy, values = model.evaluate_sequences(obs, actions, starts, (pi_h, pi_c), (vf_h, vf_c))
+        adv, returns = tf.reshape(adv, [-1]), tf.reshape(returns, [-1])  # the (t, e) order of evaluate
+        pg_loss = -tf.reduce_mean(adv * logp)
+        v_loss = tf.reduce_mean(tf.square(returns - values))
+        ent = tf.reduce_mean(entropy)
+        return pg_loss - cfg.ent_coef * ent + cfg.vf_coef * v_loss, tf.stack([pg_loss, v_loss, ent])
+
+    return loss_fn
+
+
+class TFRecurrentA2C(TFRecurrentPPO):
+    stat_names = STAT_NAMES
+    cfg: RecurrentA2CConfig  # type: ignore[assignment]
+
+    def make_optimizer(self) -> Any:
+        if not self.cfg.use_rms_prop:
+            return super().make_optimizer()
+        from rl2edge.train.tf_backend.rmsprop import TorchRMSprop
+
+        return TorchRMSprop(
+            self.policy.trainable_variables,
+            self.cfg.learning_rate(1.0),
+            A2CConfig.RMSPROP_ALPHA,
+            self.cfg.rms_prop_eps,
+        )
+
+    def make_loss_fn(self) -> Any:
+        return make_a2c_lstm_loss_fn(self.policy, self.cfg)

@@ -55,6 +55,7 @@ ZOO: dict[tuple[str, str], tuple[int, float | None]] = {
     ("ppo_lstm", "CartPoleNoVel-v1"): (100_000, 500.0),
     ("ppo", "CartPoleNoVel-v1"): (100_000, None),
     ("ppo_lstm", "PendulumNoVel-v1"): (100_000, -217.9),  # the Zoo's benchmark (with gSDE): -217.9 +- 140.1
+    ("a2c_lstm", "CartPoleNoVel-v1"): (100_000, None),  # sb3-contrib and the Zoo have no recurrent A2C
 }
 AGV = "examples.agv:AgvDictEnv"
 CAMERA = "testkit.dict_envs:CameraCartPole"
@@ -68,13 +69,14 @@ CONFIGS = {
 }
 SUITES = {
     "must-show": [("sac", "Pendulum-v1"), ("td3", "Pendulum-v1"), ("dqn", "CartPole-v1")],
-    "zoo": [c for c in ZOO if c[0] not in ("a2c", "rainbow", "ppo_lstm") and "NoVel" not in c[1]],
+    "zoo": [c for c in ZOO if c[0] not in ("a2c", "rainbow") and "NoVel" not in c[1]],
     # A2C and Rainbow (issue #15); LunarLander's 500k Rainbow steps run as their own cell, one seed
     "agv": [("ppo", AGV), ("sac", AGV)],
     "camera": [("ppo", CAMERA)],  # a camera key through rl2edge's own Nature-CNN
     # a task that needs memory: an LSTM policy (its state carried by the artifact) next to plain PPO
     "memory": [
         ("ppo_lstm", "CartPoleNoVel-v1"),
+        ("a2c_lstm", "CartPoleNoVel-v1"),
         ("ppo", "CartPoleNoVel-v1"),
         ("ppo", "CartPoleNoVel-v1", "stack4"),
     ],

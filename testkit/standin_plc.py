@@ -240,7 +240,7 @@ class StandinPlc:
         self.namespace_uri = self._ready_info["namespace_uri"]
         if self.env is not None:
             obs, _ = self.env.reset(seed=self.seed)
-            self.observe(obs)
+            self.observe(obs, episode_start=True)
             self._spawn(self._plant_lockstep if self.lockstep else self._plant_realtime, "standin-plant")
         return self
 
@@ -285,13 +285,16 @@ class StandinPlc:
         return None if self._proc is None else self._proc.poll()
 
     # ------------------------------------------------------------------------------------ commands
-    def observe(self, obs: Any) -> Any:
+    def observe(self, obs: Any, episode_start: bool | None = None) -> Any:
         """Publish an observation (values converted to the Obs type), then ObsSeq + 1; returns ObsSeq.
-        A Dict observation (a mapping) goes in as its keys' values concatenated in key order."""
+        A Dict observation (a mapping) goes in as its keys' values concatenated in key order. With
+        `episode_start`, the EpisodeStart node is set to it before ObsSeq moves (the plant sets it True on
+        each episode's first observation)."""
         if isinstance(obs, Mapping):
             obs = [v for key, _ in self.obs_keys for v in _flat(obs[key])]
         values = [_jsonable(v) for v in _flat(obs)]
-        return self._request("observe", obs=values)
+        flag = {} if episode_start is None else {"episode_start": bool(episode_start)}
+        return self._request("observe", obs=values, **flag)
 
     def set(self, node: str, value: Any = None, status: str = "Good") -> Any:
         """Set a node's value (None: keep it) and StatusCode, as the PLC program would; returns the value."""
@@ -351,9 +354,9 @@ class StandinPlc:
         prefix = f"nsu={self.namespace_uri}" if nsu else f"ns={self.namespace_index}"
         return f"{prefix};s=RL.{name}"
 
-    def node_map(self, *, nsu: bool = True) -> dict[str, Any]:
+    def node_map(self, *, nsu: bool = True, episode_start: bool = False) -> dict[str, Any]:
         """The node-map fields (observation, observation_seq, action, ...) for this layout; layout "keys":
-        the observation per key ({key: node})."""
+        the observation per key ({key: node}); `episode_start`: map the EpisodeStart flag too."""
         observation: Any
         if self.layout == "scalar":
             observation = [self.node_id(f"Obs_{i}", nsu=nsu) for i in range(self.obs_dim)]
@@ -370,6 +373,7 @@ class StandinPlc:
             "action_seq": self.node_id("ActSeq", nsu=nsu),
             "heartbeat": self.node_id("Heartbeat", nsu=nsu),
             "status": self.node_id("Status", nsu=nsu),
+            **({"episode_start": self.node_id("EpisodeStart", nsu=nsu)} if episode_start else {}),
         }
 
     # ------------------------------------------------------------------------------------ plumbing
@@ -486,7 +490,7 @@ class StandinPlc:
                 self._done.set()
                 return False
             obs, _ = self.env.reset(seed=self.seed + len(self.returns))
-        self.observe(obs)
+        self.observe(obs, episode_start=terminated or truncated)
         self._steps += 1
         return True
 

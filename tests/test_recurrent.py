@@ -478,8 +478,9 @@ def test_with_the_plcs_episode_start_node_every_served_episode_equals_evaluate(
 def test_the_node_opcua_stand_in_serves_the_recurrent_int8_artifact_as_evaluate_acts(
     weak_artifact: Path, tmp_path: Path
 ) -> None:
-    """Another OPC UA stack (node-opcua, a PLC data block of typed scalars), which has no episode-start
-    node: the state starts afresh at connect, so the first episode returns evaluate's return."""
+    """Another OPC UA stack (node-opcua, a PLC data block of typed scalars) with its EpisodeStart flag in
+    the node map: serve resets the state with each episode's first observation, so each of 3 episodes
+    returns evaluate's return on its seed."""
     import yaml
 
     from rl2edge.train.core.evaluation import evaluate
@@ -487,14 +488,14 @@ def test_the_node_opcua_stand_in_serves_the_recurrent_int8_artifact_as_evaluate_
     from testkit.standin_plc import StandinPlc
 
     summary = tmp_path / "serve.json"
-    with StandinPlc(NOVEL, seed=3, episodes=1, layout="scalar", workdir=tmp_path / "plc") as plc:
+    with StandinPlc(NOVEL, seed=3, episodes=3, layout="scalar", workdir=tmp_path / "plc") as plc:
         node_map = tmp_path / "map.yaml"
-        node_map.write_text(yaml.safe_dump(plc.node_map(nsu=True)))
+        node_map.write_text(yaml.safe_dump(plc.node_map(nsu=True, episode_start=True)))
         args = ["serve", str(weak_artifact), "--endpoint", plc.endpoint, "--map", str(node_map), "--summary",
                 str(summary), "--period-ms", "5", *NO_MISS]  # fmt: skip
         with running(args, tmp_path / "serve.log") as serve:
             returns = plc.wait_episodes(120)
             assert stop(serve) == 0, (tmp_path / "serve.log").read_text()
-    assert returns == evaluate(Policy.load(weak_artifact).predict, NOVEL, 1, 3).returns
+    assert returns == evaluate(Policy.load(weak_artifact).predict, NOVEL, 3, 3).returns
     s = json.loads(summary.read_text())
-    assert s["deadline_misses"] == 0 and s["state_resets"] == 1
+    assert s["deadline_misses"] == 0 and s["state_resets"] == 1  # the connect; episodes are not serve's

@@ -67,6 +67,7 @@ def test_scalar_layout_types_and_access(scalar_plc: StandinPlc) -> None:
         "ActSeq": 6,
         "Heartbeat": 5,  # UInt16
         "Status": 4,
+        "EpisodeStart": 1,  # Boolean
     }
 
     async def check() -> dict[str, Any]:
@@ -88,6 +89,7 @@ def test_scalar_layout_types_and_access(scalar_plc: StandinPlc) -> None:
                 "ActSeq",
                 "Heartbeat",
                 "Status",
+                "EpisodeStart",
             }
             out = {}
             for name, node in children.items():

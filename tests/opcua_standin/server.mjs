@@ -56,7 +56,8 @@ const DEFAULT_TYPES = {
     Act: "Int16",
     ActSeq: "Int32",
     Heartbeat: "UInt16",
-    Status: "Int16"
+    Status: "Int16",
+    EpisodeStart: "Boolean" // set with an episode's first observation (`observe` with episode_start)
 };
 const KINDS = Object.keys(DEFAULT_TYPES);
 const CONFIG_KEYS = new Set([
@@ -396,6 +397,7 @@ if (cfg.layout === "scalar") {
 }
 addVar("Heartbeat", null);
 addVar("Status", null);
+addVar("EpisodeStart", null);
 
 function readJs(name) {
     const { node, typeName, dim } = variables.get(name);
@@ -530,6 +532,8 @@ const commands = {
                 start += k.size;
             }
         } else obs.forEach((x, i) => writeLocal(`Obs_${i}`, x));
+        // as a PLC program: the flag with the observation, before the sequence number that announces both
+        if (msg.episode_start !== undefined) writeLocal("EpisodeStart", coerceValue(cfg.types.EpisodeStart, msg.episode_start));
         const seq = nextSeq(cfg.types.ObsSeq, readJs("ObsSeq"));
         writeLocal("ObsSeq", seq);
         armed = true;

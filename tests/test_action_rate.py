@@ -188,3 +188,35 @@ def test_a_recurrent_policy_carries_its_lstm_state_and_the_previous_action(
     assert np.abs(np.diff(np.stack(acts), axis=0)).max() <= MAX_STEP + 1e-6
     state = policy.state()
     assert set(state) == set(names) and np.array_equal(state["prev_action"][0], acts[-1])
+
+
+def test_the_agv_with_memory_and_the_drives_limits_runs_as_written(tmp_path: Path) -> None:
+    """examples/agv/README.md's ppo_lstm block, after the walk-through's set-up, on a small budget: the
+    artifact takes the four keys, carries h, c and the previous command, and moves no faster than the
+    drive's limits."""
+    from testkit.doc_blocks import ROOT, run_walk_through
+
+    setup = "export PYTHONPATH=$PWD; mkdir -p ~/agv && cd ~/agv\nrl2edge train --algo ppo_lstm"
+    replace = {
+        "rl2edge train --algo ppo_lstm": setup,
+        "--seed 0 --out runs/agv-lstm": "--seed 0 --out runs/agv-lstm --steps 2048 --no-progress",
+        "--quantize int8": "--quantize int8 --calib-episodes 2 --eval-episodes 2 --no-progress",
+    }
+    run_walk_through(ROOT / "examples/agv/README.md", "tests/test_action_rate.py", tmp_path, replace, 1)
+    art = tmp_path / "agv" / "artifacts" / "agv-lstm"
+    manifest = load_manifest(art).data
+    assert [k["name"] for k in manifest["observation"]["keys"]] == ["lidar", "imu", "goal", "speed"]
+    assert [t["name"] for t in manifest["state"]["tensors"]] == ["lstm_h_0", "lstm_c_0", "prev_action"]
+    np.testing.assert_allclose(manifest["folded"]["action_rate"]["max_step"], [0.05, 0.1], rtol=1e-6)
+    from examples.agv import AgvDictEnv
+
+    policy, env = Policy.load(art), AgvDictEnv()
+    obs, _ = env.reset(seed=0)
+    acts = []
+    for _ in range(100):
+        acts.append(np.array(policy.predict(obs), np.float32))
+        obs, _, terminated, truncated, _ = env.step(acts[-1])
+        if terminated or truncated:
+            break
+    steps = np.abs(np.diff(np.stack(acts), axis=0))
+    assert (steps <= np.array([0.05, 0.1], np.float32) + 1e-6).all(), steps.max(axis=0)

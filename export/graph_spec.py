@@ -158,22 +158,35 @@ def check_noise_fits(
 
 
 def io_names(spec: NoiseSpec | None) -> tuple[list[str], list[str]]:
-    """The graph's input and output names."""
+    """The graph's input and output names. OU's state follows the state contract (`noise_states`): the
+    episode-start flag and `ou_state` in, `ou_state_out` out."""
     if spec is None:
         return ["obs"], ["action"]
     if spec.kind == "ou":
-        return ["obs", NOISE_INPUT, STATE_INPUT], ["action", STATE_OUTPUT]
+        return ["obs", NOISE_INPUT, EPISODE_START, STATE_INPUT], ["action", STATE_OUTPUT]
     return ["obs", NOISE_INPUT], ["action"]
 
 
+OU_CELL = (
+    "OU noise: x = ou_state * (1 - episode_start); x' = x - (theta*dt) * x + (sigma*sqrt(dt)) * noise; "
+    "ou_state_out = x' (in [-1, 1]-scaled action units)"
+)
+
+
+def noise_states(spec: NoiseSpec | None, act_dim: int) -> list[StateTensor]:
+    """The state tensors folded noise adds: OU's process state; none for the others."""
+    if spec is None or spec.kind != "ou":
+        return []
+    return [StateTensor(STATE_INPUT, act_dim, "the OU noise process, in [-1, 1]-scaled action units")]
+
+
 def manifest_section(spec: NoiseSpec, seed: int, act_dim: int) -> dict[str, Any]:
-    inputs, outputs = io_names(spec)
-    graph: dict[str, Any] = {"inputs": inputs[1:], "outputs": outputs[1:], "noise_input": NOISE_INPUT}
-    if spec.kind == "ou":
-        graph.update(state_input=STATE_INPUT, state_output=STATE_OUTPUT)
+    graph: dict[str, Any] = {"inputs": [NOISE_INPUT], "outputs": [], "noise_input": NOISE_INPUT}
+    if spec.kind == "ou":  # the runtime feeds it as every state (the manifest's `state` section lists it)
+        graph["state"] = STATE_INPUT
     formula = {
         "gaussian": "action = center + clip(s + sigma * noise, -1, 1) * half_range",
-        "ou": "x' = ou_state - (theta*dt) * ou_state + (sigma*sqrt(dt)) * noise; "
+        "ou": "x = ou_state * (1 - episode_start); x' = x - (theta*dt) * x + (sigma*sqrt(dt)) * noise; "
         "action = center + clip(s + x', -1, 1) * half_range; ou_state_out = x'",
         "policy": "SAC: center + tanh(mean + exp(log_std) * noise) * half_range; "
         "PPO: center + clip(mean + exp(log_std) * noise, -1, 1) * half_range",

@@ -27,11 +27,12 @@ from rl2edge.export.graph_spec import (
     INPUT_NAME,
     NOISE_INPUT,
     OPSET,
+    OU_CELL,
     OUTPUT_NAME,
     STATE_INPUT,
     folded_description,
-    io_names,
     manifest_section,
+    noise_states,
     state_section,
 )
 from rl2edge.export.noise_verify import check_noise_off, verify_distribution
@@ -328,6 +329,8 @@ def _common_manifest(
     }
     if source.states:
         common["state"] = state_section(source.states, source.state_cell)
+    elif noise_states(source.noise, source.act_dim):  # OU: its process state, on the same contract
+        common["state"] = state_section(noise_states(source.noise, source.act_dim), OU_CELL)
     if source.noise is not None:
         common["folded"]["noise"] = {
             **manifest_section(source.noise, opts.noise_seed, source.act_dim),
@@ -545,7 +548,9 @@ def _run_deterministic(backend: Any, x: np.ndarray, source: ExportSource) -> np.
     if source.noise is None:
         return backend.run(x)
     zeros = np.zeros((1, source.act_dim), np.float32)
-    feeds = {n: zeros for n in io_names(source.noise)[0][1:]}
+    feeds = {NOISE_INPUT: zeros}
+    if source.noise.kind == "ou":
+        feeds.update({EPISODE_START: np.zeros((1, 1), np.float32), STATE_INPUT: zeros})
     return backend.run_with(x, feeds)[0]
 
 
@@ -577,7 +582,9 @@ def _noise_calibration(source: ExportSource, data: Any) -> dict[str, np.ndarray]
     rng = np.random.default_rng(12345)
     n = len(data.calibration)
     extra = {NOISE_INPUT: rng.standard_normal((n, source.act_dim)).astype(np.float32)}
-    if source.noise.kind == "ou":
+    if source.noise.kind == "ou":  # a process from zero, as the runtime starts it (episode_start 1 first)
+        extra[EPISODE_START] = np.zeros((n, 1), np.float32)
+        extra[EPISODE_START][0] = 1.0
         x = np.zeros((n, source.act_dim), np.float32)
         for i in range(1, n):
             x[i] = ou_step(

@@ -309,7 +309,10 @@ class TorchSource(ExportSource):
     ) -> tuple[np.ndarray, Any]:
         import torch
 
-        args = [torch.as_tensor(np.asarray(a, np.float32)) for a in (obs, noise, state) if a is not None]
+        start = None if state is None else np.zeros((len(obs), 1), np.float32)  # OU: carried, never reset
+        args = [
+            torch.as_tensor(np.asarray(a, np.float32)) for a in (obs, noise, start, state) if a is not None
+        ]
         with torch.no_grad():
             out = self._noisy()(*args)
         if isinstance(out, tuple):

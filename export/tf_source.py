@@ -108,9 +108,9 @@ def _deployable_module(parts: GraphParts, noise: NoiseSpec | None = None) -> Any
                 return
             extra = [act_spec(1, NOISE_INPUT)]
             batch_signature = [obs_spec(None), act_spec(None)]
-            if noise.kind == "ou":
-                extra.append(act_spec(1, STATE_INPUT))
-                batch_signature.append(act_spec(None))
+            if noise.kind == "ou":  # the state contract: episode_start, then the state
+                extra += [tf.TensorSpec([1, 1], tf.float32, name=EPISODE_START), act_spec(1, STATE_INPUT)]
+                batch_signature += [tf.TensorSpec([None, 1], tf.float32), act_spec(None)]
             self.serve = self._served(self._noisy, extra)
             self.noisy = tf.function(self._noisy, input_signature=batch_signature)
             if noise.kind == "policy":  # only a policy with a distribution has one to trace
@@ -201,7 +201,7 @@ def _deployable_module(parts: GraphParts, noise: NoiseSpec | None = None) -> Any
             m = actor(x)
             return m, tf.broadcast_to(tf.constant(net.log_std_const), tf.shape(m))  # a state-independent one
 
-        def _noisy(self, obs, eps, state=None):
+        def _noisy(self, obs, eps, episode_start=None, state=None):
             # The formulas of export.folded_noise.NoisyPolicy, op for op.
             if noise.kind == "policy":
                 m, log_std = self._distribution(obs)
@@ -213,7 +213,8 @@ def _deployable_module(parts: GraphParts, noise: NoiseSpec | None = None) -> Any
                 sigma = tf.constant(np.float32(noise.sigma))
                 return {"action": _unscale(tf.clip_by_value(scaled + sigma * eps, -1.0, 1.0), transform)}
             decay, scale = (tf.constant(c) for c in ou_constants(noise.theta, noise.sigma, noise.dt))
-            x = state - decay * state + scale * eps
+            x = state * (1.0 - episode_start)
+            x = x - decay * x + scale * eps
             return {"action": _unscale(tf.clip_by_value(scaled + x, -1.0, 1.0), transform), STATE_OUTPUT: x}
 
     return Deployable()
@@ -255,7 +256,8 @@ class TFSource(ExportSource):
     ) -> tuple[np.ndarray, Any]:
         from rl2edge.export.graph_spec import STATE_OUTPUT
 
-        args = [np.asarray(a, np.float32) for a in (obs, noise, state) if a is not None]
+        start = None if state is None else np.zeros((len(obs), 1), np.float32)  # OU: carried, never reset
+        args = [np.asarray(a, np.float32) for a in (obs, noise, start, state) if a is not None]
         out = self.module.noisy(*args)
         return out["action"].numpy(), (out[STATE_OUTPUT].numpy() if STATE_OUTPUT in out else None)
 

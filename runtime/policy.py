@@ -79,6 +79,12 @@ class Policy:
         self.noise: dict | None = (manifest.data.get("folded") or {}).get("noise")
         if self.noise is not None:
             io = self.noise["graph"]
+            if io.get("state_input"):
+                raise ManifestError(
+                    "this artifact's OU noise keeps its state outside the artifact's state contract (exported "
+                    "by an rl2edge before OU's state became an `episode_start`-reset state tensor); export it "
+                    "again from its checkpoint with the same --noise"
+                )
             missing = [n for n in io["inputs"] if n not in backend.extra_inputs]
             missing += [n for n in io["outputs"] if n not in backend.extra_outputs]
             if missing:
@@ -88,10 +94,11 @@ class Policy:
             self._noise_shape = (1, int(self.noise["dim"]))
             self.explore = explore
             self._noise_seed = int(self.noise["seed"] if noise_seed is None else noise_seed)
-            self.reset_noise()
-        # State the graph carries from one call to the next (runtime.state: a recurrent policy's h and c):
-        # fed as inputs, its next value read back from the outputs, reset inside the graph by episode_start.
+        # State the graph carries from one call to the next (runtime.state: a recurrent policy's h and c,
+        # OU's process): fed as inputs, its next value read back from the outputs, reset inside the graph by
+        # episode_start.
         self.states = StateTensors.from_manifest(manifest.data.get("state"), backend)
+        self.reset_noise()
         explained = set(self.states.inputs)
         if self.noise is not None:
             explained.update(self.noise["graph"]["inputs"])
@@ -106,14 +113,16 @@ class Policy:
         if seed is not None:
             self._noise_seed = int(seed)
         self._rng = np.random.default_rng(self._noise_seed)
-        self._state = (
-            np.zeros(self._noise_shape, np.float32) if self.noise["graph"].get("state_input") else None
-        )
+        if self._ou_name():
+            self.states.reset()
+
+    def _ou_name(self) -> str | None:
+        return (self.noise or {}).get("graph", {}).get("state")
 
     def reset(self) -> None:
-        """A new episode: the graph's state back to its initial value, and the next call flagged as an
-        episode start (the graph resets it there too: what export verified). Noise is left alone (its
-        generator runs on across episodes; `reset_noise` restarts it). A stateless policy: nothing to do."""
+        """A new episode: the graph's state back to its initial value (OU's process too), and the next call
+        flagged as an episode start (the graph resets it there too: what export verified). The noise
+        generator runs on across episodes; `reset_noise` restarts it. A stateless policy: nothing to do."""
         self.states.reset()
 
     def state(self) -> dict[str, np.ndarray]:
@@ -123,7 +132,8 @@ class Policy:
     @property
     def noise_state(self) -> np.ndarray | None:
         """OU's current state (what the next call feeds the graph), or None."""
-        return None if self.noise is None or self._state is None else self._state.copy()
+        name = self._ou_name()
+        return self.states.snapshot()[name] if name else None
 
     def _feeds(self) -> dict[str, np.ndarray]:
         assert self.noise is not None  # called only for an artifact with folded noise
@@ -133,10 +143,7 @@ class Policy:
             if self.explore
             else np.zeros(self._noise_shape, np.float32)
         )
-        feeds = {io["noise_input"]: eps}
-        if self._state is not None:
-            feeds[io["state_input"]] = self._state if self.explore else np.zeros_like(self._state)
-        return feeds
+        return {io["noise_input"]: eps}
 
     @classmethod
     def load(
@@ -318,8 +325,6 @@ class Policy:
             if self.noise is not None:
                 io = self.noise["graph"]
                 feeds[io["noise_input"]] = np.zeros(self._noise_shape, np.float32)
-                if self._state is not None:
-                    feeds[io["state_input"]] = np.zeros_like(self._state)
             getattr(b, "warm_run_with", b.run_with)(x, feeds)
 
     def raw(self, obs: Any, validated: bool = False) -> np.ndarray:
@@ -329,14 +334,16 @@ class Policy:
             y = self._backend.run(x)
         else:
             feeds = self.states.feeds()
+            ou, kept = self._ou_name(), None
             if self.noise is not None:
                 feeds.update(self._feeds())
+                if ou and not self.explore:  # exploration off: OU's state zero in, and kept as it was
+                    kept = feeds[ou]
+                    feeds[ou] = np.zeros_like(kept)
             y, extras = self._backend.run_with(x, feeds)
             self.states.advance(extras)
-            if self.noise is not None and self._state is not None and self.explore:
-                self._state = np.asarray(extras[self.noise["graph"]["state_output"]], np.float32).reshape(
-                    self._noise_shape
-                )
+            if ou and kept is not None:
+                self.states.put(ou, kept)
         if self._out_quant is not None:
             scale, zp = self._out_quant
             y = (y.astype(np.float32) - zp) * scale

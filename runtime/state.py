@@ -82,5 +82,9 @@ class StateTensors:
         self._values = values
         self._pending_start = False
 
+    def put(self, name: str, value: np.ndarray) -> None:
+        """Set one state tensor's next value (the runtime keeping OU's state while exploration is off)."""
+        self._values[name] = np.asarray(value, np.float32).reshape(self._initial[name].shape)
+
     def snapshot(self) -> dict[str, np.ndarray]:
         return {i: v.copy() for i, v in self._values.items()}

@@ -174,6 +174,7 @@ def test_tf_sac_on_a_dict_env_exports_with_folded_ou_noise(tmp_path: Path) -> No
         "rate": [1, 1],
         "angle": [1, 2],
         "noise": [1, 1],
+        "episode_start": [1, 1],
         "ou_state": [1, 1],
     }
     a, b = Policy.load(tmp_path / "art"), Policy.load(tmp_path / "art")

@@ -148,7 +148,9 @@ def test_ou_state_is_an_input_and_output_the_runtime_feeds_back(sac_tf: Path, tm
     art = tmp_path / "art"
     _export(sac_tf, art, "int8", noise="ou:theta=0.15,sigma=0.5,dt=0.01")
     manifest = json.loads((art / "manifest.json").read_text())
-    assert manifest["folded"]["noise"]["graph"]["state_input"] == "ou_state"
+    assert manifest["folded"]["noise"]["graph"]["state"] == "ou_state"  # on the state contract:
+    assert [t["name"] for t in manifest["state"]["tensors"]] == ["ou_state"]
+    assert manifest["state"]["episode_start"]["input"] == "episode_start"
     assert manifest["verification"]["noise"]["passed"]
     policy = Policy.load(art)
     obs = np.array([1.0, 0.0, 0.0], np.float32)
@@ -164,6 +166,15 @@ def test_ou_state_is_an_input_and_output_the_runtime_feeds_back(sac_tf: Path, tm
     policy.explore = False
     off = [policy.predict(obs) for _ in range(3)]
     assert all(np.array_equal(o, off[0]) for o in off)
+    np.testing.assert_allclose(policy.noise_state, x, atol=1e-6)  # kept while exploration is off
+    policy.explore = True
+    policy.reset()  # a new episode: OU's state starts from zero (the graph zeroes it: episode_start 1)
+    assert policy.noise_state is not None and not policy.noise_state.any()
+    policy.predict(obs)
+    fresh = ou_step(
+        np.zeros((1, 1), np.float32), rng.standard_normal((1, 1), dtype=np.float32), 0.15, 0.5, 0.01
+    )
+    np.testing.assert_allclose(policy.noise_state, fresh, atol=1e-6)
 
 
 def test_policy_noise_samples_sacs_own_distribution(sac_tf: Path, tmp_path: Path) -> None:

@@ -68,6 +68,10 @@ class ExportSource:
             )
         if self.noise is not None:
             raise ExportError("--max-action-rate with --noise is not implemented; export with one of them")
+        if self.observation.layout != "flat":
+            raise ExportError(
+                "--max-action-rate is implemented for vector observations; image policies export without it"
+            )
         spec.max_step(self.act_dim)  # checks the number of rates
         self.rate_limit = spec
         self.states = [

@@ -98,8 +98,18 @@ def check_manifest(data: dict[str, Any], artifact_dir: Path) -> None:
     folded = _dict(data["folded"], "folded")
     if folded.get("noise") is not None:
         _check_noise(_dict(folded["noise"], "folded.noise"))
+    state_names: set[str] = set()
     if data.get("state") is not None:
         _check_state(_dict(data["state"], "state"))
+        state_names = {t["input"] for t in data["state"]["tensors"]}
+    for field, name in (
+        ("folded.noise.graph.state", ((folded.get("noise") or {}).get("graph") or {}).get("state")),
+        ("folded.action_rate.state", (folded.get("action_rate") or {}).get("state")),
+    ):
+        if name is not None and name not in state_names:
+            raise _fail(field, "must name a tensor of the manifest's state section", name)
+    if folded.get("action_rate") is not None:
+        _check_action_rate(_dict(folded["action_rate"], "folded.action_rate"))
 
 
 def _check_observation(obs: dict[str, Any]) -> None:
@@ -209,6 +219,20 @@ def _check_noise(noise: dict[str, Any]) -> None:
         raise _fail(
             "folded.noise.graph.state_input/state_output", "must both be tensor names, or both absent", state
         )
+
+
+def _check_action_rate(rate: dict[str, Any]) -> None:
+    """An action-rate limit folded into the graph (export.rate_limit): what serve reports of it."""
+    for key in ("max_rate", "max_step"):
+        values = rate.get(key)
+        field = f"folded.action_rate.{key}"
+        if not isinstance(values, list) or not values or not all((_bound(v, field) or 0) > 0 for v in values):
+            raise _fail(field, "must be a non-empty list of positive finite numbers", values)
+    period = _bound(rate.get("period_ms"), "folded.action_rate.period_ms")
+    if period is None or period <= 0:
+        raise _fail("folded.action_rate.period_ms", "must be a positive number", rate.get("period_ms"))
+    if rate.get("state") is None:
+        raise _fail("folded.action_rate.state", "must name the previous action's state tensor", None)
 
 
 def _check_state(state: dict[str, Any]) -> None:

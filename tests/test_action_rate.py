@@ -28,7 +28,7 @@ pytestmark = pytest.mark.integration  # training runs and TFLite conversions: th
 
 ENV = "Pendulum-v1"
 RATE, PERIOD_MS = 0.4, 50.0  # Pendulum's torque in [-2, 2]: at most 0.02 per 50 ms step
-MAX_STEP = np.float32(RATE * PERIOD_MS / 1e3)
+MAX_STEP = np.float32(0.019989013671875)  # 0.02 rounded down to a float16 value: the fp16 file's constant
 
 
 def _limited(run: Path, out: Path, quantize: str = "int8") -> Path:
@@ -71,7 +71,8 @@ def _episode(policy: Policy, seed: int, steps: int, free: Policy | None = None):
 
 def test_the_graph_limits_each_step_and_leaves_the_first_action_alone(exported) -> None:
     """fp32: each action is prev + clip(policy's - prev, +-max_step), the policy's own action on the same
-    observation from the unlimited file; the first is the policy's own. int8: no step exceeds max_step."""
+    observation from the unlimited file; the first is the policy's own. fp16, dynamic and int8: no step
+    exceeds max_step."""
     limited, free = exported
     fp32, unlimited = Policy.load(limited / "fp32"), Policy.load(free)
     acts, own = _episode(fp32, seed=5, steps=120, free=unlimited)
@@ -83,11 +84,12 @@ def test_the_graph_limits_each_step_and_leaves_the_first_action_alone(exported) 
     assert bound.sum() >= 10, "the limit should bind on some steps, or this test shows nothing"
     np.testing.assert_allclose(fp32.state()["prev_action"][0], acts[-1], atol=0)
 
-    int8 = Policy.load(limited / "int8")
-    for seed in (5, 6):
-        steps = np.abs(np.diff(_episode(int8, seed, 120)[0], axis=0))
-        assert steps.max() <= MAX_STEP + 1e-6, steps.max()
-        int8.reset()
+    for mode in ("fp16", "dynamic", "int8"):
+        policy = Policy.load(limited / mode)
+        for seed in (5, 6):
+            steps = np.abs(np.diff(_episode(policy, seed, 120)[0], axis=0))
+            assert steps.max() <= MAX_STEP + 1e-6, (mode, steps.max())
+            policy.reset()
     manifest = load_manifest(limited / "int8").data
     rate = manifest["folded"]["action_rate"]
     assert rate["max_rate"] == [RATE] and rate["period_ms"] == PERIOD_MS
@@ -207,7 +209,9 @@ def test_the_agv_with_memory_and_the_drives_limits_runs_as_written(tmp_path: Pat
     manifest = load_manifest(art).data
     assert [k["name"] for k in manifest["observation"]["keys"]] == ["lidar", "imu", "goal", "speed"]
     assert [t["name"] for t in manifest["state"]["tensors"]] == ["lstm_h_0", "lstm_c_0", "prev_action"]
-    np.testing.assert_allclose(manifest["folded"]["action_rate"]["max_step"], [0.05, 0.1], rtol=1e-6)
+    np.testing.assert_allclose(
+        manifest["folded"]["action_rate"]["max_step"], [0.05, 0.1], rtol=1e-3
+    )  # float16
     from examples.agv import AgvDictEnv
 
     policy, env = Policy.load(art), AgvDictEnv()
@@ -220,3 +224,26 @@ def test_the_agv_with_memory_and_the_drives_limits_runs_as_written(tmp_path: Pat
             break
     steps = np.abs(np.diff(np.stack(acts), axis=0))
     assert (steps <= np.array([0.05, 0.1], np.float32) + 1e-6).all(), steps.max(axis=0)
+
+
+@pytest.mark.parametrize(
+    ("edit", "fragment"),
+    [
+        (lambda r: r.update(max_step=[0.0]), "folded.action_rate.max_step"),
+        (lambda r: r.update(period_ms=-1), "folded.action_rate.period_ms"),
+        (lambda r: r.update(state="nowhere"), "folded.action_rate.state: must name a tensor"),
+    ],
+)
+def test_a_malformed_action_rate_section_is_refused(exported, edit, fragment: str, tmp_path: Path) -> None:
+    import shutil
+
+    from rl2edge.errors import ManifestError
+    from rl2edge.runtime.manifest import write_manifest
+
+    art = tmp_path / "art"
+    shutil.copytree(exported[0] / "fp32", art)
+    manifest = load_manifest(art)
+    edit(manifest.data["folded"]["action_rate"])
+    write_manifest(art, manifest.data)
+    with pytest.raises(ManifestError, match=fragment):
+        Policy.load(art)

@@ -273,3 +273,16 @@ def test_a2c_lstm_traces_once_over_a_run_and_eager_equals_graph(tmp_path: Path) 
     )
     assert abs(float(eager_loss) - float(graph_loss)) < 1e-6
     np.testing.assert_allclose(eager_stats.numpy(), graph_stats.numpy(), atol=1e-6)
+
+
+def test_a_tf_checkpoint_with_one_lstm_bias_per_layer_is_refused() -> None:
+    """TF checkpoints written before the TF LSTM kept torch's two biases lack `lstm_biases` in their
+    network spec: loading one says to train again rather than failing on a weight count."""
+    from rl2edge.errors import CheckpointError
+    from rl2edge.train.tf_backend.recurrent_nets import TFRecurrentActorCritic
+
+    _, network = recurrent_setup(NOVEL, 2, 16)
+    assert network["lstm_biases"] == 2
+    old = {k: v for k, v in network.items() if k != "lstm_biases"}
+    with pytest.raises(CheckpointError, match="train it again"):
+        TFRecurrentActorCritic(old)

@@ -37,6 +37,7 @@ class LSTMFields:
         """The checkpoint network's fields beyond the MLP's: the LSTMs (sb3-contrib's names)."""
         return {
             "rnn": "lstm",
+            "lstm_biases": 2,  # per layer, b_ih and b_hh, as torch's nn.LSTM (TF checkpoints before: 1)
             "lstm_hidden_size": int(self.lstm_hidden_size),
             "n_lstm_layers": int(self.n_lstm_layers),
             "shared_lstm": bool(self.shared_lstm),
@@ -71,7 +72,7 @@ class LSTMFields:
 
 
 @dataclass
-class RecurrentPPOConfig(PPOConfig, LSTMFields):
+class RecurrentPPOConfig(LSTMFields, PPOConfig):
     """PPO with an LSTM in front of the actor's MLP (and, by default, another in front of the critic's).
 
     Minibatches are consecutive steps: `batch_size` counts steps; n_steps times a divisor of n_envs gives
@@ -105,7 +106,7 @@ class RecurrentPPOConfig(PPOConfig, LSTMFields):
 
 
 @dataclass
-class RecurrentA2CConfig(A2CConfig, LSTMFields):
+class RecurrentA2CConfig(LSTMFields, A2CConfig):
     """A2C with an LSTM (sb3-contrib has no recurrent A2C: RecurrentPPO's network and rollout, A2C's update):
     one gradient step per rollout on all envs' whole sequences, each replayed from the state recorded at
     its first step, RMSprop as A2C."""

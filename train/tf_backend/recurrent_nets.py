@@ -18,6 +18,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from rl2edge.errors import CheckpointError
 from rl2edge.train.tf_backend.nets import TFActorCritic
 
 LSTMLayer = tuple[np.ndarray, np.ndarray, np.ndarray]
@@ -87,6 +88,11 @@ class TFRecurrentActorCritic(keras.Model):
             int(spec["lstm_hidden_size"]),
             int(spec["n_lstm_layers"]),
         )
+        if int(spec.get("lstm_biases", 1)) != 2:
+            raise CheckpointError(
+                "this TF recurrent checkpoint's LSTM has one bias per layer (written before the TF LSTM kept "
+                "torch's two, b_ih and b_hh, which train at the speed torch's do): train it again"
+            )
         self.discrete, self.hidden, self.n_layers = bool(spec["discrete"]), hidden, layers
         self.shared = bool(spec["shared_lstm"])
         self.heads = TFActorCritic(

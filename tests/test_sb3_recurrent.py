@@ -88,6 +88,44 @@ def test_imported_files_act_as_sb3_contrib_predicts_over_20_episodes(recurrent_z
     assert abs(closed["this_file"]["mean_return"] - closed["fp32"]["mean_return"]) <= 0.05 * scale
 
 
+def test_a_rate_limited_import_follows_sb3_contribs_predict_through_the_limit(recurrent_zip) -> None:
+    """--max-action-rate on an imported RecurrentPPO: the reference is sb3-contrib's own predict with its
+    state carried, then the limit; the fp32 file reproduces it over whole episodes (max |delta| <= 1e-4,
+    as above; a limit of 2.5e-4 per step, below the barely trained policy's own steps). A Discrete import
+    is refused."""
+    from rl2edge.errors import ExportError
+    from rl2edge.export.rate_limit import limit_sequence
+
+    env_id, root = recurrent_zip
+    source = source_from_sb3(root / "model.zip", env_id, root / "vecnormalize.pkl")
+    opts = ExportOptions(
+        quantize="fp32",
+        calib_episodes=2,
+        eval_episodes=2,
+        progress=False,
+        max_action_rate="0.005",
+        period_ms=50,
+    )
+    if source.discrete:
+        with pytest.raises(ExportError, match="Discrete"):
+            export_source(source, root / "limited", opts)
+        return
+    export_source(source, root / "limited", opts)
+    assert [t.name for t in source.states] == ["lstm_h_0", "lstm_c_0", "prev_action"]
+    data = collect_rollout_data(source.act, env_id, 3, 700, 100_000, 100_000, on_reset=source.reset)
+    obs, starts = data.calibration, data.calibration_starts
+    reference = source.reference_trajectory(obs, starts)
+    own = np.asarray(source.stateful_reference.trajectory(obs, starts))  # sb3-contrib's, unlimited
+    np.testing.assert_array_equal(reference, limit_sequence(own, starts, source.max_step))
+    assert not np.allclose(reference, own, atol=1e-3), "the limit should bind, or this shows nothing"
+    served, got = Policy.load(root / "limited"), []
+    for o, start in zip(obs, starts, strict=True):
+        if start:
+            served.reset()
+        got.append(served.predict(o))
+    assert np.abs(np.asarray(got).reshape(reference.shape) - reference).max() <= 1e-4
+
+
 def test_a_multi_input_lstm_policy_is_refused_in_one_line(tmp_path: Path, capfd) -> None:
     from sb3_contrib import RecurrentPPO
 

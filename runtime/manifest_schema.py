@@ -102,12 +102,13 @@ def check_manifest(data: dict[str, Any], artifact_dir: Path) -> None:
     if data.get("state") is not None:
         _check_state(_dict(data["state"], "state"))
         state_names = {t["input"] for t in data["state"]["tensors"]}
-    for field, name in (
+    named: list[tuple[str, Any]] = [
         ("folded.noise.graph.state", ((folded.get("noise") or {}).get("graph") or {}).get("state")),
         ("folded.action_rate.state", (folded.get("action_rate") or {}).get("state")),
-    ):
-        if name is not None and name not in state_names:
-            raise _fail(field, "must name a tensor of the manifest's state section", name)
+    ]
+    for where, tensor in named:
+        if tensor is not None and tensor not in state_names:
+            raise _fail(where, "must name a tensor of the manifest's state section", tensor)
     if folded.get("action_rate") is not None:
         _check_action_rate(_dict(folded["action_rate"], "folded.action_rate"))
 

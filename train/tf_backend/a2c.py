@@ -29,21 +29,22 @@ def make_a2c_loss_fn(model: Any, cfg: A2CConfig) -> Any:
     return loss_fn
 
 
+def a2c_optimizer(variables: list[Any], cfg: A2CConfig) -> Any | None:
+    """A2C's optimizer: PyTorch's RMSprop (as SB3's), or None where the config asks for Adam."""
+    if not cfg.use_rms_prop:
+        return None
+    from rl2edge.train.tf_backend.rmsprop import TorchRMSprop
+
+    return TorchRMSprop(variables, cfg.learning_rate(1.0), A2CConfig.RMSPROP_ALPHA, cfg.rms_prop_eps)
+
+
 class TFA2C(TFPPO):
     stat_names = STAT_NAMES
     cfg: A2CConfig
 
     def make_optimizer(self) -> Any:
-        if not self.cfg.use_rms_prop:
-            return super().make_optimizer()
-        from rl2edge.train.tf_backend.rmsprop import TorchRMSprop
-
-        return TorchRMSprop(
-            self.policy.trainable_variables,
-            self.cfg.learning_rate(1.0),
-            A2CConfig.RMSPROP_ALPHA,
-            self.cfg.rms_prop_eps,
-        )
+        rmsprop = a2c_optimizer(self.policy.trainable_variables, self.cfg)
+        return rmsprop if rmsprop is not None else super().make_optimizer()
 
     def make_loss_fn(self) -> Any:
         return make_a2c_loss_fn(self.policy, self.cfg)

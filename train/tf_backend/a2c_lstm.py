@@ -6,9 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from rl2edge.train.core.config import A2CConfig
 from rl2edge.train.core.recurrent_config import RecurrentA2CConfig
-from rl2edge.train.tf_backend.a2c import STAT_NAMES
+from rl2edge.train.tf_backend.a2c import STAT_NAMES, a2c_optimizer
 from rl2edge.train.tf_backend.ppo_lstm import TFRecurrentPPO
 
 
@@ -33,16 +32,8 @@ class TFRecurrentA2C(TFRecurrentPPO):
     cfg: RecurrentA2CConfig  # type: ignore[assignment]
 
     def make_optimizer(self) -> Any:
-        if not self.cfg.use_rms_prop:
-            return super().make_optimizer()
-        from rl2edge.train.tf_backend.rmsprop import TorchRMSprop
-
-        return TorchRMSprop(
-            self.policy.trainable_variables,
-            self.cfg.learning_rate(1.0),
-            A2CConfig.RMSPROP_ALPHA,
-            self.cfg.rms_prop_eps,
-        )
+        rmsprop = a2c_optimizer(self.policy.trainable_variables, self.cfg)
+        return rmsprop if rmsprop is not None else super().make_optimizer()
 
     def make_loss_fn(self) -> Any:
         return make_a2c_lstm_loss_fn(self.policy, self.cfg)

@@ -57,6 +57,15 @@ def ppo_objective(logp, entropy, values, old_logp, old_values, adv, returns, cli
     return loss, tf.stack([pg_loss, v_loss, ent, kl, clip_frac])
 
 
+def adam(variables: list[Any], learning_rate: float) -> Any:
+    """PPO's optimizer: Keras's Adam with SB3's eps (1e-5), built for `variables` before any trace."""
+    import keras
+
+    optimizer = keras.optimizers.Adam(learning_rate=learning_rate, epsilon=1e-5)
+    optimizer.build(variables)
+    return optimizer
+
+
 class TFPPO:
     framework = "tf"
     policy_distribution = True  # Box actions: the Gaussian of the actor's mean and the learned log std
@@ -127,11 +136,7 @@ class TFPPO:
         )
 
     def make_optimizer(self) -> Any:
-        import keras
-
-        optimizer = keras.optimizers.Adam(learning_rate=self.cfg.learning_rate(1.0), epsilon=1e-5)
-        optimizer.build(self.policy.trainable_variables)
-        return optimizer
+        return adam(self.policy.trainable_variables, self.cfg.learning_rate(1.0))
 
     def make_loss_fn(self) -> Any:
         return make_loss_fn(self.policy, self.cfg)

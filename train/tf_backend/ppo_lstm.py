@@ -12,7 +12,7 @@ import numpy as np
 
 from rl2edge.train.core.recurrent_config import RecurrentPPOConfig
 from rl2edge.train.core.recurrent_rollout import RecurrentWeights, SequenceMinibatch
-from rl2edge.train.tf_backend.ppo import ppo_objective
+from rl2edge.train.tf_backend.ppo import adam, ppo_objective
 from rl2edge.train.tf_backend.setup import configure_tensorflow
 from rl2edge.train.tf_backend.weights import save_keras_weights, state_copy
 
@@ -77,11 +77,7 @@ class TFRecurrentPPO:
         )  # fmt: skip
 
     def make_optimizer(self) -> Any:
-        import keras
-
-        optimizer = keras.optimizers.Adam(learning_rate=self.cfg.learning_rate(1.0), epsilon=1e-5)
-        optimizer.build(self.policy.trainable_variables)
-        return optimizer
+        return adam(self.policy.trainable_variables, self.cfg.learning_rate(1.0))
 
     def make_loss_fn(self) -> Any:
         return make_loss_fn(self.policy, self.cfg)

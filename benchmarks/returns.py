@@ -66,6 +66,7 @@ CONFIGS = {
     ("ppo", CAMERA): "benchmarks/configs/ppo_camera_cartpole.yml",
     ("ppo", "CartPoleNoVel-v1"): "benchmarks/configs/ppo_cartpole_novel.yml",
     ("ppo", "CartPoleNoVel-v1", "stack4"): "benchmarks/configs/ppo_cartpole_novel_stack4.yml",
+    ("ppo_lstm", "CartPoleNoVel-v1", "gru"): "benchmarks/configs/ppo_lstm_cartpole_novel_gru.yml",
 }
 SUITES = {
     "must-show": [("sac", "Pendulum-v1"), ("td3", "Pendulum-v1"), ("dqn", "CartPole-v1")],
@@ -76,6 +77,7 @@ SUITES = {
     # a task that needs memory: an LSTM policy (its state carried by the artifact) next to plain PPO
     "memory": [
         ("ppo_lstm", "CartPoleNoVel-v1"),
+        ("ppo_lstm", "CartPoleNoVel-v1", "gru"),
         ("a2c_lstm", "CartPoleNoVel-v1"),
         ("ppo", "CartPoleNoVel-v1"),
         ("ppo", "CartPoleNoVel-v1", "stack4"),

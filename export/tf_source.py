@@ -43,11 +43,30 @@ class GraphParts:
         return self.net.log_std_dense is not None or self.net.log_std_const is not None
 
 
+def _cell_gates(kind: str, layer: tuple[np.ndarray, ...]) -> list[tuple[np.ndarray, np.ndarray]]:
+    """One recurrent layer (train.core.rnn_cells' layout) as the exported cell's (kernel, bias) per gate:
+    an LSTM's i, f, g, o each on [x, h] with b_ih + b_hh; a GRU's r and z on [x, h] with b_ih + b_hh, then
+    n's part on x and its part on h apart (the reset gate multiplies the latter, b_hn included)."""
+    k_ih, k_hh, b_ih, b_hh = layer
+    h = k_hh.shape[0]
+    cols = lambda g: slice(g * h, (g + 1) * h)  # noqa: E731
+    if kind == "lstm":
+        return [
+            (np.concatenate([k_ih[:, cols(g)], k_hh[:, cols(g)]]), b_ih[cols(g)] + b_hh[cols(g)])
+            for g in range(4)
+        ]
+    joint = [
+        (np.concatenate([k_ih[:, cols(g)], k_hh[:, cols(g)]]), b_ih[cols(g)] + b_hh[cols(g)])
+        for g in range(2)
+    ]
+    return [*joint, (k_ih[:, cols(2)], b_ih[cols(2)]), (k_hh[:, cols(2)], b_hh[cols(2)])]
+
+
 def _deployable_module(parts: GraphParts, noise: NoiseSpec | None = None) -> Any:
     import tensorflow as tf
 
     from rl2edge.export.graph_spec import EPISODE_START, FRAMES, NOISE_INPUT, STATE_INPUT, STATE_OUTPUT
-    from rl2edge.specs import lstm_state_tensors, ou_constants
+    from rl2edge.specs import ou_constants, rnn_state_tensors
     from rl2edge.train.tf_backend.nets import frozen_dense
 
     net = parts.net
@@ -64,21 +83,11 @@ def _deployable_module(parts: GraphParts, noise: NoiseSpec | None = None) -> Any
     obs_spec = lambda n, name=None: tf.TensorSpec([n, obs_dim], tf.float32, name=name)  # noqa: E731
     act_spec = lambda n, name=None: tf.TensorSpec([n, act_dim], tf.float32, name=name)  # noqa: E731
 
-    # A recurrent actor: its LSTM as one cell, a FULLY_CONNECTED per gate on [x, h] (as the torch route's
-    # LSTMCellActor), the state an explicit input and output, zeroed where episode_start is 1.
-    cells = []
-    for k_ih, k_hh, bias in net.lstm or []:
-        h = k_hh.shape[0]
-        cells.append(
-            [
-                (
-                    tf.constant(np.concatenate([k_ih[:, g * h : (g + 1) * h], k_hh[:, g * h : (g + 1) * h]])),
-                    tf.constant(bias[g * h : (g + 1) * h]),
-                )
-                for g in range(4)
-            ]
-        )
-    states = lstm_state_tensors(len(cells), cells[0][0][0].shape[1]) if cells else []
+    # A recurrent actor: its LSTM or GRU as one cell, a FULLY_CONNECTED per gate (as the torch route's
+    # LSTMCellActor and GRUCellActor), the state an explicit input and output, zeroed where episode_start is 1.
+    kind, layers = net.rnn if net.rnn is not None else ("lstm", [])
+    cells = [[(tf.constant(w), tf.constant(b)) for w, b in _cell_gates(kind, layer)] for layer in layers]
+    states = rnn_state_tensors(kind, len(layers), layers[0][1].shape[0]) if layers else []
     state_specs = [tf.TensorSpec([1, size], tf.float32, name=name) for name, size, _ in states]
 
     k = parts.frame_stack
@@ -149,6 +158,15 @@ def _deployable_module(parts: GraphParts, noise: NoiseSpec | None = None) -> Any
             keep = 1.0 - episode_start
             x, new = self._features(obs), []
             for k, gates in enumerate(cells):
+                if kind == "gru":
+                    h = state[k] * keep
+                    xh = tf.concat([x, h], axis=-1)
+                    (w_r, b_r), (w_z, b_z), (w_nx, b_nx), (w_nh, b_nh) = gates
+                    r, z = tf.sigmoid(tf.matmul(xh, w_r) + b_r), tf.sigmoid(tf.matmul(xh, w_z) + b_z)
+                    n = tf.tanh(tf.matmul(x, w_nx) + b_nx + r * (tf.matmul(h, w_nh) + b_nh))
+                    x = n + z * (h - n)
+                    new.append(x)
+                    continue
                 h, c = state[2 * k] * keep, state[2 * k + 1] * keep
                 xh = tf.concat([x, h], axis=-1)
                 i, f, g, o = (tf.matmul(xh, kernel) + b for kernel, b in gates)
@@ -273,13 +291,15 @@ class TFSource(ExportSource):
             self.states = [frame_stack_state(self.observation.size, self.parts.frame_stack)]
             self.state_cell = FRAME_STACK_CELL
             self.reset()
-        elif self.parts.net.lstm:
+        elif self.parts.net.rnn:
             from rl2edge.export.graph_spec import StateTensor
-            from rl2edge.specs import LSTM_CELL, lstm_state_tensors
+            from rl2edge.specs import rnn_cell_text, rnn_state_tensors
 
-            hidden = self.parts.net.lstm[0][1].shape[0]
-            self.states = [StateTensor(*t) for t in lstm_state_tensors(len(self.parts.net.lstm), hidden)]
-            self.state_cell = LSTM_CELL
+            kind, layers = self.parts.net.rnn
+            self.states = [
+                StateTensor(*t) for t in rnn_state_tensors(kind, len(layers), layers[0][1].shape[0])
+            ]
+            self.state_cell = rnn_cell_text(kind)
             self.reset()
 
     def cell_step(

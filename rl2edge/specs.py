@@ -371,6 +371,21 @@ LSTM_CELL = (
 )
 
 
+GRU_CELL = (
+    "GRU, one step per call, per layer: h = h * (1 - episode_start); r = sigmoid([x, h] @ W_r + b_r), "
+    "z = sigmoid([x, h] @ W_z + b_z), n = tanh(x @ W_in + b_in + r * (h @ W_hn + b_hn)); "
+    "h' = n + z * (h - n) (torch's (1 - z) * n + z * h); the top layer's h' goes to the actor's MLP"
+)
+
+RNN_KINDS = ("lstm", "gru")
+"""The recurrent cells a recurrent policy may have (`rnn_type`); the checkpoint's network says which as "rnn"."""
+
+
+def rnn_cell_text(kind: str) -> str:
+    """The manifest's description of a recurrent actor's cell."""
+    return {"lstm": LSTM_CELL, "gru": GRU_CELL}[kind]
+
+
 def lstm_state_tensors(layers: int, hidden: int) -> list[tuple[str, int, str]]:
     """A recurrent actor's state tensors as both export routes name them: (name, size, role) per layer's
     h and c, in the graph's input order."""
@@ -379,3 +394,11 @@ def lstm_state_tensors(layers: int, hidden: int) -> list[tuple[str, int, str]]:
         for k in range(layers)
         for part, role in (("h", "hidden"), ("c", "cell"))
     ]
+
+
+def rnn_state_tensors(kind: str, layers: int, hidden: int) -> list[tuple[str, int, str]]:
+    """(name, size, role) of each state input of a recurrent actor, in the graph's order: an LSTM's h and c
+    per layer (`lstm_h_0`, `lstm_c_0`, ...), a GRU's h per layer (`gru_h_0`, ...)."""
+    if kind == "lstm":
+        return lstm_state_tensors(layers, hidden)
+    return [(f"gru_h_{k}", hidden, f"actor GRU layer {k} hidden state") for k in range(layers)]

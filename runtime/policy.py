@@ -77,6 +77,8 @@ class Policy:
         # Image observations: the env gives e.g. HWC, torch/ONNX models take NCHW, TFLite models NHWC.
         self._axes = _transpose_axes(obs.layout, _model_layout(manifest, backend))
         self.noise: dict | None = (manifest.data.get("folded") or {}).get("noise")
+        # OU's state tensor (the noise section names it), looked up once: predict reads it every call
+        self._ou: str | None = (self.noise or {}).get("graph", {}).get("state")
         if self.noise is not None:
             io = self.noise["graph"]
             if io.get("state_input"):
@@ -113,11 +115,8 @@ class Policy:
         if seed is not None:
             self._noise_seed = int(seed)
         self._rng = np.random.default_rng(self._noise_seed)
-        if self._ou_name():
+        if self._ou:
             self.states.reset()
-
-    def _ou_name(self) -> str | None:
-        return (self.noise or {}).get("graph", {}).get("state")
 
     def reset(self) -> None:
         """A new episode: the graph's state back to its initial value (OU's process too), and the next call
@@ -132,8 +131,7 @@ class Policy:
     @property
     def noise_state(self) -> np.ndarray | None:
         """OU's current state (what the next call feeds the graph), or None."""
-        name = self._ou_name()
-        return self.states.snapshot()[name] if name else None
+        return self.states.snapshot()[self._ou] if self._ou else None
 
     def _feeds(self) -> dict[str, np.ndarray]:
         assert self.noise is not None  # called only for an artifact with folded noise
@@ -334,7 +332,7 @@ class Policy:
             y = self._backend.run(x)
         else:
             feeds = self.states.feeds()
-            ou, kept = self._ou_name(), None
+            ou, kept = self._ou, None
             if self.noise is not None:
                 feeds.update(self._feeds())
                 if ou and not self.explore:  # exploration off: OU's state zero in, and kept as it was

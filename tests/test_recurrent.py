@@ -48,8 +48,10 @@ def _agent_and_rollout(env_id: str, n_steps: int = 64, **overrides: object):
         (PENDULUM_NOVEL, {}),
         (NOVEL, {"shared_lstm": True, "enable_critic_lstm": False}),
         (NOVEL, {"enable_critic_lstm": False, "n_lstm_layers": 2}),
+        (NOVEL, {"rnn_type": "gru"}),
+        (PENDULUM_NOVEL, {"rnn_type": "gru", "shared_lstm": True, "enable_critic_lstm": False}),
     ],
-    ids=["discrete", "box", "shared-lstm", "linear-critic-2-layers"],
+    ids=["discrete", "box", "shared-lstm", "linear-critic-2-layers", "gru", "gru-box-shared"],
 )
 def test_the_update_replays_the_states_the_rollout_acted_with(env_id: str, overrides: dict) -> None:
     # Pendulum's episodes last 200 steps: the second of two 128-step rollouts holds a start
@@ -98,6 +100,8 @@ def test_config_errors_name_the_fix() -> None:
         build_config(NOVEL, overrides={"batch_size": 100}, algo="ppo_lstm")
     with pytest.raises(ConfigError, match="shared_lstm and enable_critic_lstm"):
         build_config(NOVEL, overrides={"shared_lstm": True}, algo="ppo_lstm")
+    with pytest.raises(ConfigError, match="rnn_type 'rnn': choose one of lstm, gru"):
+        build_config(NOVEL, overrides={"rnn_type": "rnn"}, algo="ppo_lstm")
     with pytest.raises(ConfigError, match="CnnLstmPolicy is not implemented"):
         build_config(NOVEL, overrides={"policy": "CnnLstmPolicy"}, algo="ppo_lstm")
     with pytest.raises(ConfigError, match="collects its rollouts in one process"):

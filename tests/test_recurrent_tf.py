@@ -92,8 +92,9 @@ def _tf_grads(agent: TFRecurrentPPO, mb, clip: float) -> tuple[float, np.ndarray
 @pytest.mark.parametrize(
     "env_id, overrides",
     [(NOVEL, {}), (PENDULUM_NOVEL, {}), (NOVEL, {"shared_lstm": True, "enable_critic_lstm": False}),
-     (NOVEL, {"enable_critic_lstm": False, "n_lstm_layers": 2})],
-    ids=["discrete", "box", "shared-lstm", "linear-critic-2-layers"],
+     (NOVEL, {"enable_critic_lstm": False, "n_lstm_layers": 2}), (NOVEL, {"rnn_type": "gru"}),
+     (PENDULUM_NOVEL, {"rnn_type": "gru", "n_lstm_layers": 2})],
+    ids=["discrete", "box", "shared-lstm", "linear-critic-2-layers", "gru", "gru-box-2-layers"],
 )  # fmt: skip
 def test_torch_and_tf_give_the_same_loss_and_gradients(env_id: str, overrides: dict) -> None:
     n_steps = 128 if env_id == PENDULUM_NOVEL else 64  # a Pendulum episode (200 steps) starts inside
@@ -122,12 +123,14 @@ def _flat_weights(w) -> list[np.ndarray]:
     return [a for f in dataclasses.fields(w) for a in _flat_weights(getattr(w, f.name))]
 
 
-@pytest.mark.parametrize("env_id", [NOVEL, PENDULUM_NOVEL], ids=["discrete", "box"])
-def test_a2c_lstm_torch_and_tf_give_the_same_loss_gradients_and_rmsprop_step(env_id: str) -> None:
+@pytest.mark.parametrize(
+    "env_id, rnn", [(NOVEL, "lstm"), (PENDULUM_NOVEL, "lstm"), (NOVEL, "gru")], ids=["discrete", "box", "gru"]
+)
+def test_a2c_lstm_torch_and_tf_give_the_same_loss_gradients_and_rmsprop_step(env_id: str, rnn: str) -> None:
     """a2c_lstm: one minibatch, the whole rollout (4 envs' sequences), A2C's loss and RMSprop in both
     backends: loss, stats and gradients as ppo_lstm's test, then the weights after one update."""
     n_steps = 128 if env_id == PENDULUM_NOVEL else 32
-    torch_agent, tf_agent, mbs = _pair_and_minibatches(env_id, n_steps, algo="a2c_lstm")
+    torch_agent, tf_agent, mbs = _pair_and_minibatches(env_id, n_steps, algo="a2c_lstm", rnn_type=rnn)
     assert len(mbs) == 1 and mbs[0].obs.shape[:2] == (n_steps, 4) and mbs[0].starts[1:].any()
     t_loss, t_stats, t_grads = _torch_grads(torch_agent, mbs[0], 0.0)
     f_loss, f_stats, f_grads = _tf_grads(tf_agent, mbs[0], 0.0)
@@ -176,29 +179,36 @@ def test_tf_replays_the_states_the_numpy_rollout_acted_with(batch: int) -> None:
         np.testing.assert_allclose(values.numpy(), mb.old_values.reshape(-1), atol=1e-5)
 
 
-def test_eager_and_graph_give_the_same_loss() -> None:
-    _, tf_agent, mbs = _pair_and_minibatches(NOVEL)
+def _loss_args(tf_agent: TFRecurrentPPO, mb, clip: float) -> list:
+    """The loss function's arguments for one minibatch: its columns, the actor's and the critic's state
+    tuples, the clip."""
+    fields = ("obs", "actions", "old_logprobs", "old_values", "advantages", "returns", "starts")
+    pi, vf = (tuple(tf.constant(p) for p in s) for s in tf_agent._states(mb))
+    return [*(tf.constant(getattr(mb, f)) for f in fields), pi, vf, tf.constant(np.float32(clip))]
+
+
+@pytest.mark.parametrize("rnn", ["lstm", "gru"])
+def test_eager_and_graph_give_the_same_loss(rnn: str) -> None:
+    _, tf_agent, mbs = _pair_and_minibatches(NOVEL, rnn_type=rnn)
     eager_loss, eager_stats = tf_agent.loss(mbs[0], 0.2)
-    graph = tf.function(tf_agent.loss_fn)
-    args = [tf.constant(getattr(mbs[0], f)) for f in ("obs", "actions", "old_logprobs", "old_values",
-                                                      "advantages", "returns", "starts")]  # fmt: skip
-    graph_loss, graph_stats = graph(
-        *args, *(tf.constant(s) for s in tf_agent._states(mbs[0])), tf.constant(0.2)
-    )
+    graph_loss, graph_stats = tf.function(tf_agent.loss_fn)(*_loss_args(tf_agent, mbs[0], 0.2))
     assert abs(float(eager_loss) - float(graph_loss)) < 1e-6
     np.testing.assert_allclose(eager_stats.numpy(), graph_stats.numpy(), atol=1e-6)
 
 
-def test_one_trace_over_runs_of_other_shapes_and_flat_memory(tmp_path: Path) -> None:
+@pytest.mark.parametrize("rnn", ["lstm", "gru"])
+def test_one_trace_over_runs_of_other_shapes_and_flat_memory(rnn: str, tmp_path: Path) -> None:
     import psutil
 
     agents: list = []
-    cfg = build_config(NOVEL, overrides={"n_timesteps": 4096, "eval_freq": 0}, algo="ppo_lstm")
+    cfg = build_config(
+        NOVEL, overrides={"n_timesteps": 4096, "eval_freq": 0, "rnn_type": rnn}, algo="ppo_lstm"
+    )
     train("tf", NOVEL, cfg, 0, tmp_path / "a", device="cpu", progress=False, agent_out=agents)
     agent = agents[0]
     assert agent.trace_counts() == {"train_many": 1}
     # other sequence lengths, env counts and minibatch counts: still the one trace
-    _, _, mbs = _pair_and_minibatches(NOVEL, 48)
+    _, _, mbs = _pair_and_minibatches(NOVEL, 48, rnn_type=rnn)
     proc = psutil.Process(os.getpid())
     for i in range(20):
         agent.train_minibatches(mbs[: 1 + i % 2], 0.1 + 0.01 * i)
@@ -265,12 +275,7 @@ def test_a2c_lstm_traces_once_over_a_run_and_eager_equals_graph(tmp_path: Path) 
     assert agents[0].trace_counts() == {"train_many": 1}  # 32 updates, one trace
     _, tf_agent, mbs = _pair_and_minibatches(NOVEL, 32, algo="a2c_lstm")
     eager_loss, eager_stats = tf_agent.loss(mbs[0], 0.0)
-    fields = ("obs", "actions", "old_logprobs", "old_values", "advantages", "returns", "starts")
-    graph_loss, graph_stats = tf.function(tf_agent.loss_fn)(
-        *(tf.constant(getattr(mbs[0], f)) for f in fields),
-        *(tf.constant(s) for s in tf_agent._states(mbs[0])),
-        tf.constant(0.0),
-    )
+    graph_loss, graph_stats = tf.function(tf_agent.loss_fn)(*_loss_args(tf_agent, mbs[0], 0.0))
     assert abs(float(eager_loss) - float(graph_loss)) < 1e-6
     np.testing.assert_allclose(eager_stats.numpy(), graph_stats.numpy(), atol=1e-6)
 

@@ -8,10 +8,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from rl2edge.errors import ConfigError
+from rl2edge.specs import RNN_KINDS
 from rl2edge.train.core.config import A2CConfig, PPOConfig
 from rl2edge.train.core.schedules import Schedule
 
-RECURRENT_JSON = ("lstm_hidden_size", "n_lstm_layers", "shared_lstm", "enable_critic_lstm")
+RECURRENT_JSON = ("rnn_type", "lstm_hidden_size", "n_lstm_layers", "shared_lstm", "enable_critic_lstm")
 
 
 @dataclass
@@ -24,10 +25,13 @@ class LSTMFields:
         policy: str
         frame_stack: int
 
+    rnn_type: str = "lstm"
+    """The recurrent cell: lstm (sb3-contrib's), or gru (one state tensor per layer instead of two; the
+    lstm_* sizes and flags below apply to it as they are named)."""
     lstm_hidden_size: int = 256
-    """Width of each LSTM layer's hidden and cell state."""
+    """Width of each recurrent layer's hidden (and an LSTM's cell) state."""
     n_lstm_layers: int = 1
-    """Stacked LSTM layers."""
+    """Stacked recurrent layers."""
     shared_lstm: bool = False
     """The critic reads the actor's LSTM output (its gradient stopped), as sb3-contrib's shared_lstm."""
     enable_critic_lstm: bool = True
@@ -36,8 +40,8 @@ class LSTMFields:
     def network_fields(self) -> dict[str, Any]:
         """The checkpoint network's fields beyond the MLP's: the LSTMs (sb3-contrib's names)."""
         return {
-            "rnn": "lstm",
-            "lstm_biases": 2,  # per layer, b_ih and b_hh, as torch's nn.LSTM (TF checkpoints before: 1)
+            "rnn": self.rnn_type,
+            "lstm_biases": 2,  # per layer, b_ih and b_hh, as torch's nn.LSTM/GRU (TF LSTM checkpoints before: 1)
             "lstm_hidden_size": int(self.lstm_hidden_size),
             "n_lstm_layers": int(self.n_lstm_layers),
             "shared_lstm": bool(self.shared_lstm),
@@ -47,6 +51,8 @@ class LSTMFields:
     def validate_recurrent(self, validate_rest: Callable[[], None]) -> None:
         """The LSTM's checks around `validate_rest` (RunConfig's, which knows MlpPolicy only)."""
         algo, policy = self.algo, self.policy
+        if self.rnn_type not in RNN_KINDS:
+            raise ConfigError(f"rnn_type {self.rnn_type!r}: choose one of {', '.join(RNN_KINDS)}")
         if policy not in ("MlpLstmPolicy", "MultiInputLstmPolicy"):
             raise ConfigError(
                 f"policy {policy!r}: {algo} trains MlpLstmPolicy (or MultiInputLstmPolicy for a Dict "

@@ -1,4 +1,4 @@
-"""Recurrent PPO's rollout and minibatches, framework-free: the LSTM actor-critic in numpy (what the rollout
+"""Recurrent PPO's rollout and minibatches, framework-free: the recurrent (LSTM or GRU) actor-critic in numpy (what the rollout
 and the periodic evaluation act with, as train.core.numpy_policy for plain PPO), the collector that carries
 each env's state and records where episodes start, and the buffer that cuts the rollout into whole env
 sequences for the update.
@@ -18,21 +18,17 @@ from typing import Any
 import numpy as np
 
 from rl2edge.train.core.numpy_policy import LOG_2PI, Layers
+from rl2edge.train.core.rnn_cells import RNNLayer, RNNState, rnn_step, zero_state
 from rl2edge.train.core.rollout import RolloutBuffer
 from rl2edge.train.core.rollout_collector import RolloutCollector
-
-# one LSTM layer: kernel_ih [in, 4H], kernel_hh [H, 4H], bias [4H] (b_ih + b_hh), gates in torch's order i, f, g, o
-LSTMLayer = tuple[np.ndarray, np.ndarray, np.ndarray]
-# (h, c), each [n_layers, rows, hidden]
-LSTMState = tuple[np.ndarray, np.ndarray]
 
 
 @dataclass
 class RecurrentWeights:
     """A recurrent actor-critic's weights as numpy arrays, kernels [in, out]."""
 
-    actor_lstm: list[LSTMLayer]
-    critic_lstm: list[LSTMLayer] | None  # enable_critic_lstm
+    actor_lstm: list[RNNLayer]  # the network's "rnn": LSTM or GRU layers (train.core.rnn_cells)
+    critic_lstm: list[RNNLayer] | None  # enable_critic_lstm
     critic_linear: tuple[np.ndarray, np.ndarray] | None  # neither a critic LSTM nor shared_lstm
     actor: Layers
     critic: Layers
@@ -50,31 +46,12 @@ class SequenceMinibatch:
     advantages: np.ndarray  # float32 [T, E], normalized over the minibatch when asked
     returns: np.ndarray  # float32 [T, E]
     starts: np.ndarray  # float32 [T, E]: 1 where obs[t] is its episode's first
-    actor_state: LSTMState  # [L, E, H] each
-    critic_state: LSTMState | None
-
-
-def _sigmoid(x: np.ndarray) -> np.ndarray:
-    return 1.0 / (1.0 + np.exp(-x))
-
-
-def lstm_step(layers: list[LSTMLayer], x: np.ndarray, state: LSTMState) -> tuple[np.ndarray, LSTMState]:
-    """One step of a stacked LSTM on [rows, in]: the top layer's h, and the new (h, c)."""
-    hs, cs = [], []
-    for k, (w_ih, w_hh, bias) in enumerate(layers):
-        gates = x @ w_ih
-        gates += state[0][k] @ w_hh
-        gates += bias
-        i, f, g, o = np.split(gates, 4, axis=-1)
-        c = _sigmoid(f) * state[1][k] + _sigmoid(i) * np.tanh(g)
-        x = _sigmoid(o) * np.tanh(c)
-        hs.append(x)
-        cs.append(c)
-    return x, (np.stack(hs).astype(np.float32), np.stack(cs).astype(np.float32))
+    actor_state: RNNState  # [L, E, H] each: an LSTM's (h, c), a GRU's (h,)
+    critic_state: RNNState | None
 
 
 class NumpyRecurrentActorCritic:
-    """Samples the recurrent policy as NumpyActorCritic samples PPO's, carrying each row's LSTM state."""
+    """Samples the recurrent policy as NumpyActorCritic samples PPO's, carrying each row's RNN state."""
 
     def __init__(self, network: dict[str, Any]):
         if network["activation"] not in ("tanh", "relu"):
@@ -83,13 +60,13 @@ class NumpyRecurrentActorCritic:
         self._tanh = network["activation"] == "tanh"
         self.shared = bool(network["shared_lstm"])
         self.layers, self.hidden = int(network["n_lstm_layers"]), int(network["lstm_hidden_size"])
+        self.kind = str(network.get("rnn", "lstm"))
         self._w: RecurrentWeights | None = None
-        self.actor_state: LSTMState | None = None
-        self.critic_state: LSTMState | None = None
+        self.actor_state: RNNState | None = None
+        self.critic_state: RNNState | None = None
 
-    def zero_state(self, rows: int) -> LSTMState:
-        z = np.zeros((self.layers, rows, self.hidden), np.float32)
-        return z, z.copy()
+    def zero_state(self, rows: int) -> RNNState:
+        return zero_state(self.kind, self.layers, rows, self.hidden)
 
     def load(self, weights: RecurrentWeights) -> None:
         f32 = lambda a: np.array(a, np.float32, order="C")  # noqa: E731 (a copy: the framework's may move)
@@ -121,18 +98,20 @@ class NumpyRecurrentActorCritic:
         return x
 
     @staticmethod
-    def _masked(state: LSTMState, starts: np.ndarray) -> LSTMState:
+    def _masked(state: RNNState, starts: np.ndarray) -> RNNState:
         keep = (~starts).astype(np.float32)[None, :, None]
-        return state[0] * keep, state[1] * keep
+        return tuple(s * keep for s in state)
 
-    def _latents(self, obs: np.ndarray, starts: np.ndarray) -> tuple[np.ndarray, LSTMState, Any, Any]:
-        """The actor's and the critic's LSTM outputs and their next states (the critic's None if it has none)."""
+    def _latents(self, obs: np.ndarray, starts: np.ndarray) -> tuple[np.ndarray, RNNState, Any, Any]:
+        """The actor's and the critic's RNN outputs and their next states (the critic's None if it has none)."""
         w = self._w
         assert w is not None and self.actor_state is not None, "load() the weights and reset() first"
-        latent_pi, pi_state = lstm_step(w.actor_lstm, obs, self._masked(self.actor_state, starts))
+        latent_pi, pi_state = rnn_step(self.kind, w.actor_lstm, obs, self._masked(self.actor_state, starts))
         if w.critic_lstm is not None:
             assert self.critic_state is not None
-            latent_vf, vf_state = lstm_step(w.critic_lstm, obs, self._masked(self.critic_state, starts))
+            latent_vf, vf_state = rnn_step(
+                self.kind, w.critic_lstm, obs, self._masked(self.critic_state, starts)
+            )
         elif self.shared:
             latent_vf, vf_state = latent_pi, None
         else:
@@ -171,18 +150,20 @@ class NumpyRecurrentActorCritic:
         """Argmax index or the Gaussian's mean, the actor's state advanced (evaluation)."""
         w = self._w
         assert w is not None and self.actor_state is not None
-        latent_pi, self.actor_state = lstm_step(w.actor_lstm, obs, self._masked(self.actor_state, starts))
+        latent_pi, self.actor_state = rnn_step(
+            self.kind, w.actor_lstm, obs, self._masked(self.actor_state, starts)
+        )
         out = self._mlp(w.actor, latent_pi)
         return out.argmax(-1) if self.discrete else out
 
-    def state(self) -> tuple[LSTMState, LSTMState | None]:
+    def state(self) -> tuple[RNNState, RNNState | None]:
         assert self.actor_state is not None
-        copy = lambda s: None if s is None else (s[0].copy(), s[1].copy())  # noqa: E731
+        copy = lambda s: None if s is None else tuple(p.copy() for p in s)  # noqa: E731
         return copy(self.actor_state), copy(self.critic_state if self._w and self._w.critic_lstm else None)
 
 
 class RecurrentCollector(RolloutCollector):
-    """RolloutCollector with each env's LSTM state carried from step to step and rollout to rollout, reset
+    """RolloutCollector with each env's RNN state carried from step to step and rollout to rollout, reset
     (masked) at episode starts. One process: the rows are the envs, with no Ray split."""
 
     @staticmethod
@@ -194,7 +175,7 @@ class RecurrentCollector(RolloutCollector):
         Segment's `init_state`): the update replays a sequence from the state at its first step."""
         if self.policy.actor_state is None:
             self.policy.reset(self.count)
-        self._trace: list[tuple[LSTMState, LSTMState | None]] = []
+        self._trace: list[tuple[RNNState, RNNState | None]] = []
         return self._trace
 
     def _act(self, obs: np.ndarray, noise: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -216,19 +197,16 @@ class SequenceBuffer(RolloutBuffer):
     replayed from the state recorded at its first step."""
 
     starts: np.ndarray
-    states: tuple[np.ndarray, np.ndarray, np.ndarray | None, np.ndarray | None]
-    """The actor's h, c and the critic's h, c (None without a critic LSTM) before each step: [T, L, N, H]."""
+    actor_states: RNNState
+    """The actor's state before each step: [T, L, N, H] per part (an LSTM's h and c, a GRU's h)."""
+    critic_states: RNNState | None
+    """The critic's, as the actor's; None without a critic RNN."""
 
-    def set_sequences(self, starts: np.ndarray, trace: list[tuple[LSTMState, LSTMState | None]]) -> None:
+    def set_sequences(self, starts: np.ndarray, trace: list[tuple[RNNState, RNNState | None]]) -> None:
         self.starts = starts.astype(np.float32)
-        stack = lambda i, j: np.stack([step[i][j] for step in trace])  # noqa: E731
-        critic = trace[0][1] is not None
-        self.states = (
-            stack(0, 0),
-            stack(0, 1),
-            stack(1, 0) if critic else None,
-            stack(1, 1) if critic else None,
-        )
+        stack = lambda i: tuple(np.stack(parts) for parts in zip(*(step[i] for step in trace), strict=True))  # noqa: E731
+        self.actor_states = stack(0)
+        self.critic_states = stack(1) if trace[0][1] is not None else None
 
     def sequence_minibatches(
         self, batch_size: int, rng: np.random.Generator, normalize_advantage: bool
@@ -244,7 +222,7 @@ class SequenceBuffer(RolloutBuffer):
                 (chunks[i][0], chunks[i][0] + batch_size, np.array([chunks[i][1]]))
                 for i in rng.permutation(len(chunks))
             ]
-        pi_h, pi_c, vf_h, vf_c = self.states
+        at_start = lambda parts, t, idx: tuple(p[t][:, idx] for p in parts)  # noqa: E731
         for t0, t1, idx in pieces:
             steps = slice(t0, t1)
             adv = self.advantages[steps, idx]
@@ -258,6 +236,6 @@ class SequenceBuffer(RolloutBuffer):
                 adv,
                 self.returns[steps, idx],
                 self.starts[steps, idx],
-                (pi_h[t0][:, idx], pi_c[t0][:, idx]),
-                None if vf_h is None or vf_c is None else (vf_h[t0][:, idx], vf_c[t0][:, idx]),
+                at_start(self.actor_states, t0, idx),
+                None if self.critic_states is None else at_start(self.critic_states, t0, idx),
             )

@@ -16,8 +16,8 @@ def make_a2c_lstm_loss_fn(model: Any, cfg: RecurrentA2CConfig) -> Any:
     unused: A2C's update needs none of them)."""
     import tensorflow as tf
 
-    def loss_fn(obs, actions, old_logp, old_values, adv, returns, starts, pi_h, pi_c, vf_h, vf_c, clip):
-        logp, entropy, values = model.evaluate_sequences(obs, actions, starts, (pi_h, pi_c), (vf_h, vf_c))
+    def loss_fn(obs, actions, old_logp, old_values, adv, returns, starts, pi, vf, clip):
+        logp, entropy, values = model.evaluate_sequences(obs, actions, starts, pi, vf)
         adv, returns = tf.reshape(adv, [-1]), tf.reshape(returns, [-1])  # the (t, e) order of evaluate
         pg_loss = -tf.reduce_mean(adv * logp)
         v_loss = tf.reduce_mean(tf.square(returns - values))

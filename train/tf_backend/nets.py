@@ -266,9 +266,10 @@ class DeployParts:
     """A state-independent log std."""
     encoder_fn: Callable[[tf.Tensor], tf.Tensor] | None = None
     """Image keys: the actor's encoder (its weights constants), between the normalization and the layers."""
-    lstm: list[tuple[np.ndarray, np.ndarray, np.ndarray]] | None = None
-    """A recurrent actor: its LSTM layers (kernel on the input [in, 4H], on h [H, 4H], bias [4H]; gates
-    i, f, g, o), between the normalization and `dense`; exported as one cell with explicit state I/O."""
+    rnn: tuple[str, list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]] | None = None
+    """A recurrent actor: its cell ("lstm" or "gru") and layers (kernel on the input [in, G*H], on h
+    [H, G*H], b_ih, b_hh: train.core.rnn_cells' layout), between the normalization and `dense`; exported as
+    one cell with explicit state I/O."""
 
 
 def copy_weights(source: list[tf.Variable], target: list[tf.Variable]) -> None:

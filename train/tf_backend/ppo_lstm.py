@@ -12,6 +12,7 @@ import numpy as np
 
 from rl2edge.train.core.recurrent_config import RecurrentPPOConfig
 from rl2edge.train.core.recurrent_rollout import RecurrentWeights, SequenceMinibatch
+from rl2edge.train.core.rnn_cells import state_parts
 from rl2edge.train.tf_backend.ppo import adam, ppo_objective
 from rl2edge.train.tf_backend.setup import configure_tensorflow
 from rl2edge.train.tf_backend.weights import save_keras_weights, state_copy
@@ -27,8 +28,8 @@ def make_loss_fn(model: Any, cfg: RecurrentPPOConfig) -> Any:
     called eagerly in tests): train.tf_backend.ppo's objective on the [T * E] flattened steps."""
     import tensorflow as tf
 
-    def loss_fn(obs, actions, old_logp, old_values, adv, returns, starts, pi_h, pi_c, vf_h, vf_c, clip):
-        logp, entropy, values = model.evaluate_sequences(obs, actions, starts, (pi_h, pi_c), (vf_h, vf_c))
+    def loss_fn(obs, actions, old_logp, old_values, adv, returns, starts, pi, vf, clip):
+        logp, entropy, values = model.evaluate_sequences(obs, actions, starts, pi, vf)
         flat = lambda x: tf.reshape(x, [-1])  # noqa: E731  the (t, e) order evaluate_sequences uses
         return ppo_objective(
             logp, entropy, values, flat(old_logp), flat(old_values), flat(adv), flat(returns), clip, cfg
@@ -43,13 +44,13 @@ class TFRecurrentPPO:
 
     @classmethod
     def deploy_parts(cls, spec: dict[str, Any], load: Callable[[Any], None]) -> DeployParts:
-        """The actor's LSTM (numpy weights, exported as one cell) and its Dense chain."""
+        """The actor's LSTM or GRU (numpy weights, exported as one cell) and its Dense chain."""
         from rl2edge.train.tf_backend.nets import DeployParts, dense_layers
         from rl2edge.train.tf_backend.recurrent_nets import TFRecurrentActorCritic
 
         model = TFRecurrentActorCritic(spec)
         load(model)
-        return DeployParts(dense_layers(model.heads.actor), lstm=model.lstm_actor.numpy_layers())
+        return DeployParts(dense_layers(model.heads.actor), rnn=(model.kind, model.lstm_actor.numpy_layers()))
 
     def __init__(self, network: dict[str, Any], cfg: RecurrentPPOConfig, seed: int, device: str):
         self.device = configure_tensorflow(device)
@@ -62,18 +63,20 @@ class TFRecurrentPPO:
         keras.utils.set_random_seed(seed)  # once, before the layers' initializers draw
         self.policy = TFRecurrentActorCritic(network, seed)
         self.layers, self.hidden = int(network["n_lstm_layers"]), int(network["lstm_hidden_size"])
+        self.state_parts = state_parts(str(network.get("rnn", "lstm")))
         self.optimizer = self.make_optimizer()
         self.loss_fn = self.make_loss_fn()
         discrete, obs_dim, act_dim = network["discrete"], network["obs_dim"], network["act_dim"]
-        # [minibatches, T, E, ...]; the states [minibatches, layers, E, H]
+        # [minibatches, T, E, ...]; the actor's and the critic's states, each a tuple of [minibatches, layers,
+        # E, H] (an LSTM's h and c, a GRU's h)
         seq = lambda *tail, dtype=tf.float32: tf.TensorSpec([None, None, None, *tail], dtype)  # noqa: E731
-        state = tf.TensorSpec([None, self.layers, None, self.hidden], tf.float32)
+        state = (tf.TensorSpec([None, self.layers, None, self.hidden], tf.float32),) * self.state_parts
         actions = seq(dtype=tf.int64) if discrete else seq(act_dim)
         self._train_many = tf.function(
             self._train_many_graph,
             jit_compile=True,
-            input_signature=[seq(obs_dim), actions, seq(), seq(), seq(), seq(), seq(), state, state, state,
-                             state, tf.TensorSpec([], tf.float32)],
+            input_signature=[seq(obs_dim), actions, seq(), seq(), seq(), seq(), seq(), state, state,
+                             tf.TensorSpec([], tf.float32)],
         )  # fmt: skip
 
     def make_optimizer(self) -> Any:
@@ -82,15 +85,11 @@ class TFRecurrentPPO:
     def make_loss_fn(self) -> Any:
         return make_loss_fn(self.policy, self.cfg)
 
-    def _train_graph(
-        self, obs, actions, old_logp, old_values, adv, returns, starts, pi_h, pi_c, vf_h, vf_c, clip
-    ):
+    def _train_graph(self, obs, actions, old_logp, old_values, adv, returns, starts, pi, vf, clip):
         tf = self.tf
         variables = self.policy.trainable_variables
         with tf.GradientTape() as tape:
-            loss, stats = self.loss_fn(
-                obs, actions, old_logp, old_values, adv, returns, starts, pi_h, pi_c, vf_h, vf_c, clip
-            )
+            loss, stats = self.loss_fn(obs, actions, old_logp, old_values, adv, returns, starts, pi, vf, clip)
         grads = tape.gradient(loss, variables)
         grads, _ = tf.clip_by_global_norm(grads, self.cfg.max_grad_norm)
         self.optimizer.apply_gradients(zip(grads, variables, strict=True))
@@ -102,24 +101,31 @@ class TFRecurrentPPO:
         n = tf.shape(batched[0])[0]
         stats = tf.TensorArray(tf.float32, size=n)
         for i in tf.range(n):
-            stats = stats.write(i, self._train_graph(*(a[i] for a in batched), clip))
+            row = tf.nest.map_structure(lambda a, i=i: a[i], batched)
+            stats = stats.write(i, self._train_graph(*row, clip))
         return tf.reduce_mean(stats.stack(), axis=0)
 
     # ----------------------------------------------------------------------------- the agent API
-    def _states(self, mb: SequenceMinibatch) -> list[np.ndarray]:
-        """The minibatch's initial (h, c) of the actor and the critic; zeros where the critic has none."""
-        vf = mb.critic_state if mb.critic_state is not None else (np.zeros_like(mb.actor_state[0]),) * 2
-        return [mb.actor_state[0], mb.actor_state[1], vf[0], vf[1]]
+    @staticmethod
+    def _states(mb: SequenceMinibatch) -> tuple[tuple[np.ndarray, ...], tuple[np.ndarray, ...]]:
+        """The minibatch's initial states of the actor and the critic; zeros where the critic has none."""
+        pi = mb.actor_state
+        return pi, mb.critic_state if mb.critic_state is not None else tuple(np.zeros_like(p) for p in pi)
 
     def loss(self, mb: SequenceMinibatch, clip: float) -> tuple[Any, Any]:
         """The loss and stats row, eagerly (tests)."""
-        args = [getattr(mb, f) for f in FIELDS] + self._states(mb)
-        return self.loss_fn(*(self.tf.constant(a) for a in args), self.tf.constant(np.float32(clip)))
+        tf = self.tf
+        cols = [tf.constant(getattr(mb, f)) for f in FIELDS]
+        pi, vf = (tuple(tf.constant(p) for p in s) for s in self._states(mb))
+        return self.loss_fn(*cols, pi, vf, tf.constant(np.float32(clip)))
 
     def train_minibatches(self, mbs: list[SequenceMinibatch], clip: float) -> np.ndarray:
         cols = [np.stack([getattr(mb, f) for mb in mbs]) for f in FIELDS]
-        states = [np.stack(s) for s in zip(*(self._states(mb) for mb in mbs), strict=True)]
-        return self._train_many(*cols, *states, np.float32(clip)).numpy()
+        states = [self._states(mb) for mb in mbs]
+        pi, vf = (
+            tuple(np.stack(parts) for parts in zip(*(s[i] for s in states), strict=True)) for i in (0, 1)
+        )
+        return self._train_many(*cols, pi, vf, np.float32(clip)).numpy()
 
     def rollout_weights(self) -> RecurrentWeights:
         from rl2edge.train.tf_backend.nets import dense_layers

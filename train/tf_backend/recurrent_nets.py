@@ -1,9 +1,9 @@
 """The recurrent actor-critic in TensorFlow: the twin of train.torch_backend.recurrent_nets, with the same
-layout (an LSTM in front of the actor's MLP; in front of the critic's its own LSTM, the actor's output with
-its gradient stopped, or a Dense layer) and the same gate order (i, f, g, o), so that weights copy across
-(`copy_from_torch`, for the parity tests) and one numpy rollout serves both.
+layout (an LSTM or GRU in front of the actor's MLP; in front of the critic's its own, the actor's output
+with its gradient stopped, or a Dense layer) and torch's gate order (i, f, g, o; r, z, n), so that weights
+copy across (`copy_from_torch`, for the parity tests) and one numpy rollout serves both.
 
-The LSTM is written as its step arithmetic on explicit variables (a kernel on the input, one on h, and
+The cell is written as its step arithmetic on explicit variables (a kernel on the input, one on h, and
 torch's two biases b_ih and b_hh: one bias would train at half their sum's speed under Adam or RMSprop,
 whose step per variable does not scale with the gradient), run over a sequence by a loop over its steps with each env's state zeroed where
 its episode starts: one loop in the training graph, traced once for any sequence length and env count.
@@ -21,12 +21,15 @@ import tensorflow as tf
 from rl2edge.errors import CheckpointError
 from rl2edge.train.tf_backend.nets import TFActorCritic
 
-LSTMLayer = tuple[np.ndarray, np.ndarray, np.ndarray]
+RNNLayer = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
 
 
-class TFLSTM(keras.layers.Layer):
-    """A stacked LSTM's weights and its step; PyTorch's init (uniform in +-1/sqrt(hidden) for every weight
-    and both biases)."""
+class TFRNN(keras.layers.Layer):
+    """A stacked LSTM's or GRU's weights (torch's layout: a kernel on the input [in, G*H], one on h [H, G*H],
+    b_ih and b_hh [G*H]) and PyTorch's init (uniform in +-1/sqrt(hidden) for every weight and both biases).
+    A subclass gives `gates` (G) and `step`; a state is a tuple of [layers, rows, H] tensors."""
+
+    gates = 0
 
     def __init__(self, in_dim: int, hidden: int, layers: int, seed: int, name: str):
         super().__init__(name=name)
@@ -34,18 +37,53 @@ class TFLSTM(keras.layers.Layer):
         bound = 1.0 / math.sqrt(hidden)
         seeds = iter(range(seed, seed + 4 * layers))
         uniform = lambda: keras.initializers.RandomUniform(-bound, bound, seed=next(seeds))  # noqa: E731
+        width = self.gates * hidden
         self.cells: list[tuple[Any, Any, Any, Any]] = []
         for k in range(layers):
             n_in = in_dim if k == 0 else hidden
-            k_ih = self.add_weight(shape=(n_in, 4 * hidden), initializer=uniform(), name=f"kernel_ih_{k}")
-            k_hh = self.add_weight(shape=(hidden, 4 * hidden), initializer=uniform(), name=f"kernel_hh_{k}")
-            b_ih = self.add_weight(shape=(4 * hidden,), initializer=uniform(), name=f"bias_ih_{k}")
-            b_hh = self.add_weight(shape=(4 * hidden,), initializer=uniform(), name=f"bias_hh_{k}")
+            k_ih = self.add_weight(shape=(n_in, width), initializer=uniform(), name=f"kernel_ih_{k}")
+            k_hh = self.add_weight(shape=(hidden, width), initializer=uniform(), name=f"kernel_hh_{k}")
+            b_ih = self.add_weight(shape=(width,), initializer=uniform(), name=f"bias_ih_{k}")
+            b_hh = self.add_weight(shape=(width,), initializer=uniform(), name=f"bias_hh_{k}")
             self.cells.append((k_ih, k_hh, b_ih, b_hh))
         self.built = True
 
-    def step(self, x: tf.Tensor, h: tf.Tensor, c: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
-        """One step on [rows, in] from (h, c) [layers, rows, H]: the top layer's h, and the new (h, c)."""
+    def step(self, x: tf.Tensor, state: tuple[tf.Tensor, ...]) -> tuple[tf.Tensor, tuple[tf.Tensor, ...]]:
+        """One step on [rows, in]: the top layer's h, and the new state."""
+        raise NotImplementedError
+
+    def sequence(self, x: tf.Tensor, starts: tf.Tensor, state: tuple[tf.Tensor, ...]) -> tf.Tensor:
+        """The top layer's h over [T, E, in], each env's state zeroed where starts[t, e] is 1."""
+        steps = tf.shape(x)[0]
+        out = tf.TensorArray(tf.float32, size=steps)
+        for t in tf.range(steps):
+            keep = (1.0 - starts[t])[None, :, None]
+            y, state = self.step(x[t], tuple(s * keep for s in state))
+            out = out.write(t, y)
+        return out.stack()
+
+    def numpy_layers(self) -> list[RNNLayer]:
+        """Per layer (kernel on x, kernel on h, b_ih, b_hh): train.core.rnn_cells' layout."""
+        return [tuple(v.numpy() for v in cell) for cell in self.cells]  # type: ignore[misc]
+
+    def copy_from_torch(self, state: dict[str, Any], prefix: str) -> None:
+        """Take torch's nn.LSTM/nn.GRU weights (weight_ih_l{k} [G*H, in], weight_hh_l{k}, bias_ih_l{k},
+        bias_hh_l{k})."""
+        value = lambda name: np.asarray(state[f"{prefix}.{name}"].detach().cpu().numpy())  # noqa: E731
+        for k, (k_ih, k_hh, b_ih, b_hh) in enumerate(self.cells):
+            k_ih.assign(value(f"weight_ih_l{k}").T)
+            k_hh.assign(value(f"weight_hh_l{k}").T)
+            b_ih.assign(value(f"bias_ih_l{k}"))
+            b_hh.assign(value(f"bias_hh_l{k}"))
+
+
+class TFLSTM(TFRNN):
+    """torch's nn.LSTM: gates i, f, g, o; state (h, c)."""
+
+    gates = 4
+
+    def step(self, x: tf.Tensor, state: tuple[tf.Tensor, ...]) -> tuple[tf.Tensor, tuple[tf.Tensor, ...]]:
+        h, c = state
         hs, cs = [], []
         for k, (k_ih, k_hh, b_ih, b_hh) in enumerate(self.cells):
             gates = tf.matmul(x, k_ih) + tf.matmul(h[k], k_hh) + (b_ih + b_hh)
@@ -54,30 +92,25 @@ class TFLSTM(keras.layers.Layer):
             x = tf.sigmoid(o) * tf.tanh(c_k)
             hs.append(x)
             cs.append(c_k)
-        return x, tf.stack(hs), tf.stack(cs)
+        return x, (tf.stack(hs), tf.stack(cs))
 
-    def sequence(self, x: tf.Tensor, starts: tf.Tensor, h: tf.Tensor, c: tf.Tensor) -> tf.Tensor:
-        """The top layer's h over [T, E, in], each env's state zeroed where starts[t, e] is 1."""
-        steps = tf.shape(x)[0]
-        out = tf.TensorArray(tf.float32, size=steps)
-        for t in tf.range(steps):
-            keep = (1.0 - starts[t])[None, :, None]
-            y, h, c = self.step(x[t], h * keep, c * keep)
-            out = out.write(t, y)
-        return out.stack()
 
-    def numpy_layers(self) -> list[LSTMLayer]:
-        """Per layer (kernel on x, kernel on h, bias): the rollout's and the export's one bias, b_ih + b_hh."""
-        return [(k_ih.numpy(), k_hh.numpy(), (b_ih + b_hh).numpy()) for k_ih, k_hh, b_ih, b_hh in self.cells]
+class TFGRU(TFRNN):
+    """torch's nn.GRU: gates r, z, n, with b_hn inside the reset gate's product; state (h,)."""
 
-    def copy_from_torch(self, state: dict[str, Any], prefix: str) -> None:
-        """Take torch's nn.LSTM weights (weight_ih_l{k} [4H, in], weight_hh_l{k}, bias_ih_l{k}, bias_hh_l{k})."""
-        value = lambda name: np.asarray(state[f"{prefix}.{name}"].detach().cpu().numpy())  # noqa: E731
+    gates = 3
+
+    def step(self, x: tf.Tensor, state: tuple[tf.Tensor, ...]) -> tuple[tf.Tensor, tuple[tf.Tensor, ...]]:
+        (h,) = state
+        hs = []
         for k, (k_ih, k_hh, b_ih, b_hh) in enumerate(self.cells):
-            k_ih.assign(value(f"weight_ih_l{k}").T)
-            k_hh.assign(value(f"weight_hh_l{k}").T)
-            b_ih.assign(value(f"bias_ih_l{k}"))
-            b_hh.assign(value(f"bias_hh_l{k}"))
+            i_r, i_z, i_n = tf.split(tf.matmul(x, k_ih) + b_ih, 3, axis=-1)
+            h_r, h_z, h_n = tf.split(tf.matmul(h[k], k_hh) + b_hh, 3, axis=-1)
+            r, z = tf.sigmoid(i_r + h_r), tf.sigmoid(i_z + h_z)
+            n = tf.tanh(i_n + r * h_n)
+            x = n + z * (h[k] - n)
+            hs.append(x)
+        return x, (tf.stack(hs),)
 
 
 class TFRecurrentActorCritic(keras.Model):
@@ -94,16 +127,16 @@ class TFRecurrentActorCritic(keras.Model):
                 "torch's two, b_ih and b_hh, which train at the speed torch's do): train it again"
             )
         self.discrete, self.hidden, self.n_layers = bool(spec["discrete"]), hidden, layers
+        self.kind = str(spec.get("rnn", "lstm"))
         self.shared = bool(spec["shared_lstm"])
+        cell = TFGRU if self.kind == "gru" else TFLSTM
         self.heads = TFActorCritic(
             hidden, spec["act_dim"], spec["discrete"], list(spec["net_arch"]), spec["activation"],
             spec.get("log_std_init", 0.0), seed,
         )  # fmt: skip
-        self.lstm_actor = TFLSTM(obs_dim, hidden, layers, seed + 3000, "lstm_actor")
+        self.lstm_actor = cell(obs_dim, hidden, layers, seed + 3000, "lstm_actor")
         self.lstm_critic = (
-            TFLSTM(obs_dim, hidden, layers, seed + 4000, "lstm_critic")
-            if spec["enable_critic_lstm"]
-            else None
+            cell(obs_dim, hidden, layers, seed + 4000, "lstm_critic") if spec["enable_critic_lstm"] else None
         )
         self.critic_linear = None
         if not spec["enable_critic_lstm"] and not self.shared:
@@ -114,12 +147,13 @@ class TFRecurrentActorCritic(keras.Model):
         self.built = True
 
     def evaluate_sequences(
-        self, obs: tf.Tensor, actions: tf.Tensor, starts: tf.Tensor, pi: tuple[Any, Any], vf: tuple[Any, Any]
+        self, obs: tf.Tensor, actions: tf.Tensor, starts: tf.Tensor, pi: tuple[Any, ...], vf: tuple[Any, ...]
     ) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
-        """Log-probs, entropies and values of [T, E] steps, flattened to [T * E] in (t, e) order."""
-        latent_pi = self.lstm_actor.sequence(obs, starts, *pi)
+        """Log-probs, entropies and values of [T, E] steps, flattened to [T * E] in (t, e) order; `pi` and
+        `vf` the actor's and the critic's states at the first step (the critic's unread without its RNN)."""
+        latent_pi = self.lstm_actor.sequence(obs, starts, tuple(pi))
         if self.lstm_critic is not None:
-            latent_vf = self.lstm_critic.sequence(obs, starts, *vf)
+            latent_vf = self.lstm_critic.sequence(obs, starts, tuple(vf))
         elif self.shared:
             latent_vf = tf.stop_gradient(latent_pi)
         else:

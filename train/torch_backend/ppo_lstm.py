@@ -17,7 +17,7 @@ from rl2edge.train.torch_backend.matmul_precision import training_phase
 from rl2edge.train.torch_backend.nets import clip_grad_norm
 from rl2edge.train.torch_backend.optim_step import clear_grads, fused_adam_step
 from rl2edge.train.torch_backend.ppo import ppo_loss, ppo_stats
-from rl2edge.train.torch_backend.recurrent_nets import LSTMCellActor, RecurrentActorCritic, lstm_layers_numpy
+from rl2edge.train.torch_backend.recurrent_nets import RecurrentActorCritic, cell_actor, rnn_layers_numpy
 from rl2edge.train.torch_backend.setup import setup_torch
 from rl2edge.train.torch_backend.weights import save_safetensors, state_copy
 
@@ -34,10 +34,10 @@ class TorchRecurrentPPO:
 
     @classmethod
     def deployable_actor(cls, spec: dict[str, Any], load: Callable[[nn.Module, str], None]) -> nn.Module:
-        """One step of the actor's LSTM as gate arithmetic, then its MLP (LSTMCellActor)."""
+        """One step of the actor's LSTM or GRU as gate arithmetic, then its MLP (LSTMCellActor, GRUCellActor)."""
         net = RecurrentActorCritic(spec)
         load(net, "")
-        return LSTMCellActor(net).eval()
+        return cell_actor(net).eval()
 
     def __init__(self, network: dict[str, Any], cfg: RecurrentPPOConfig, seed: int, device: str):
         dev = setup_torch(seed, device)
@@ -62,8 +62,8 @@ class TorchRecurrentPPO:
         ]
         linear = p.critic_linear
         return RecurrentWeights(
-            lstm_layers_numpy(p.lstm_actor),
-            None if p.lstm_critic is None else lstm_layers_numpy(p.lstm_critic),
+            rnn_layers_numpy(p.lstm_actor),
+            None if p.lstm_critic is None else rnn_layers_numpy(p.lstm_critic),
             None
             if linear is None
             else (linear.weight.detach().cpu().numpy().T, linear.bias.detach().cpu().numpy()),
@@ -78,7 +78,7 @@ class TorchRecurrentPPO:
 
     def evaluate(self, mb: SequenceMinibatch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """The minibatch's log-probs, entropies and values, [T * E] each, replayed from its states."""
-        state = lambda s: None if s is None else (self._t(s[0]), self._t(s[1]))  # noqa: E731
+        state = lambda s: None if s is None else tuple(self._t(p) for p in s)  # noqa: E731
         pi = state(mb.actor_state)
         assert pi is not None
         return self.policy.evaluate_sequences(

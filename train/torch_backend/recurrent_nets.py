@@ -1,11 +1,12 @@
 """The recurrent actor-critic (sb3-contrib's RecurrentActorCriticPolicy with MlpLstmPolicy's layout): an LSTM
-on the observation in front of the actor's MLP, and in front of the critic's either its own LSTM
-(enable_critic_lstm, the default), the actor's output with its gradient stopped (shared_lstm), or a
-Linear layer. The MLPs, the heads and their distributions are PPO's (`ActorCritic`, on the LSTM's width).
+(or, with rnn_type gru, a GRU) on the observation in front of the actor's MLP, and in front of the critic's
+either its own (enable_critic_lstm, the default), the actor's output with its gradient stopped
+(shared_lstm), or a Linear layer. The MLPs, the heads and their distributions are PPO's (`ActorCritic`, on
+the RNN's width).
 
-`LSTMCellActor` is what export runs: one step of the actor's LSTM written as its gate arithmetic
-(MatMul/Add/Logistic/Tanh/Mul: no sequence op and no While loop in the exported graph), on explicit
-(h, c) inputs that the graph zeroes where `episode_start` is 1.
+`LSTMCellActor` and `GRUCellActor` are what export runs: one step of the actor's RNN written as its gate
+arithmetic (MatMul/Add/Logistic/Tanh/Mul: no sequence op and no While loop in the exported graph), on
+explicit state inputs (an LSTM's h and c, a GRU's h) that the graph zeroes where `episode_start` is 1.
 """
 
 from __future__ import annotations
@@ -17,26 +18,29 @@ import numpy as np
 import torch
 from torch import nn
 
-from rl2edge.specs import LSTM_CELL, lstm_state_tensors
+from rl2edge.specs import GRU_CELL, LSTM_CELL, lstm_state_tensors, rnn_state_tensors
 from rl2edge.train.torch_backend.nets import ActorCritic, run_mlp
 
-State = tuple[torch.Tensor, torch.Tensor]  # (h, c), each [layers, rows, hidden]
+State = tuple[torch.Tensor, ...]  # an LSTM's (h, c), a GRU's (h,): each [layers, rows, hidden]
+RNN = nn.LSTM | nn.GRU
 
 
-def run_lstm(
-    lstm: nn.LSTM, x: torch.Tensor, starts: torch.Tensor, cuts: list[int], state: State
+def run_rnn(
+    rnn: RNN, x: torch.Tensor, starts: torch.Tensor, cuts: list[int], state: State
 ) -> tuple[torch.Tensor, State]:
-    """`lstm` over [T, E, in] with each env's state zeroed where starts[t, e] is 1. `cuts`: the steps t >= 1
-    where any env starts, found on the host: between two cuts no state is reset, so nn.LSTM runs the
-    whole stretch in one call (on a late-training rollout of long episodes, a few calls per sequence)."""
+    """`rnn` over [T, E, in] with each env's state zeroed where starts[t, e] is 1. `cuts`: the steps t >= 1
+    where any env starts, found on the host: between two cuts no state is reset, so nn.LSTM (nn.GRU) runs
+    the whole stretch in one call (on a late-training rollout of long episodes, a few calls per sequence)."""
     outs = []
     bounds = [0, *cuts, x.shape[0]]
-    h, c = state
+    lstm = isinstance(rnn, nn.LSTM)
     for a, b in itertools.pairwise(bounds):
         keep = (1.0 - starts[a]).view(1, -1, 1)
-        y, (h, c) = lstm(x[a:b], (h * keep, c * keep))
+        masked = tuple(s * keep for s in state)
+        y, new = rnn(x[a:b], masked if lstm else masked[0])
+        state = tuple(new) if lstm else (new,)
         outs.append(y)
-    return torch.cat(outs), (h, c)
+    return torch.cat(outs), state
 
 
 class RecurrentActorCritic(nn.Module):
@@ -48,29 +52,33 @@ class RecurrentActorCritic(nn.Module):
             int(spec["n_lstm_layers"]),
         )
         self.discrete, self.hidden, self.layers = bool(spec["discrete"]), hidden, layers
+        self.kind = str(spec.get("rnn", "lstm"))
         self.shared = bool(spec["shared_lstm"])
+        cell = nn.GRU if self.kind == "gru" else nn.LSTM
         self.heads = ActorCritic(
             hidden, spec["act_dim"], spec["discrete"], list(spec["net_arch"]), spec["activation"],
             spec.get("log_std_init", 0.0),
         )  # fmt: skip
-        self.lstm_actor = nn.LSTM(obs_dim, hidden, num_layers=layers)
-        self.lstm_critic = nn.LSTM(obs_dim, hidden, num_layers=layers) if spec["enable_critic_lstm"] else None
+        # sb3-contrib's attribute names, whichever the cell (an sb3-contrib state_dict loads as it is)
+        self.lstm_actor = cell(obs_dim, hidden, num_layers=layers)
+        self.lstm_critic = cell(obs_dim, hidden, num_layers=layers) if spec["enable_critic_lstm"] else None
         self.critic_linear = (
             nn.Linear(obs_dim, hidden) if not spec["enable_critic_lstm"] and not self.shared else None
         )
 
     def zero_state(self, rows: int) -> State:
-        z = torch.zeros(self.layers, rows, self.hidden)
-        return z, z.clone()
+        return tuple(
+            torch.zeros(self.layers, rows, self.hidden) for _ in range(1 if self.kind == "gru" else 2)
+        )
 
     def latents(
         self, obs: torch.Tensor, starts: torch.Tensor, cuts: list[int], pi: State, vf: State | None
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """The actor's and the critic's inputs to their MLPs over [T, E] sequences."""
-        latent_pi, _ = run_lstm(self.lstm_actor, obs, starts, cuts, pi)
+        latent_pi, _ = run_rnn(self.lstm_actor, obs, starts, cuts, pi)
         if self.lstm_critic is not None:
             assert vf is not None
-            latent_vf, _ = run_lstm(self.lstm_critic, obs, starts, cuts, vf)
+            latent_vf, _ = run_rnn(self.lstm_critic, obs, starts, cuts, vf)
         elif self.shared:
             latent_vf = latent_pi.detach()
         else:
@@ -96,15 +104,24 @@ class RecurrentActorCritic(nn.Module):
         return terms.logp, terms.entropy, values
 
 
-def lstm_layers_numpy(lstm: nn.LSTM) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
-    """Each layer's (kernel_ih [in, 4H], kernel_hh [H, 4H], b_ih + b_hh) for the numpy rollout."""
-    out = []
-    for k in range(lstm.num_layers):
-        w_ih = getattr(lstm, f"weight_ih_l{k}").detach().cpu().numpy()
-        w_hh = getattr(lstm, f"weight_hh_l{k}").detach().cpu().numpy()
-        bias = (getattr(lstm, f"bias_ih_l{k}") + getattr(lstm, f"bias_hh_l{k}")).detach().cpu().numpy()
-        out.append((w_ih.T, w_hh.T, bias))
-    return out
+def rnn_layers_numpy(rnn: RNN) -> list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]:
+    """Each layer's (kernel_ih [in, G*H], kernel_hh [H, G*H], b_ih, b_hh) for the numpy rollout
+    (train.core.rnn_cells)."""
+    value = lambda name: getattr(rnn, name).detach().cpu().numpy()  # noqa: E731
+    return [
+        (
+            value(f"weight_ih_l{k}").T,
+            value(f"weight_hh_l{k}").T,
+            value(f"bias_ih_l{k}"),
+            value(f"bias_hh_l{k}"),
+        )
+        for k in range(rnn.num_layers)
+    ]
+
+
+def cell_actor(net: RecurrentActorCritic) -> nn.Module:
+    """The deployable one-step actor of a recurrent actor-critic's cell."""
+    return GRUCellActor(net) if net.kind == "gru" else LSTMCellActor(net)
 
 
 class LSTMCellActor(nn.Module):
@@ -153,4 +170,57 @@ class LSTMCellActor(nn.Module):
             c = torch.sigmoid(f_g(xh)) * c + torch.sigmoid(i_g(xh)) * torch.tanh(g_g(xh))
             x = torch.sigmoid(o_g(xh)) * torch.tanh(c)
             new += [x, c]
+        return self.actor(x), new
+
+
+class GRUCellActor(nn.Module):
+    """The deployable actor of a GRU: one step per call, gate by gate, then the actor's MLP. Inputs: the
+    normalized observation [1, in], episode_start [1, 1] and per layer h [1, H]; outputs the MLP's output
+    and the next h per layer. r and z are one Linear each on [x, h] with b_ih + b_hh; n keeps its two
+    Linears apart, since torch's reset gate multiplies h's part with its bias (b_hn) inside."""
+
+    CELL = GRU_CELL
+
+    def __init__(self, net: RecurrentActorCritic):
+        super().__init__()
+        self.layers, self.hidden = net.layers, net.hidden
+        self.actor = net.heads.actor
+        if not net.discrete:
+            self.register_buffer("log_std", net.heads.log_std.detach().clone())
+        h = net.hidden
+        self.gates = nn.ModuleList()
+        for k in range(net.layers):
+            w_ih, w_hh, b_ih, b_hh = (
+                getattr(net.lstm_actor, f"{name}_l{k}").detach()
+                for name in ("weight_ih", "weight_hh", "bias_ih", "bias_hh")
+            )
+            n_in = w_ih.shape[1]
+            r_z = []
+            for g in range(2):  # r, z on [x, h]
+                rows = slice(g * h, (g + 1) * h)
+                lin = nn.Linear(n_in + h, h)
+                lin.weight.data = torch.cat([w_ih[rows], w_hh[rows]], dim=1).clone()
+                lin.bias.data = (b_ih[rows] + b_hh[rows]).clone()
+                r_z.append(lin)
+            n_x, n_h = nn.Linear(n_in, h), nn.Linear(h, h)
+            rows = slice(2 * h, 3 * h)
+            n_x.weight.data, n_x.bias.data = w_ih[rows].clone(), b_ih[rows].clone()
+            n_h.weight.data, n_h.bias.data = w_hh[rows].clone(), b_hh[rows].clone()
+            self.gates.append(nn.ModuleList([*r_z, n_x, n_h]))
+
+    def state_tensors(self) -> list[tuple[str, int, str]]:
+        return rnn_state_tensors("gru", self.layers, self.hidden)
+
+    def step(
+        self, x: torch.Tensor, episode_start: torch.Tensor, states: list[torch.Tensor]
+    ) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        keep = 1.0 - episode_start
+        new: list[torch.Tensor] = []
+        for k, (r_g, z_g, n_x, n_h) in enumerate(self.gates):
+            h = states[k] * keep
+            xh = torch.cat([x, h], dim=-1)
+            r, z = torch.sigmoid(r_g(xh)), torch.sigmoid(z_g(xh))
+            n = torch.tanh(n_x(x) + r * n_h(h))
+            x = n + z * (h - n)
+            new.append(x)
         return self.actor(x), new

@@ -60,8 +60,10 @@ if who == "sb3":
     p = load_preset(get(algo).preset_file(), env_id)
     lin = lambda v: (lambda f: f * float(str(v)[4:])) if str(v).startswith("lin_") else v
     p.update(overrides)
+    if p.get("rnn_type", "lstm") != "lstm":
+        raise SystemExit("--who sb3 with rnn_type gru: sb3-contrib's RecurrentPPO has LSTMs only")
     lstm_keys = ("lstm_hidden_size", "n_lstm_layers", "shared_lstm", "enable_critic_lstm")
-    skip = ("n_envs", "n_timesteps", "normalize_obs", "policy", "net_arch", "noise_type", "noise_std", "activation", *lstm_keys)
+    skip = ("n_envs", "n_timesteps", "normalize_obs", "policy", "net_arch", "noise_type", "noise_std", "activation", "rnn_type", *lstm_keys)
     kw = {k: lin(v) for k, v in p.items() if k not in skip}
     if "net_arch" in p:
         kw["policy_kwargs"] = {"net_arch": p["net_arch"]}
@@ -160,6 +162,9 @@ def contenders(algo: str, env_id: str) -> dict[str, tuple[str, str, str, dict[st
         return {
             "torch": ("rl2edge PPO-LSTM (torch)", "torch", algo, {}),
             "tf": ("rl2edge PPO-LSTM (TF)", "tf", algo, {}),
+            # the same preset with a GRU in the LSTM's place (sb3-contrib has none to set beside it)
+            "torch-gru": ("rl2edge PPO-GRU (torch)", "torch", algo, {"rnn_type": "gru"}),
+            "tf-gru": ("rl2edge PPO-GRU (TF)", "tf", algo, {"rnn_type": "gru"}),
             "sb3": ("sb3-contrib RecurrentPPO", "sb3", algo, {}),
         }
     if algo != "rainbow":

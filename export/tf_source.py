@@ -50,6 +50,8 @@ def _cell_gates(kind: str, layer: tuple[np.ndarray, ...]) -> list[tuple[np.ndarr
     k_ih, k_hh, b_ih, b_hh = layer
     h = k_hh.shape[0]
     cols = lambda g: slice(g * h, (g + 1) * h)  # noqa: E731
+    if kind not in ("lstm", "gru"):
+        raise ValueError(f"no recurrent cell {kind!r}")
     if kind == "lstm":
         return [
             (np.concatenate([k_ih[:, cols(g)], k_hh[:, cols(g)]]), b_ih[cols(g)] + b_hh[cols(g)])

@@ -401,4 +401,6 @@ def rnn_state_tensors(kind: str, layers: int, hidden: int) -> list[tuple[str, in
     per layer (`lstm_h_0`, `lstm_c_0`, ...), a GRU's h per layer (`gru_h_0`, ...)."""
     if kind == "lstm":
         return lstm_state_tensors(layers, hidden)
-    return [(f"gru_h_{k}", hidden, f"actor GRU layer {k} hidden state") for k in range(layers)]
+    if kind == "gru":
+        return [(f"gru_h_{k}", hidden, f"actor GRU layer {k} hidden state") for k in range(layers)]
+    raise ValueError(f"no recurrent cell {kind!r}")

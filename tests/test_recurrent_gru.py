@@ -38,25 +38,49 @@ NO_SEQUENCE_OPS = {"WHILE", "UNIDIRECTIONAL_SEQUENCE_LSTM", "UNIDIRECTIONAL_SEQU
 
 
 def test_the_numpy_gru_is_torchs_nn_gru_with_the_episode_masks() -> None:
-    """Two stacked layers over 3 envs' 12-step sequences, from a non-zero state, each env's state zeroed
-    where its episode starts: train.core.rnn_cells' step against nn.GRU run stretch by stretch."""
+    """Two stacked layers over 3 envs' 12-step sequences: env 0 starts an episode at step 0, envs 1 and 2
+    carry a non-zero state in, and envs 1 and 0 start again at steps 5 and 8 (their state zeroed there):
+    train.core.rnn_cells' step against nn.GRU run stretch by stretch."""
     torch.manual_seed(0)
     gru = torch.nn.GRU(5, 8, num_layers=2)
     x = torch.randn(12, 3, 5)
     starts = torch.zeros(12, 3)
-    starts[0] = 1
-    starts[5, 1] = starts[8, 0] = 1
+    starts[0, 0] = starts[5, 1] = starts[8, 0] = 1
     h0 = (torch.randn(2, 3, 8),)
+    first_only = torch.zeros_like(starts)
+    first_only[0, 0] = 1
     with torch.no_grad():
         expected, _ = run_rnn(gru, x, starts, [5, 8], h0)
-        unmasked, _ = run_rnn(gru, x, torch.zeros_like(starts), [], h0)
+        unmasked, _ = run_rnn(gru, x, first_only, [], h0)
+        from_zero, _ = run_rnn(gru, x[:1], torch.ones(1, 3), [], h0)  # step 0 with every state zeroed
     layers, state, got = rnn_layers_numpy(gru), (h0[0].numpy(),), []
     for t in range(12):
         keep = (1.0 - starts[t].numpy())[None, :, None]
         out, state = rnn_step("gru", layers, x[t].numpy(), (state[0] * keep,))
         got.append(out)
     np.testing.assert_allclose(np.stack(got), expected.numpy(), atol=1e-6)
-    assert np.abs(unmasked.numpy() - expected.numpy()).max() > 1e-2  # the masks matter to the check
+    # the check can fail: without the starts at steps 5 and 8, envs 0 and 1 go on differently from there
+    moved = np.abs(unmasked.numpy() - expected.numpy()).max(axis=-1)
+    assert moved[:5].max() < 1e-6 and moved[5:, 1].min() > 1e-4 and moved[8:, 0].min() > 1e-4
+    # and envs 1 and 2 did carry a non-zero state into step 0, env 0 did not
+    step0 = np.abs(expected.numpy()[0] - from_zero.numpy()[0]).max(axis=-1)
+    assert step0[0] < 1e-6 and step0[1:].min() > 1e-2
+
+
+def test_a_checkpoint_with_an_unknown_cell_is_refused_by_every_reader() -> None:
+    """A hand-edited network "rnn" (here "GRU") would otherwise build an LSTM in one reader and a GRU in
+    another: the numpy rollout and both backends' networks refuse it alike."""
+    from rl2edge.errors import CheckpointError
+    from rl2edge.train.tf_backend.recurrent_nets import TFRecurrentActorCritic
+    from rl2edge.train.torch_backend.recurrent_nets import RecurrentActorCritic
+    from testkit.recurrent import recurrent_setup
+
+    _, network = recurrent_setup(NOVEL, 2, 16, rnn_type="gru")
+    assert network["rnn"] == "gru"
+    edited = {**network, "rnn": "GRU"}
+    for reader in (NumpyRecurrentActorCritic, RecurrentActorCritic, TFRecurrentActorCritic):
+        with pytest.raises(CheckpointError, match="network rnn 'GRU' is not one of lstm, gru"):
+            reader(edited)
 
 
 def _episodes(env_id: str, n: int) -> tuple[np.ndarray, np.ndarray]:

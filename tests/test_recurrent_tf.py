@@ -154,7 +154,7 @@ def test_a2c_lstm_torch_and_tf_give_the_same_loss_gradients_and_rmsprop_step(env
     lr = torch_agent.cfg.learning_rate(1.0)
     steps_torch = [a - b for a, b in zip(after_torch, before, strict=True)]
     steps_tf = [a - b for a, b in zip(after_tf, before, strict=True)]
-    largest = max(  # torch's own parameters: the rollout's view sums its two LSTM biases
+    largest = max(  # torch's own parameters, each weight by itself
         float(np.abs(p.detach().numpy() - params[name]).max())
         for name, p in torch_agent.policy.named_parameters()
     )

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from rl2edge.train.core.numpy_policy import LOG_2PI, Layers
-from rl2edge.train.core.rnn_cells import RNNLayer, RNNState, rnn_step, zero_state
+from rl2edge.train.core.rnn_cells import RNNLayer, RNNState, rnn_kind, rnn_step, zero_state
 from rl2edge.train.core.rollout import RolloutBuffer
 from rl2edge.train.core.rollout_collector import RolloutCollector
 
@@ -60,7 +60,7 @@ class NumpyRecurrentActorCritic:
         self._tanh = network["activation"] == "tanh"
         self.shared = bool(network["shared_lstm"])
         self.layers, self.hidden = int(network["n_lstm_layers"]), int(network["lstm_hidden_size"])
-        self.kind = str(network.get("rnn", "lstm"))
+        self.kind = rnn_kind(network)
         self._w: RecurrentWeights | None = None
         self.actor_state: RNNState | None = None
         self.critic_state: RNNState | None = None

@@ -19,6 +19,7 @@ import numpy as np
 import tensorflow as tf
 
 from rl2edge.errors import CheckpointError
+from rl2edge.train.core.rnn_cells import rnn_kind
 from rl2edge.train.tf_backend.nets import TFActorCritic
 
 RNNLayer = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
@@ -127,7 +128,7 @@ class TFRecurrentActorCritic(keras.Model):
                 "torch's two, b_ih and b_hh, which train at the speed torch's do): train it again"
             )
         self.discrete, self.hidden, self.n_layers = bool(spec["discrete"]), hidden, layers
-        self.kind = str(spec.get("rnn", "lstm"))
+        self.kind = rnn_kind(spec)
         self.shared = bool(spec["shared_lstm"])
         cell = TFGRU if self.kind == "gru" else TFLSTM
         self.heads = TFActorCritic(

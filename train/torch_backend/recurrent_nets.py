@@ -19,6 +19,7 @@ import torch
 from torch import nn
 
 from rl2edge.specs import GRU_CELL, LSTM_CELL, lstm_state_tensors, rnn_state_tensors
+from rl2edge.train.core.rnn_cells import rnn_kind, state_parts
 from rl2edge.train.torch_backend.nets import ActorCritic, run_mlp
 
 State = tuple[torch.Tensor, ...]  # an LSTM's (h, c), a GRU's (h,): each [layers, rows, hidden]
@@ -52,7 +53,7 @@ class RecurrentActorCritic(nn.Module):
             int(spec["n_lstm_layers"]),
         )
         self.discrete, self.hidden, self.layers = bool(spec["discrete"]), hidden, layers
-        self.kind = str(spec.get("rnn", "lstm"))
+        self.kind = rnn_kind(spec)
         self.shared = bool(spec["shared_lstm"])
         cell = nn.GRU if self.kind == "gru" else nn.LSTM
         self.heads = ActorCritic(
@@ -67,9 +68,7 @@ class RecurrentActorCritic(nn.Module):
         )
 
     def zero_state(self, rows: int) -> State:
-        return tuple(
-            torch.zeros(self.layers, rows, self.hidden) for _ in range(1 if self.kind == "gru" else 2)
-        )
+        return tuple(torch.zeros(self.layers, rows, self.hidden) for _ in range(state_parts(self.kind)))
 
     def latents(
         self, obs: torch.Tensor, starts: torch.Tensor, cuts: list[int], pi: State, vf: State | None

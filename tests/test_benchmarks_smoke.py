@@ -175,18 +175,29 @@ def test_returns_camera_suite_smoke(tmp_path: Path) -> None:
 
 @integration
 def test_returns_memory_suite_smoke(tmp_path: Path) -> None:
-    """The memory suite: ppo_lstm, a2c_lstm, plain PPO and PPO on a frame stack (its own config) as rows."""
+    """The memory suite: ppo_lstm (an LSTM, and a GRU from its own config), a2c_lstm, plain PPO and PPO on a
+    frame stack (its own config) as rows."""
     from benchmarks.returns import main
 
     data = main(["--suite", "memory", "--frameworks", "torch", "--seeds", "0", "--steps", "512",
                  "--episodes", "1", "--runs-dir", str(tmp_path / "runs"), "--out", str(tmp_path),
                  "--name", "returns_memory"])  # fmt: skip
-    assert [r["algo"] for r in data["rows"]] == ["ppo_lstm", "a2c_lstm", "ppo", "ppo (stack4)"]
+    assert [r["algo"] for r in data["rows"]] == [
+        "ppo_lstm",
+        "ppo_lstm (gru)",
+        "a2c_lstm",
+        "ppo",
+        "ppo (stack4)",
+    ]
     assert {r["env_id"] for r in data["rows"]} == {"CartPoleNoVel-v1"}
     stack4 = json.loads(
         (tmp_path / "runs" / "CartPoleNoVel-v1_ppo_stack4_torch_s0_512" / "checkpoint.json").read_text()
     )
     assert stack4["network"]["frame_stack"] == 4
+    gru = json.loads(
+        (tmp_path / "runs" / "CartPoleNoVel-v1_ppo_lstm_gru_torch_s0_512" / "checkpoint.json").read_text()
+    )
+    assert gru["network"]["rnn"] == "gru"
 
 
 @integration

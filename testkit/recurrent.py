@@ -4,6 +4,7 @@ the first left behind."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
@@ -65,3 +66,26 @@ def recurrent_rollouts(
         buffer.finish(seg.last_values, cfg.gamma, cfg.gae_lambda)
     collector.close()
     return buffer, seg
+
+
+# What a recurrent artifact must not hold: a sequence op, a While loop or hidden variable tensors
+SEQUENCE_OPS = {"WHILE", "UNIDIRECTIONAL_SEQUENCE_LSTM", "UNIDIRECTIONAL_SEQUENCE_RNN", "LSTM", "VAR_HANDLE",
+                "READ_VARIABLE"}  # fmt: skip
+
+
+def assert_int8_cell_keeps_its_gates_float(model_path: Path) -> None:
+    """An int8 recurrent file: one explicit cell (no SEQUENCE_OPS), some FULLY_CONNECTED with int8 weights
+    (the actor's hidden layer), and every LOGISTIC and TANH output in float32 (the gates, whose error the
+    state would carry from step to step)."""
+    import tensorflow as tf
+
+    it = tf.lite.Interpreter(model_path=str(model_path))
+    ops = it._get_ops_details()
+    assert not {op["op_name"] for op in ops} & SEQUENCE_OPS
+    details = {d["index"]: d for d in it.get_tensor_details()}
+    assert any(
+        op["op_name"] == "FULLY_CONNECTED" and details[op["inputs"][1]]["dtype"] == np.int8 for op in ops
+    )
+    for op in ops:
+        if op["op_name"] in ("LOGISTIC", "TANH"):
+            assert details[op["outputs"][0]]["dtype"] == np.float32, op

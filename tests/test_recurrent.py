@@ -24,7 +24,12 @@ from rl2edge.runtime.policy import Policy
 from rl2edge.train.algos import build_config, check_rollout_workers
 from rl2edge.train.torch_backend.ppo_lstm import TorchRecurrentPPO, cuts_of
 from testkit.cli import assert_clean_failure, rl2edge
-from testkit.recurrent import recurrent_rollouts, recurrent_setup
+from testkit.recurrent import (
+    SEQUENCE_OPS,
+    assert_int8_cell_keeps_its_gates_float,
+    recurrent_rollouts,
+    recurrent_setup,
+)
 from testkit.runs import assert_same_weights, export_run, tiny_train
 
 pytestmark = pytest.mark.integration  # training runs and TFLite conversions: the integration tier
@@ -173,21 +178,13 @@ def test_the_exported_cell_has_no_sequence_op_and_float_state_io(novel_artifacts
     for mode in ("fp32", "fp16", "dynamic", "int8"):
         it = tf.lite.Interpreter(model_path=str(novel_artifacts / mode / "policy.tflite"))
         ops = {op["op_name"] for op in it._get_ops_details()}
-        assert not ops & {"WHILE", "UNIDIRECTIONAL_SEQUENCE_LSTM", "LSTM", "VAR_HANDLE", "READ_VARIABLE"}, ops
+        assert not ops & SEQUENCE_OPS, ops
         assert {"LOGISTIC", "TANH", "FULLY_CONNECTED"} <= ops
         inputs = {d["name"].split("serving_default_")[-1].split(":")[0]: d for d in it.get_input_details()}
         for name in ("episode_start", "lstm_h_0", "lstm_c_0"):
             assert inputs[name]["dtype"] == np.float32
     # int8: the state's gates in float, some layer in int8 (the actor's hidden layer)
-    it = tf.lite.Interpreter(model_path=str(novel_artifacts / "int8" / "policy.tflite"))
-    ops = it._get_ops_details()
-    details = {d["index"]: d for d in it.get_tensor_details()}
-    assert any(
-        op["op_name"] == "FULLY_CONNECTED" and details[op["inputs"][1]]["dtype"] == np.int8 for op in ops
-    )
-    for op in ops:
-        if op["op_name"] in ("LOGISTIC", "TANH"):
-            assert details[op["outputs"][0]]["dtype"] == np.float32, op
+    assert_int8_cell_keeps_its_gates_float(novel_artifacts / "int8" / "policy.tflite")
 
 
 def test_export_verified_whole_episodes_with_the_state_carried(novel_artifacts: Path) -> None:

@@ -27,14 +27,13 @@ from rl2edge.runtime.policy import Policy
 from rl2edge.train.core.recurrent_rollout import NumpyRecurrentActorCritic
 from rl2edge.train.core.rnn_cells import rnn_step
 from rl2edge.train.torch_backend.recurrent_nets import rnn_layers_numpy, run_rnn
+from testkit.recurrent import SEQUENCE_OPS, assert_int8_cell_keeps_its_gates_float
 from testkit.runs import tiny_train
 
 pytestmark = pytest.mark.integration
 
 NOVEL = "CartPoleNoVel-v1"
 PENDULUM_NOVEL = "PendulumNoVel-v1"
-NO_SEQUENCE_OPS = {"WHILE", "UNIDIRECTIONAL_SEQUENCE_LSTM", "UNIDIRECTIONAL_SEQUENCE_RNN", "LSTM", "VAR_HANDLE",
-                   "READ_VARIABLE"}  # fmt: skip
 
 
 def test_the_numpy_gru_is_torchs_nn_gru_with_the_episode_masks() -> None:
@@ -129,7 +128,7 @@ def test_the_exported_gru_cell_is_the_gru_that_was_trained(framework: str, tmp_p
 
     it = tf.lite.Interpreter(model_path=str(art / "policy.tflite"))
     ops = {op["op_name"] for op in it._get_ops_details()}
-    assert not ops & NO_SEQUENCE_OPS and {"LOGISTIC", "TANH", "FULLY_CONNECTED"} <= ops, ops
+    assert not ops & SEQUENCE_OPS and {"LOGISTIC", "TANH", "FULLY_CONNECTED"} <= ops, ops
 
     network = json.loads((run / "checkpoint.json").read_text())["network"]
     trained = NumpyRecurrentActorCritic(network)
@@ -173,18 +172,7 @@ def test_a_gru_policy_in_int8_keeps_its_gates_float_and_evaluates_as_export_reco
     closed = m["verification"]["closed_loop"]
     assert closed["source"]["mean_return"] > 60  # it learned something: a random policy holds ~20
 
-    import tensorflow as tf
-
-    it = tf.lite.Interpreter(model_path=str(art / "policy.tflite"))
-    ops = it._get_ops_details()
-    assert not {op["op_name"] for op in ops} & NO_SEQUENCE_OPS
-    details = {d["index"]: d for d in it.get_tensor_details()}
-    assert any(
-        op["op_name"] == "FULLY_CONNECTED" and details[op["inputs"][1]]["dtype"] == np.int8 for op in ops
-    )
-    for op in ops:
-        if op["op_name"] in ("LOGISTIC", "TANH"):
-            assert details[op["outputs"][0]]["dtype"] == np.float32, op
+    assert_int8_cell_keeps_its_gates_float(art / "policy.tflite")
 
     capfd.readouterr()
     assert main(["evaluate", str(art), "--episodes", "3", "--seed", "0", "--json"]) == 0

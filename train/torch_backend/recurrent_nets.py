@@ -18,7 +18,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from rl2edge.specs import GRU_CELL, LSTM_CELL, lstm_state_tensors, rnn_state_tensors
+from rl2edge.specs import GRU_CELL, LSTM_CELL, rnn_state_tensors
 from rl2edge.train.core.rnn_cells import rnn_kind, state_parts
 from rl2edge.train.torch_backend.nets import ActorCritic, run_mlp
 
@@ -123,12 +123,29 @@ def cell_actor(net: RecurrentActorCritic) -> nn.Module:
     return GRUCellActor(net) if net.kind == "gru" else LSTMCellActor(net)
 
 
-class LSTMCellActor(nn.Module):
-    """The deployable actor: one LSTM step per call, gate by gate, then the actor's MLP. Inputs: the
-    normalized observation [1, in], episode_start [1, 1] and per layer h and c [1, H]; outputs the MLP's
-    output (logits or the Gaussian's mean) and the next h and c per layer."""
+def _linear(weight: torch.Tensor, bias: torch.Tensor) -> nn.Linear:
+    lin = nn.Linear(weight.shape[1], weight.shape[0])
+    lin.weight.data, lin.bias.data = weight.clone(), bias.clone()
+    return lin
 
-    CELL = LSTM_CELL
+
+def _joint_gate(
+    w_ih: torch.Tensor, w_hh: torch.Tensor, b_ih: torch.Tensor, b_hh: torch.Tensor, g: int
+) -> nn.Linear:
+    """Gate g of a layer as one Linear on [x, h] with b_ih + b_hh: one FULLY_CONNECTED op, no Split of a
+    G*H vector."""
+    rows = slice(g * w_hh.shape[1], (g + 1) * w_hh.shape[1])
+    return _linear(torch.cat([w_ih[rows], w_hh[rows]], dim=1), b_ih[rows] + b_hh[rows])
+
+
+class _CellActor(nn.Module):
+    """The deployable actor of a recurrent actor-critic: one step of its actor's RNN per call, gate by gate,
+    then the actor's MLP. Inputs: the normalized observation [1, in], episode_start [1, 1] and each state
+    tensor [1, H] (`state_tensors`); outputs the MLP's output (logits or the Gaussian's mean) and the next
+    state tensors. A subclass lays out one layer's gates and steps them."""
+
+    CELL = ""
+    KIND = ""
 
     def __init__(self, net: RecurrentActorCritic):
         super().__init__()
@@ -136,27 +153,31 @@ class LSTMCellActor(nn.Module):
         self.actor = net.heads.actor
         if not net.discrete:
             self.register_buffer("log_std", net.heads.log_std.detach().clone())
-        h = net.hidden
-        self.gates = nn.ModuleList()
-        for k in range(net.layers):
-            w_ih = getattr(net.lstm_actor, f"weight_ih_l{k}").detach()
-            w_hh = getattr(net.lstm_actor, f"weight_hh_l{k}").detach()
-            bias = (
-                getattr(net.lstm_actor, f"bias_ih_l{k}") + getattr(net.lstm_actor, f"bias_hh_l{k}")
-            ).detach()
-            # one Linear per gate on [x, h]: four FULLY_CONNECTED ops, no Split of a 4H vector
-            per_gate = nn.ModuleList()
-            for g in range(4):
-                rows = slice(g * h, (g + 1) * h)
-                lin = nn.Linear(w_ih.shape[1] + h, h)
-                lin.weight.data = torch.cat([w_ih[rows], w_hh[rows]], dim=1).clone()
-                lin.bias.data = bias[rows].clone()
-                per_gate.append(lin)
-            self.gates.append(per_gate)
+        names = ("weight_ih", "weight_hh", "bias_ih", "bias_hh")
+        self.gates = nn.ModuleList(
+            nn.ModuleList(self.layer_gates(*(getattr(net.lstm_actor, f"{n}_l{k}").detach() for n in names)))
+            for k in range(net.layers)
+        )
+
+    def layer_gates(
+        self, w_ih: torch.Tensor, w_hh: torch.Tensor, b_ih: torch.Tensor, b_hh: torch.Tensor
+    ) -> list[nn.Linear]:
+        raise NotImplementedError
 
     def state_tensors(self) -> list[tuple[str, int, str]]:
         """(name, size, role) of each state input, in the graph's order."""
-        return lstm_state_tensors(self.layers, self.hidden)
+        return rnn_state_tensors(self.KIND, self.layers, self.hidden)
+
+
+class LSTMCellActor(_CellActor):
+    """An LSTM's: gates i, f, g, o each on [x, h]; per layer the state h and c."""
+
+    CELL, KIND = LSTM_CELL, "lstm"
+
+    def layer_gates(
+        self, w_ih: torch.Tensor, w_hh: torch.Tensor, b_ih: torch.Tensor, b_hh: torch.Tensor
+    ) -> list[nn.Linear]:
+        return [_joint_gate(w_ih, w_hh, b_ih, b_hh, g) for g in range(4)]
 
     def step(
         self, x: torch.Tensor, episode_start: torch.Tensor, states: list[torch.Tensor]
@@ -172,43 +193,22 @@ class LSTMCellActor(nn.Module):
         return self.actor(x), new
 
 
-class GRUCellActor(nn.Module):
-    """The deployable actor of a GRU: one step per call, gate by gate, then the actor's MLP. Inputs: the
-    normalized observation [1, in], episode_start [1, 1] and per layer h [1, H]; outputs the MLP's output
-    and the next h per layer. r and z are one Linear each on [x, h] with b_ih + b_hh; n keeps its two
-    Linears apart, since torch's reset gate multiplies h's part with its bias (b_hn) inside."""
+class GRUCellActor(_CellActor):
+    """A GRU's: r and z each on [x, h]; n's part on x and its part on h as two Linears, since torch's
+    reset gate multiplies h's part with its bias (b_hn) inside; per layer the state h."""
 
-    CELL = GRU_CELL
+    CELL, KIND = GRU_CELL, "gru"
 
-    def __init__(self, net: RecurrentActorCritic):
-        super().__init__()
-        self.layers, self.hidden = net.layers, net.hidden
-        self.actor = net.heads.actor
-        if not net.discrete:
-            self.register_buffer("log_std", net.heads.log_std.detach().clone())
-        h = net.hidden
-        self.gates = nn.ModuleList()
-        for k in range(net.layers):
-            w_ih, w_hh, b_ih, b_hh = (
-                getattr(net.lstm_actor, f"{name}_l{k}").detach()
-                for name in ("weight_ih", "weight_hh", "bias_ih", "bias_hh")
-            )
-            n_in = w_ih.shape[1]
-            r_z = []
-            for g in range(2):  # r, z on [x, h]
-                rows = slice(g * h, (g + 1) * h)
-                lin = nn.Linear(n_in + h, h)
-                lin.weight.data = torch.cat([w_ih[rows], w_hh[rows]], dim=1).clone()
-                lin.bias.data = (b_ih[rows] + b_hh[rows]).clone()
-                r_z.append(lin)
-            n_x, n_h = nn.Linear(n_in, h), nn.Linear(h, h)
-            rows = slice(2 * h, 3 * h)
-            n_x.weight.data, n_x.bias.data = w_ih[rows].clone(), b_ih[rows].clone()
-            n_h.weight.data, n_h.bias.data = w_hh[rows].clone(), b_hh[rows].clone()
-            self.gates.append(nn.ModuleList([*r_z, n_x, n_h]))
-
-    def state_tensors(self) -> list[tuple[str, int, str]]:
-        return rnn_state_tensors("gru", self.layers, self.hidden)
+    def layer_gates(
+        self, w_ih: torch.Tensor, w_hh: torch.Tensor, b_ih: torch.Tensor, b_hh: torch.Tensor
+    ) -> list[nn.Linear]:
+        n = slice(2 * w_hh.shape[1], 3 * w_hh.shape[1])
+        return [
+            _joint_gate(w_ih, w_hh, b_ih, b_hh, 0),
+            _joint_gate(w_ih, w_hh, b_ih, b_hh, 1),
+            _linear(w_ih[n], b_ih[n]),
+            _linear(w_hh[n], b_hh[n]),
+        ]
 
     def step(
         self, x: torch.Tensor, episode_start: torch.Tensor, states: list[torch.Tensor]

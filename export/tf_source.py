@@ -50,18 +50,12 @@ def _cell_gates(kind: str, layer: tuple[np.ndarray, ...]) -> list[tuple[np.ndarr
     k_ih, k_hh, b_ih, b_hh = layer
     h = k_hh.shape[0]
     cols = lambda g: slice(g * h, (g + 1) * h)  # noqa: E731
-    if kind not in ("lstm", "gru"):
-        raise ValueError(f"no recurrent cell {kind!r}")
+    joint = lambda g: (np.concatenate([k_ih[:, cols(g)], k_hh[:, cols(g)]]), b_ih[cols(g)] + b_hh[cols(g)])  # noqa: E731
     if kind == "lstm":
-        return [
-            (np.concatenate([k_ih[:, cols(g)], k_hh[:, cols(g)]]), b_ih[cols(g)] + b_hh[cols(g)])
-            for g in range(4)
-        ]
-    joint = [
-        (np.concatenate([k_ih[:, cols(g)], k_hh[:, cols(g)]]), b_ih[cols(g)] + b_hh[cols(g)])
-        for g in range(2)
-    ]
-    return [*joint, (k_ih[:, cols(2)], b_ih[cols(2)]), (k_hh[:, cols(2)], b_hh[cols(2)])]
+        return [joint(g) for g in range(4)]
+    if kind == "gru":
+        return [joint(0), joint(1), (k_ih[:, cols(2)], b_ih[cols(2)]), (k_hh[:, cols(2)], b_hh[cols(2)])]
+    raise ValueError(f"no recurrent cell {kind!r}")
 
 
 def _deployable_module(parts: GraphParts, noise: NoiseSpec | None = None) -> Any:

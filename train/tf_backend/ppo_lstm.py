@@ -12,7 +12,7 @@ import numpy as np
 
 from rl2edge.train.core.recurrent_config import RecurrentPPOConfig
 from rl2edge.train.core.recurrent_rollout import RecurrentWeights, SequenceMinibatch
-from rl2edge.train.core.rnn_cells import rnn_kind, state_parts
+from rl2edge.train.core.rnn_cells import state_parts
 from rl2edge.train.tf_backend.ppo import adam, ppo_objective
 from rl2edge.train.tf_backend.setup import configure_tensorflow
 from rl2edge.train.tf_backend.weights import save_keras_weights, state_copy
@@ -63,7 +63,7 @@ class TFRecurrentPPO:
         keras.utils.set_random_seed(seed)  # once, before the layers' initializers draw
         self.policy = TFRecurrentActorCritic(network, seed)
         self.layers, self.hidden = int(network["n_lstm_layers"]), int(network["lstm_hidden_size"])
-        self.state_parts = state_parts(rnn_kind(network))
+        self.state_parts = state_parts(self.policy.kind)
         self.optimizer = self.make_optimizer()
         self.loss_fn = self.make_loss_fn()
         discrete, obs_dim, act_dim = network["discrete"], network["obs_dim"], network["act_dim"]

@@ -40,6 +40,18 @@ TINY = {
     "target_update_interval": 50,
 }
 STEPS = 500
+# Rows beyond the presets' (algo, env, config overrides, export options): the forms a structural change
+# could reach without any preset showing it (Dict observations, a frame stack, a GRU, folded noise, an
+# action-rate limit). Trained with the torch and TF backends, each exported.
+EXTRA: list[tuple[str, str, dict[str, Any], list[str]]] = [
+    ("ppo", "testkit.dict_envs:DictCartPole", {}, []),
+    ("sac", "testkit.dict_envs:DictPendulum", {}, ["--noise", "gaussian:sigma=0.1"]),
+    ("td3", "Pendulum-v1", {}, ["--noise", "ou:theta=0.15,sigma=0.2"]),
+    ("ppo", "CartPole-v1", {"frame_stack": 4}, []),
+    ("ppo_lstm", "CartPoleNoVel-v1", {"rnn_type": "gru"}, []),
+    ("ppo_lstm", "testkit.dict_envs:DictPendulum", {}, ["--max-action-rate", "1", "--period-ms", "50"]),
+    ("a2c", "Pendulum-v1", {}, ["--max-action-rate", "2", "--period-ms", "20"]),
+]
 
 
 def _strip(obj: Any) -> Any:
@@ -70,11 +82,49 @@ def _rows() -> list[tuple[str, str]]:
     return [(name, env) for name in ALGOS for env in yaml.safe_load((presets / f"{name}.yml").read_text())]
 
 
-def _config(algo: str, path: Path) -> None:
+def _config(algo: str, path: Path, extra: dict[str, Any] | None = None) -> None:
     from rl2edge.train.algos import get
 
     fields = {f.name for f in dataclasses.fields(get(algo).config_class())}
-    path.write_text(yaml.safe_dump({k: v for k, v in TINY.items() if k in fields}))
+    path.write_text(yaml.safe_dump({k: v for k, v in {**TINY, **(extra or {})}.items() if k in fields}))
+
+
+def _train(exe: str, work: Path, algo: str, fw: str, env: str, cfg: Path, tag: str) -> Path:
+    run = work / f"{algo}-{fw}-{tag}"
+    cmd = [exe, "train", "--algo", algo, "--framework", fw, "--env", env, "--steps", str(STEPS)]
+    cmd += ["--config", str(cfg), "--out", str(run), "--no-progress"]
+    subprocess.run(cmd, check=True, capture_output=True)
+    return run
+
+
+def _export(exe: str, source: Path, art: Path, options: list[str]) -> None:
+    cmd = [exe, "export", str(source), "--quantize", "fp32", "--out", str(art), "--calib-episodes", "2"]
+    cmd += ["--eval-episodes", "2", "--no-progress", *options]
+    subprocess.run(cmd, check=True, capture_output=True)
+
+
+def _sb3(work: Path) -> dict[str, Any]:
+    """An SB3 PPO model trained by SB3 itself (seeded), with VecNormalize, exported from its .zip."""
+    script = (
+        "from stable_baselines3 import PPO\n"
+        "from stable_baselines3.common.env_util import make_vec_env\n"
+        "from stable_baselines3.common.vec_env import VecNormalize\n"
+        "import sys, torch\n"
+        "torch.set_num_threads(1)\n"
+        "env = VecNormalize(make_vec_env('Pendulum-v1', n_envs=2, seed=0))\n"
+        "model = PPO('MlpPolicy', env, n_steps=64, batch_size=32, n_epochs=2, seed=0, device='cpu')\n"
+        "model.learn(256)\n"
+        "model.save(sys.argv[1] + '/model.zip'); env.save(sys.argv[1] + '/vecnormalize.pkl')\n"
+    )
+    subprocess.run([sys.executable, "-c", script, str(work)], check=True, capture_output=True)
+    art = work / "art-sb3"
+    _export(
+        str(Path(sys.executable).with_name("rl2edge")),
+        work / "model.zip",
+        art,
+        ["--env", "Pendulum-v1", "--vecnormalize", str(work / "vecnormalize.pkl")],
+    )
+    return _digest(art)
 
 
 def collect(work: Path) -> dict[str, Any]:
@@ -85,21 +135,27 @@ def collect(work: Path) -> dict[str, Any]:
         cfg = work / f"{algo}.yml"
         _config(algo, cfg)
         for fw in ("torch", "tf"):
-            run = work / f"{algo}-{fw}-{env}"
-            cmd = [exe, "train", "--algo", algo, "--framework", fw, "--env", env, "--steps", str(STEPS)]
-            cmd += ["--config", str(cfg), "--out", str(run), "--no-progress"]
-            subprocess.run(cmd, check=True, capture_output=True)
+            run = _train(exe, work, algo, fw, env, cfg, env)
             result[f"train {algo} {fw} {env}"] = _digest(run)
             print(f"train {algo} {fw} {env}", flush=True)
             if (algo, fw) in exported:
                 continue
             exported.add((algo, fw))
-            art = work / f"art-{algo}-{fw}"
-            cmd = [exe, "export", str(run), "--quantize", "fp32", "--out", str(art), "--calib-episodes", "2"]
-            cmd += ["--eval-episodes", "2", "--no-progress"]
-            subprocess.run(cmd, check=True, capture_output=True)
-            result[f"export {algo} {fw} {env}"] = _digest(art)
+            _export(exe, run, work / f"art-{algo}-{fw}", [])
+            result[f"export {algo} {fw} {env}"] = _digest(work / f"art-{algo}-{fw}")
             print(f"export {algo} {fw} {env}", flush=True)
+    for i, (algo, env, overrides, options) in enumerate(EXTRA):
+        cfg = work / f"extra{i}.yml"
+        _config(algo, cfg, overrides)
+        tag = f"{env} {overrides or ''} {' '.join(options)}".strip()
+        for fw in ("torch", "tf"):
+            run = _train(exe, work, algo, fw, env, cfg, f"extra{i}")
+            result[f"train {algo} {fw} {tag}"] = _digest(run)
+            _export(exe, run, work / f"art-extra{i}-{fw}", options)
+            result[f"export {algo} {fw} {tag}"] = _digest(work / f"art-extra{i}-{fw}")
+            print(f"extra {algo} {fw} {tag}", flush=True)
+    result["export sb3 ppo Pendulum-v1 vecnormalize"] = _sb3(work)
+    print("sb3", flush=True)
     return result
 
 

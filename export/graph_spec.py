@@ -7,13 +7,12 @@ describe; reading them imports neither torch nor TensorFlow, so the TF route nev
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from rl2edge.errors import ExportError
-from rl2edge.specs import ActionSpec, ActionTransform, NoiseSpec
+from rl2edge.specs import ActionSpec, ActionTransform, NoiseSpec, StateTensor
 from rl2edge.train import algos
 from rl2edge.train.core.normalization import RunningNormalizer
 
@@ -34,19 +33,6 @@ FORMULAS = {
 EPISODE_START = "episode_start"
 
 
-@dataclass(frozen=True)
-class StateTensor:
-    """One state tensor of a stateful graph: input `name` [1, size], next value output `name_out`."""
-
-    name: str
-    size: int
-    role: str
-
-    @property
-    def output(self) -> str:
-        return f"{self.name}_out"
-
-
 FRAMES = "frames"
 FRAME_STACK_CELL = (
     "frame stack of K: x = concat(frames * (1 - episode_start), obs), the K-1 previous observations oldest "
@@ -57,7 +43,7 @@ FRAME_STACK_CELL = (
 
 def frame_stack_state(dim: int, k: int) -> StateTensor:
     """A frame stack's state: the K-1 previous observations of `dim` values, oldest first."""
-    return StateTensor(FRAMES, (k - 1) * dim, f"the {k - 1} previous observations, oldest first")
+    return StateTensor.row(FRAMES, (k - 1) * dim, f"the {k - 1} previous observations, oldest first")
 
 
 def state_io_names(states: list[StateTensor]) -> tuple[list[str], list[str]]:
@@ -74,18 +60,7 @@ def state_section(states: list[StateTensor], cell: str) -> dict[str, Any]:
             "dtype": "float32",
             "formula": "every state input is multiplied by (1 - episode_start) before it is used",
         },
-        "tensors": [
-            {
-                "name": t.name,
-                "input": t.name,
-                "output": t.output,
-                "shape": [1, t.size],
-                "dtype": "float32",
-                "initial": 0.0,
-                "role": t.role,
-            }
-            for t in states
-        ],
+        "tensors": [t.to_json() for t in states],
         "cell": cell,
         "resets": {
             "episode_start": "the graph zeroes the state when the episode_start input is 1",
@@ -177,7 +152,7 @@ def noise_states(spec: NoiseSpec | None, act_dim: int) -> list[StateTensor]:
     """The state tensors folded noise adds: OU's process state; none for the others."""
     if spec is None or spec.kind != "ou":
         return []
-    return [StateTensor(STATE_INPUT, act_dim, "the OU noise process, in [-1, 1]-scaled action units")]
+    return [StateTensor.row(STATE_INPUT, act_dim, "the OU noise process, in [-1, 1]-scaled action units")]
 
 
 def manifest_section(spec: NoiseSpec, seed: int, act_dim: int) -> dict[str, Any]:

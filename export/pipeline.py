@@ -556,12 +556,12 @@ def _run_deterministic(backend: Any, x: np.ndarray, source: ExportSource) -> np.
 
 def _run_sequence(backend: Any, obs: np.ndarray, starts: np.ndarray, source: ExportSource) -> np.ndarray:
     """A stateful graph's file over whole episodes: each call fed the state the last one returned."""
-    state = {t.name: np.zeros((1, t.size), np.float32) for t in source.states}
+    state = {t.name: t.initial_value() for t in source.states}
     out = []
     for o, start in zip(obs, starts, strict=True):
         feeds = {**state, EPISODE_START: np.full((1, 1), float(start), np.float32)}
         y, extras = backend.run_with(o[None], feeds)
-        state = {t.name: np.asarray(extras[t.output], np.float32).reshape(1, t.size) for t in source.states}
+        state = {t.name: np.asarray(extras[t.output], np.float32).reshape(t.shape) for t in source.states}
         out.append(np.asarray(y)[0])
     return np.stack(out)
 

@@ -15,9 +15,8 @@ from typing import Any
 import numpy as np
 
 from rl2edge.errors import ExportError
-from rl2edge.export.graph_spec import StateTensor
 from rl2edge.export.rate_limit import RateLimit
-from rl2edge.specs import ActionSpec, NoiseSpec, ObservationSpec
+from rl2edge.specs import ActionSpec, NoiseSpec, ObservationSpec, StateTensor
 from rl2edge.train.core.normalization import RunningNormalizer
 
 
@@ -76,7 +75,7 @@ class ExportSource:
         self.rate_limit = spec
         self.states = [
             *self.states,
-            StateTensor(PREV_ACTION, self.act_dim, "the previous action, in action units"),
+            StateTensor.row(PREV_ACTION, self.act_dim, "the previous action, in action units"),
         ]
         self.state_cell = f"{self.state_cell}; then {RATE_LIMIT_CELL}" if self.state_cell else RATE_LIMIT_CELL
         self.reset()
@@ -95,7 +94,7 @@ class ExportSource:
     def reset(self) -> None:
         """A new episode for `act` (a stateful source's state back to zero); nothing for a stateless one."""
         if self.states:
-            self._live = [np.zeros((1, t.size), np.float32) for t in self.states]
+            self._live = [t.initial_value() for t in self.states]
             self._live_start = 1.0
 
     def state_step(
@@ -142,7 +141,7 @@ class ExportSource:
     def trajectory(self, obs: np.ndarray, starts: np.ndarray) -> Trajectory:
         """A stateful graph in its source framework over whole episodes in order, the state carried and
         reset where `starts` is True."""
-        states = [np.zeros((1, t.size), np.float32) for t in self.states]
+        states = [t.initial_value() for t in self.states]
         actions, pre, fed = [], [], {t.name: [] for t in self.states}
         for x, start in zip(np.asarray(obs, np.float32), starts, strict=True):
             for t, v in zip(self.states, states, strict=True):

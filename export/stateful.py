@@ -13,14 +13,14 @@ import torch
 from torch import nn
 
 from rl2edge.export.deployable import DeployablePolicy
-from rl2edge.export.graph_spec import FRAME_STACK_CELL, StateTensor, frame_stack_state
+from rl2edge.export.graph_spec import FRAME_STACK_CELL, frame_stack_state
 
 
 class StatefulPolicy(nn.Module):
     def __init__(self, base: DeployablePolicy):
         super().__init__()
         self.base = base
-        self.states = [StateTensor(n, s, r) for n, s, r in base.actor.state_tensors()]
+        self.states = base.actor.state_tensors()
         self.cell = base.actor.CELL
 
     def step(
@@ -39,7 +39,7 @@ class StatefulPolicy(nn.Module):
         return (
             torch.zeros((1, *obs_shape)),
             torch.zeros((1, 1)),
-            *(torch.zeros((1, t.size)) for t in self.states),
+            *(torch.from_numpy(t.initial_value()) for t in self.states),
         )
 
 

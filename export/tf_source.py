@@ -84,7 +84,7 @@ def _deployable_module(parts: GraphParts, noise: NoiseSpec | None = None) -> Any
     kind, layers = net.rnn if net.rnn is not None else ("lstm", [])
     cells = [[(tf.constant(w), tf.constant(b)) for w, b in _cell_gates(kind, layer)] for layer in layers]
     states = rnn_state_tensors(kind, len(layers), layers[0][1].shape[0]) if layers else []
-    state_specs = [tf.TensorSpec([1, size], tf.float32, name=name) for name, size, _ in states]
+    state_specs = [tf.TensorSpec(list(t.shape), tf.float32, name=t.name) for t in states]
 
     k = parts.frame_stack
     frame_dim = obs_dim // k
@@ -171,7 +171,7 @@ def _deployable_module(parts: GraphParts, noise: NoiseSpec | None = None) -> Any
                 new += [x, c]
             return {
                 "out": actor(x),
-                **{f"{name}_out": v for (name, _, _), v in zip(states, new, strict=True)},
+                **{t.output: v for t, v in zip(states, new, strict=True)},
             }
 
         def _stacked_step(self, obs, episode_start, frames):
@@ -288,13 +288,10 @@ class TFSource(ExportSource):
             self.state_cell = FRAME_STACK_CELL
             self.reset()
         elif self.parts.net.rnn:
-            from rl2edge.export.graph_spec import StateTensor
             from rl2edge.specs import rnn_cell_text, rnn_state_tensors
 
             kind, layers = self.parts.net.rnn
-            self.states = [
-                StateTensor(*t) for t in rnn_state_tensors(kind, len(layers), layers[0][1].shape[0])
-            ]
+            self.states = rnn_state_tensors(kind, len(layers), layers[0][1].shape[0])
             self.state_cell = rnn_cell_text(kind)
             self.reset()
 

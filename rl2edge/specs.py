@@ -386,21 +386,81 @@ def rnn_cell_text(kind: str) -> str:
     return {"lstm": LSTM_CELL, "gru": GRU_CELL}[kind]
 
 
-def lstm_state_tensors(layers: int, hidden: int) -> list[tuple[str, int, str]]:
-    """A recurrent actor's state tensors as both export routes name them: (name, size, role) per layer's
-    h and c, in the graph's input order."""
+@dataclass(frozen=True)
+class StateTensor:
+    """One tensor a stateful policy carries from one call to the next: a recurrent cell's h or c per layer,
+    a frame stack's older observations, a rate limit's previous action, OU noise's process. The one type
+    of state from training's rollout to the runtime's Policy: the export graph takes it as the float32
+    input `name`, computes its next value as the output `output`, and multiplies it by (1 - episode_start)
+    before use; the manifest's `state.tensors` lists it (`to_json`), and the runtime feeds it, starting
+    from `initial` after every reset."""
+
+    name: str
+    shape: tuple[int, ...]
+    """Per call: [1, size] in the graph and the manifest; a training rollout holds one row per env."""
+    role: str
+    dtype: str = "float32"
+    initial: float = 0.0
+    """The reset value: every element is this after a reset (the contract's is 0)."""
+    output: str = ""
+    """The graph output that feeds this input on the next call; `name` + "_out" unless given."""
+
+    def __post_init__(self) -> None:
+        if not self.output:
+            object.__setattr__(self, "output", f"{self.name}_out")
+
+    @classmethod
+    def row(cls, name: str, size: int, role: str) -> StateTensor:
+        """A [1, size] float32 state tensor that starts at zero: every state rl2edge's graphs carry."""
+        return cls(name, (1, int(size)), role)
+
+    @property
+    def size(self) -> int:
+        """Values per call (per env in a training rollout)."""
+        return int(np.prod(self.shape[1:]))
+
+    def initial_value(self, rows: int | None = None) -> np.ndarray:
+        """The reset value: of `shape`, or for `rows` calls side by side (envs in a rollout) [rows, *shape[1:]]."""
+        shape = self.shape if rows is None else (rows, *self.shape[1:])
+        return np.full(shape, self.initial, np.dtype(self.dtype))
+
+    def to_json(self) -> dict[str, Any]:
+        """The manifest's entry under `state.tensors`."""
+        return {
+            "name": self.name,
+            "input": self.name,
+            "output": self.output,
+            "shape": list(self.shape),
+            "dtype": self.dtype,
+            "initial": self.initial,
+            "role": self.role,
+        }
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> StateTensor:
+        """A manifest entry (runtime.manifest_schema has checked its types)."""
+        return cls(
+            str(d["input"]),
+            tuple(int(x) for x in d["shape"]),
+            str(d.get("role", "")),
+            str(d.get("dtype", "float32")),
+            float(d.get("initial", 0.0)),
+            str(d["output"]),
+        )
+
+
+def rnn_state_tensors(kind: str, layers: int, hidden: int) -> list[StateTensor]:
+    """A recurrent actor's state tensors in the graph's order: an LSTM's h and c per layer (`lstm_h_0`,
+    `lstm_c_0`, ...), a GRU's h per layer (`gru_h_0`, ...). Both export routes name them so, and training's
+    numpy cell holds one [layers, envs, hidden] array per part of a layer's state (RNN_PARTS)."""
+    if kind not in RNN_PARTS:
+        raise ValueError(f"no recurrent cell {kind!r}")
     return [
-        (f"lstm_{part}_{k}", hidden, f"actor LSTM layer {k} {role} state")
+        StateTensor.row(f"{kind}_{part}_{k}", hidden, f"actor {kind.upper()} layer {k} {role} state")
         for k in range(layers)
-        for part, role in (("h", "hidden"), ("c", "cell"))
+        for part, role in RNN_PARTS[kind]
     ]
 
 
-def rnn_state_tensors(kind: str, layers: int, hidden: int) -> list[tuple[str, int, str]]:
-    """(name, size, role) of each state input of a recurrent actor, in the graph's order: an LSTM's h and c
-    per layer (`lstm_h_0`, `lstm_c_0`, ...), a GRU's h per layer (`gru_h_0`, ...)."""
-    if kind == "lstm":
-        return lstm_state_tensors(layers, hidden)
-    if kind == "gru":
-        return [(f"gru_h_{k}", hidden, f"actor GRU layer {k} hidden state") for k in range(layers)]
-    raise ValueError(f"no recurrent cell {kind!r}")
+RNN_PARTS = {"lstm": (("h", "hidden"), ("c", "cell")), "gru": (("h", "hidden"),)}
+"""The parts of one layer's state, in the graph's order, per recurrent cell."""

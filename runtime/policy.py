@@ -14,7 +14,7 @@ from rl2edge.errors import BackendError, ManifestError, ObservationError
 from rl2edge.runtime.interpreters import Backend, open_backend
 from rl2edge.runtime.manifest import Manifest, load_manifest
 from rl2edge.runtime.model_check import check_tflite_structure, probe_in_child
-from rl2edge.runtime.state import StateTensors
+from rl2edge.runtime.state import PolicyState
 
 
 class Policy:
@@ -99,7 +99,7 @@ class Policy:
         # State the graph carries from one call to the next (runtime.state: a recurrent policy's h and c,
         # OU's process): fed as inputs, its next value read back from the outputs, reset inside the graph by
         # episode_start.
-        self.states = StateTensors.from_manifest(manifest.data.get("state"), backend)
+        self.states = PolicyState.from_manifest(manifest.data.get("state"), backend)
         self.reset_noise()
         explained = set(self.states.inputs)
         if self.noise is not None:

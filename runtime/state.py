@@ -15,15 +15,16 @@ from typing import Any
 import numpy as np
 
 from rl2edge.errors import BackendError, ManifestError
+from rl2edge.specs import StateTensor
 
 
-class StateTensors:
-    """The state a `runtime.Policy` owns. Falsy when the artifact declares none."""
+class PolicyState:
+    """The state a `runtime.Policy` owns: the values of the manifest's state tensors (rl2edge.specs.StateTensor)
+    between calls. Falsy when the artifact declares none."""
 
-    def __init__(self, names: list[tuple[str, str, tuple[int, ...], float]], start_input: str | None):
-        """`names`: (input, output, shape, initial) per state tensor; `start_input`: the episode-start input."""
-        self._io = [(i, o) for i, o, _, _ in names]
-        self._initial = {i: np.full(shape, init, np.float32) for i, _, shape, init in names}
+    def __init__(self, tensors: list[StateTensor], start_input: str | None):
+        """`tensors`: the manifest's state tensors, in order; `start_input`: the episode-start input."""
+        self.tensors = tuple(tensors)
         self._start_input = start_input
         self._start = np.ones((1, 1), np.float32)
         self._running = np.zeros((1, 1), np.float32)
@@ -32,17 +33,14 @@ class StateTensors:
         self.reset()
 
     @classmethod
-    def from_manifest(cls, section: Any, backend: Any) -> StateTensors:
+    def from_manifest(cls, section: Any, backend: Any) -> PolicyState:
         """The manifest's `state` section checked against the model's own extra inputs and outputs."""
         if not section:
             return cls([], None)
-        names = []
-        for t in section["tensors"]:
-            shape = tuple(int(d) for d in t["shape"])
-            names.append((str(t["input"]), str(t["output"]), shape, float(t.get("initial", 0.0))))
+        tensors = [StateTensor.from_json(t) for t in section["tensors"]]
         start = str(section["episode_start"]["input"])
-        missing = [i for i, _, _, _ in names if i not in backend.extra_inputs]
-        missing += [o for _, o, _, _ in names if o not in backend.extra_outputs]
+        missing = [t.name for t in tensors if t.name not in backend.extra_inputs]
+        missing += [t.output for t in tensors if t.output not in backend.extra_outputs]
         if start not in backend.extra_inputs:
             missing.append(start)
         if missing:
@@ -50,23 +48,23 @@ class StateTensors:
                 f"the manifest's state names tensors {missing} that the model does not have; "
                 "was the manifest edited, or does it belong to another model?"
             )
-        return cls(names, start)
+        return cls(tensors, start)
 
     def __bool__(self) -> bool:
-        return bool(self._io)
+        return bool(self.tensors)
 
     @property
     def inputs(self) -> list[str]:
         """Every graph input the state needs: the state tensors and the episode-start flag."""
-        return [i for i, _ in self._io] + ([self._start_input] if self._start_input else [])
+        return [t.name for t in self.tensors] + ([self._start_input] if self._start_input else [])
 
     def reset(self) -> None:
-        self._values = {i: v.copy() for i, v in self._initial.items()}
+        self._values = {t.name: t.initial_value() for t in self.tensors}
         self._pending_start = True
 
     def feeds(self) -> dict[str, np.ndarray]:
         """What the next call feeds the graph (the arrays themselves: the interpreter copies them in)."""
-        if not self._io:
+        if not self.tensors:
             return {}
         assert self._start_input is not None
         start = self._start if self._pending_start else self._running
@@ -74,8 +72,8 @@ class StateTensors:
 
     def advance(self, extras: dict[str, np.ndarray]) -> None:
         """Take the graph's next state from the call's outputs."""
-        values = {i: np.asarray(extras[o], np.float32).reshape(self._initial[i].shape) for i, o in self._io}
-        bad = [i for i, v in values.items() if not np.isfinite(v).all()]
+        values = {t.name: np.asarray(extras[t.output], np.float32).reshape(t.shape) for t in self.tensors}
+        bad = [name for name, v in values.items() if not np.isfinite(v).all()]
         if bad:  # fed back, a NaN would stay in the state for the rest of the episode: start afresh
             self.reset()
             raise BackendError(f"the model returned a non-finite state {bad}; the state was reset")
@@ -84,7 +82,8 @@ class StateTensors:
 
     def put(self, name: str, value: np.ndarray) -> None:
         """Set one state tensor's next value (the runtime keeping OU's state while exploration is off)."""
-        self._values[name] = np.asarray(value, np.float32).reshape(self._initial[name].shape)
+        shape = next(t.shape for t in self.tensors if t.name == name)
+        self._values[name] = np.asarray(value, np.float32).reshape(shape)
 
     def snapshot(self) -> dict[str, np.ndarray]:
-        return {i: v.copy() for i, v in self._values.items()}
+        return {name: v.copy() for name, v in self._values.items()}

@@ -3,7 +3,8 @@ gate order and biases, for the rollout and the periodic evaluation (train.core.r
 
 A layer is (kernel_ih [in, G*H], kernel_hh [H, G*H], b_ih [G*H], b_hh [G*H]) with G = 4 gates for an LSTM
 (i, f, g, o) and 3 for a GRU (r, z, n). A state is a tuple of [layers, rows, H] arrays: (h, c) for an LSTM,
-(h,) for a GRU; `state_parts` says how many.
+(h,) for a GRU (rl2edge.specs.RNN_PARTS), each layer's part one of the cell's state tensors
+(rl2edge.specs.rnn_state_tensors, the exported graph's) with one row per env.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from rl2edge.errors import CheckpointError
-from rl2edge.specs import RNN_KINDS
+from rl2edge.specs import RNN_KINDS, RNN_PARTS, rnn_state_tensors
 
 RNNLayer = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
 RNNState = tuple[np.ndarray, ...]
@@ -33,11 +34,13 @@ def rnn_kind(network: dict[str, Any]) -> str:
 
 def state_parts(kind: str) -> int:
     """How many [layers, rows, H] tensors a cell's state has: an LSTM's h and c, a GRU's h."""
-    return {"lstm": 2, "gru": 1}[kind]
+    return len(RNN_PARTS[kind])
 
 
 def zero_state(kind: str, layers: int, rows: int, hidden: int) -> RNNState:
-    return tuple(np.zeros((layers, rows, hidden), np.float32) for _ in range(state_parts(kind)))
+    """The state after a reset, for `rows` envs: each part's state tensors' initial values, stacked by layer."""
+    tensors, parts = rnn_state_tensors(kind, layers, hidden), state_parts(kind)
+    return tuple(np.stack([t.initial_value(rows) for t in tensors[j::parts]]) for j in range(parts))
 
 
 def _sigmoid(x: np.ndarray) -> np.ndarray:

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from rl2edge.specs import GRU_CELL, LSTM_CELL, rnn_state_tensors
+from rl2edge.specs import GRU_CELL, LSTM_CELL, StateTensor, rnn_state_tensors
 from rl2edge.train.core.rnn_cells import rnn_kind, state_parts
 from rl2edge.train.torch_backend.nets import ActorCritic, run_mlp
 
@@ -164,8 +164,8 @@ class _CellActor(nn.Module):
     ) -> list[nn.Linear]:
         raise NotImplementedError
 
-    def state_tensors(self) -> list[tuple[str, int, str]]:
-        """(name, size, role) of each state input, in the graph's order."""
+    def state_tensors(self) -> list[StateTensor]:
+        """Each state input, in the graph's order."""
         return rnn_state_tensors(self.KIND, self.layers, self.hidden)
 
 

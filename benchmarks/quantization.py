@@ -51,14 +51,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--out", default=str(RESULTS))
     args = ap.parse_args(argv)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    from rl2edge.export.pipeline import ExportOptions, export_checkpoint
+    from rl2edge.export.pipeline import ExportOptions, export_path
 
     results: list[dict[str, Any]] = []
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         runs = [Path(r) for r in args.runs] if args.runs else _train_defaults(Path(tmp), args.steps)
         for run in runs:
-            report = export_checkpoint(
+            report = export_path(
                 run,
                 Path(tmp) / "art" / run.name,
                 ExportOptions(quantize="all", eval_episodes=args.episodes, progress=False),

@@ -78,15 +78,15 @@ def _agent(
     return get(algo).agent_class(framework)(network, cfg, seed, "cpu"), cfg, network
 
 
-def _batch(network: dict[str, Any], cfg: Any, n: int, rng: np.random.Generator) -> Any:
+def _batch(network: Any, cfg: Any, n: int, rng: np.random.Generator) -> Any:
     """n stacked batches of the preset's batch size, random (the arithmetic does not depend on values)."""
     from rl2edge.train.core.replay import ReplayBatch
 
-    obs_dim, act_dim, b = int(network["obs_dim"]), int(network["act_dim"]), cfg.batch_size
+    obs_dim, act_dim, b = int(network.obs_dim), int(network.act_dim), cfg.batch_size
     f = lambda *s: rng.standard_normal(s).astype(np.float32)  # noqa: E731
     actions = (
         rng.integers(0, act_dim, (n, b)).astype(np.int64)
-        if network["type"] == "dqn_mlp"
+        if network.type == "dqn_mlp"
         else rng.uniform(-1, 1, (n, b, act_dim)).astype(np.float32)
     )
     return ReplayBatch(f(n, b, obs_dim), actions, f(n, b), f(n, b, obs_dim), np.zeros((n, b), np.float32))

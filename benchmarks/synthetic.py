@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from rl2edge.export.deployable import DeployablePolicy
-from rl2edge.export.source import TorchSource
+from rl2edge.export.torch_graph import TorchSource
 from rl2edge.train.core.normalization import RunningNormalizer
 from rl2edge.train.core.spaces import action_spec, observation_spec
 

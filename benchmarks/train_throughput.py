@@ -122,7 +122,7 @@ else:
                  "cumtime_s": v[3]} for k, v in top]
         print(json.dumps({"profile": rows, "wall_s": wall, "steps": done}))
         sys.exit(0)
-    from rl2edge.export.checkpoint_source import source_from_checkpoint
+    from rl2edge.export.sources.checkpoint import source_from_checkpoint
     act = source_from_checkpoint(out).act
     result = evaluate(act, env_id, 20, 0)
 print(json.dumps({"who": who, "steps": done, "wall_s": wall, "steps_per_s": done / wall,

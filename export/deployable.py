@@ -25,10 +25,8 @@ from torch import nn
 
 from rl2edge.errors import CheckpointError, ExportError
 from rl2edge.export.graph_spec import HEADS, head_for
-from rl2edge.specs import ActionSpec, ActionTransform, ObservationSpec
+from rl2edge.specs import ActionSpec, ActionTransform
 from rl2edge.train.core.checkpoint import Checkpoint
-from rl2edge.train.core.encoder_spec import checkpoint_normalizer
-from rl2edge.train.core.frame_stack import stacked_spec
 from rl2edge.train.core.normalization import RunningNormalizer
 
 
@@ -154,21 +152,16 @@ def load_actor(ckpt: Checkpoint, agent: Any) -> nn.Module:
                 f"weights {ckpt.weights_path} do not fit the checkpoint's network: {exc}"
             ) from None
 
-    return agent.deployable_actor(ckpt.meta["network"], load)
+    return agent.deployable_actor(ckpt.network, load)
 
 
 def build_deployable(ckpt: Checkpoint, agent: Any) -> tuple[DeployablePolicy, RunningNormalizer]:
     """A torch checkpoint's deployable graph and its normalizer; `agent` is its algorithm's torch agent
     class (train.algos)."""
-    meta = ckpt.meta
     if ckpt.framework != "torch":
         raise CheckpointError(f"build_deployable takes torch checkpoints; {ckpt.path} is {ckpt.framework!r}")
     actor = load_actor(ckpt, agent).eval()
-    observation = ObservationSpec.from_json(meta["observation_space"])
-    action = ActionSpec.from_json(meta["action_space"])
-    # a frame stack: the network and its statistics take K observations (train.core.frame_stack)
-    k = int(meta["network"].get("frame_stack", 1))
-    norm = checkpoint_normalizer(stacked_spec(observation, k), meta["normalization"])
-    head = head_for(ckpt.algo, action.discrete)
-    policy = DeployablePolicy(actor, norm, action, head).eval()
+    norm = ckpt.normalizer()  # a frame stack's takes K observations (train.core.frame_stack)
+    head = head_for(ckpt.algo, ckpt.action.discrete)
+    policy = DeployablePolicy(actor, norm, ckpt.action, head).eval()
     return policy, norm

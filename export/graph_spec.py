@@ -33,19 +33,6 @@ FORMULAS = {
 EPISODE_START = "episode_start"
 
 
-FRAMES = "frames"
-FRAME_STACK_CELL = (
-    "frame stack of K: x = concat(frames * (1 - episode_start), obs), the K-1 previous observations oldest "
-    "first and this one last (zeros before an episode's first: SB3's VecFrameStack); the policy runs on x; "
-    "frames_out = x without its oldest observation"
-)
-
-
-def frame_stack_state(dim: int, k: int) -> StateTensor:
-    """A frame stack's state: the K-1 previous observations of `dim` values, oldest first."""
-    return StateTensor.row(FRAMES, (k - 1) * dim, f"the {k - 1} previous observations, oldest first")
-
-
 def state_io_names(states: list[StateTensor]) -> tuple[list[str], list[str]]:
     """A stateful graph's inputs after the observation, and its outputs after the action, in order."""
     return [EPISODE_START, *(t.name for t in states)], [t.output for t in states]

@@ -1,6 +1,7 @@
-"""`rl2edge export`: a checkpoint or an SB3 model -> verified artifact(s), written atomically.
+"""`rl2edge export`: an export source (export.sources: an rl2edge checkpoint, an SB3 model) -> verified
+artifact(s), written atomically.
 
-Order: rebuild the deployable policy; collect calibration and held-out observations by running it in its
+Order: open the source (export.source's contract); collect calibration and held-out observations by running it in its
 env; export ONNX and check it against the source; convert with onnx2tf; make each TFLite file, write it
 as an artifact, load it back through the runtime, and verify it there (fp32 must match the source within
 tolerance, or the export fails and nothing is written); record every figure in the manifest.
@@ -21,7 +22,6 @@ from tqdm.auto import tqdm
 
 from rl2edge.errors import ConfigError, ExportError
 from rl2edge.export.calibration import collect_rollout_data, pin_uint8_range
-from rl2edge.export.checkpoint_source import source_from_checkpoint
 from rl2edge.export.graph_spec import (
     EPISODE_START,
     INPUT_NAME,
@@ -41,6 +41,7 @@ from rl2edge.export.report import ExportReport, FileRow
 from rl2edge.export.return_check import RULE as RETURN_RULE
 from rl2edge.export.return_check import check_return
 from rl2edge.export.source import ExportSource
+from rl2edge.export.sources import SourceOptions, open_source
 from rl2edge.export.tflite_convert import FLOAT_OPS, MODES, STATE_FLOAT_OPS, convert, uint8_input_saved_model
 from rl2edge.export.tolerances import DEFAULT, RETURN_DROP_WARNING_PCT, Tolerances
 from rl2edge.export.verify import (
@@ -123,9 +124,11 @@ def default_out(source_path: Path) -> Path:
     return Path("artifacts") / (name[: -len(".zip")] if name.endswith(".zip") else name)
 
 
-def export_checkpoint(run_dir: Path, out: Path | None, opts: ExportOptions) -> ExportReport:
-    """Export an rl2edge run directory."""
-    return export_source(source_from_checkpoint(run_dir), out or default_out(run_dir), opts)
+def export_path(
+    path: Path, out: Path | None, opts: ExportOptions, source_options: SourceOptions | None = None
+) -> ExportReport:
+    """Export whatever `path` holds (export.sources chooses its source: a run directory, an SB3 .zip)."""
+    return export_source(open_source(path, source_options), out or default_out(path), opts)
 
 
 def export_source(source: ExportSource, out: Path, opts: ExportOptions) -> ExportReport:

@@ -1,16 +1,21 @@
-"""What an export starts from: an rl2edge checkpoint (torch or tf; export.checkpoint_source), or a
-Stable-Baselines3 model (.zip) with its VecNormalize statistics (export.sb3). Every source gives the
-pipeline the same things: the deterministic policy on raw observations (for rollouts), the reference
-actions exported files are checked against, the I/O specs, the folded normalizer and head, the manifest's
-`source` section, and the graph as ONNX (torch sources) and as a TF SavedModel. This module holds the
-base class and the torch one; export.tf_source the TF one."""
+"""What an export starts from, as the pipeline (export.pipeline) sees it: the `ExportSource` contract.
+
+A source is a policy trained somewhere, with what it needs folded around it: its observation and action
+specs, the normalizer and the action head, its state tensors (rl2edge.specs.StateTensor), a reference that
+acts on raw observations in the source's own runtime (what every exported file is checked against), the
+graph as ONNX and/or as a TF SavedModel, and the manifest's `source` section saying where it came from.
+
+Sources live in export/sources/, one module each, and are chosen in export/sources/__init__.py by what the
+path holds. Most build on `GraphSource` below (the state, noise and rate-limit folding every route shares)
+and one route: export.torch_graph (torch module -> ONNX -> onnx2tf -> SavedModel) or export.tf_graph (a
+tf.Module saved as a SavedModel).
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -20,8 +25,87 @@ from rl2edge.specs import ActionSpec, NoiseSpec, ObservationSpec, StateTensor
 from rl2edge.train.core.normalization import RunningNormalizer
 
 
+class ExportSource(Protocol):
+    """What the export pipeline takes from a source, and all it takes."""
+
+    # ---- what the policy is: the specs, the folded normalization and head, the state
+    env_id: str
+    """The Gymnasium env the closed-loop returns are measured in."""
+    observation: ObservationSpec
+    action: ActionSpec
+    norm: RunningNormalizer
+    """The observation normalization folded into the graph (disabled: none, or already inside it)."""
+    head: str
+    """The action head (export.graph_spec.HEADS)."""
+    states: list[StateTensor]
+    """The graph's state tensors, in its input order; empty for a stateless graph."""
+    state_cell: str
+    """What the graph computes with its state, for the manifest."""
+    noise: NoiseSpec | None
+    rate_limit: RateLimit | None
+
+    # ---- where it came from
+    description: dict[str, Any]
+    """The manifest's `source` section: the kind of file, its sha256, what was read from it."""
+    reference_name: str
+    """How the report names what the exported files are compared with."""
+
+    @property
+    def discrete(self) -> bool: ...
+
+    @property
+    def act_dim(self) -> int: ...
+
+    # ---- options folded into the graph (each refuses, with the reason, what the source cannot carry)
+    def fold_noise(self, spec: NoiseSpec) -> None: ...
+
+    def limit_rate(self, spec: RateLimit) -> None: ...
+
+    # ---- the reference, in the source's own runtime, on raw observations
+    def act(self, obs: Any) -> Any:
+        """One raw observation -> one env action (rollouts); a stateful source carries its state."""
+
+    def reset(self) -> None:
+        """A new episode for `act`."""
+
+    def reference_actions(self, obs: np.ndarray) -> np.ndarray:
+        """A stateless source's actions on a batch of flat raw observations."""
+
+    def margins(self, obs: np.ndarray) -> np.ndarray | None:
+        """Discrete: the gap between the top two logits/Q-values at each observation; None for Box."""
+
+    def trajectory(self, obs: np.ndarray, starts: np.ndarray) -> Trajectory:
+        """A stateful source's graph over whole episodes, state carried, reset where `starts`."""
+
+    def reference_trajectory(self, obs: np.ndarray, starts: np.ndarray) -> np.ndarray:
+        """What a stateful source's exported files must reproduce over whole episodes."""
+
+    def deployable_actions(self, obs: np.ndarray) -> np.ndarray:
+        """The deployable graph itself on a batch (the folded-noise checks compare with it)."""
+
+    def noisy_actions(
+        self, obs: np.ndarray, noise: np.ndarray, state: np.ndarray | None
+    ) -> tuple[np.ndarray, Any]: ...
+
+    def distribution(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]: ...
+
+    # ---- the graph, written for the converter
+    def write_onnx(self, path: Path) -> bool:
+        """Write the graph as ONNX; False where the route has none (the TF route)."""
+
+    def onnx_input(self, obs: np.ndarray) -> np.ndarray:
+        """A batch of env observations in the ONNX graph's input layout."""
+
+    def write_saved_model(self, work: Path, onnx_path: Path | None) -> Path:
+        """The graph as a TF SavedModel under `work`, what the TFLite converter takes."""
+
+
 @dataclass
-class ExportSource:
+class GraphSource:
+    """The shared half of every source: its specs and the graph's state, noise and rate limit, folded in
+    the same way for every route. A route (export.torch_graph, export.tf_graph) adds how its framework
+    runs and writes the graph; a source module fills in the specs and the description."""
+
     env_id: str
     observation: ObservationSpec
     action: ActionSpec
@@ -222,153 +306,3 @@ class Trajectory:
     actions: np.ndarray
     pre_head: np.ndarray
     fed: dict[str, np.ndarray]
-
-
-@dataclass
-class TorchSource(ExportSource):
-    policy: Any = None  # export.deployable.DeployablePolicy
-    reference: Callable[[np.ndarray], np.ndarray] | None = None
-    """Raw observations -> the source's own actions (SB3's predict); None: the deployable graph."""
-    stateful_graph: Any = None
-    """A stateful graph other than a recurrent actor's (export.stateful.FrameStackPolicy); None: found from
-    the policy's actor."""
-    stateful_reference: Any = None
-    """A stateful source's own predict with its state (export.sb3.RecurrentReference: `reset()`, a call per
-    raw observation row, `trajectory(obs, starts)`); None: the deployable graph."""
-
-    def deployable_actions(self, obs: np.ndarray) -> np.ndarray:
-        import torch
-
-        with torch.no_grad():
-            return self.policy(
-                torch.as_tensor(self.policy.from_env_layout(np.asarray(obs, np.float32)))
-            ).numpy()
-
-    def pre_head(self, obs: np.ndarray) -> np.ndarray:
-        import torch
-
-        with torch.no_grad():
-            x = torch.as_tensor(self.policy.from_env_layout(np.asarray(obs, np.float32)))
-            return self.policy.pre_head(x).numpy()
-
-    def reference_actions(self, obs: np.ndarray) -> np.ndarray:
-        return self.deployable_actions(obs) if self.reference is None else np.asarray(self.reference(obs))
-
-    def __post_init__(self) -> None:
-        if self.stateful_graph is None and hasattr(getattr(self.policy, "actor", None), "state_tensors"):
-            from rl2edge.export.stateful import StatefulPolicy  # a recurrent actor: one cell per call
-
-            self.stateful_graph = StatefulPolicy(self.policy).eval()
-        if self.stateful_graph is not None:
-            self.states = self.stateful_graph.states
-            self.state_cell = self.stateful_graph.cell
-            self.reset()
-
-    def cell_step(
-        self, x: np.ndarray, start: float, states: list[np.ndarray]
-    ) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
-        import torch
-
-        with torch.no_grad():
-            out, new = self.stateful_graph.step(
-                torch.as_tensor(x), torch.full((1, 1), start), [torch.as_tensor(v) for v in states]
-            )
-            return self.policy.head_of(out).numpy(), out.numpy(), [v.numpy() for v in new]
-
-    def reset(self) -> None:
-        super().reset()
-        if self.stateful_reference is not None:
-            self.stateful_reference.reset()
-
-    def reference_trajectory(self, obs: np.ndarray, starts: np.ndarray) -> np.ndarray:
-        if self.stateful_reference is not None:
-            own = np.asarray(self.stateful_reference.trajectory(obs, starts))
-        elif self.reference is not None and self.rate_limit is not None:
-            own = self.reference_actions(obs)  # SB3's predict, then the limit as the graph applies it
-        else:
-            return super().reference_trajectory(obs, starts)
-        if self.rate_limit is None:
-            return own
-        from rl2edge.export.rate_limit import limit_sequence
-
-        return limit_sequence(own, starts, self.max_step)
-
-    def act(self, obs: Any) -> Any:
-        if self.stateful_reference is not None:
-            a = self.limit_live(self.stateful_reference(self.observation.flatten(obs).astype(np.float32)))
-            return int(a) if self.discrete else a
-        if self.reference is None or len(self.cell_states):
-            return super().act(obs)
-        a = self.limit_live(self.reference_actions(self.observation.flatten(obs).astype(np.float32)[None])[0])
-        return int(a) if self.discrete else a
-
-    def _noisy(self) -> Any:
-        from rl2edge.export.folded_noise import NoisyPolicy
-
-        return NoisyPolicy(self.policy, self.noise).eval()
-
-    def noisy_actions(
-        self, obs: np.ndarray, noise: np.ndarray, state: np.ndarray | None
-    ) -> tuple[np.ndarray, Any]:
-        import torch
-
-        start = None if state is None else np.zeros((len(obs), 1), np.float32)  # OU: carried, never reset
-        args = [
-            torch.as_tensor(np.asarray(a, np.float32)) for a in (obs, noise, start, state) if a is not None
-        ]
-        with torch.no_grad():
-            out = self._noisy()(*args)
-        if isinstance(out, tuple):
-            return out[0].numpy(), out[1].numpy()
-        return out.numpy(), None
-
-    def distribution(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        import torch
-
-        with torch.no_grad():
-            mean, log_std = self._noisy().distribution(torch.as_tensor(np.asarray(obs, np.float32)))
-        return mean.numpy(), log_std.exp().numpy()
-
-    def write_onnx(self, path: Path) -> bool:
-        import torch
-
-        from rl2edge.export.folded_noise import example_inputs
-        from rl2edge.export.graph_spec import io_names
-        from rl2edge.export.onnx_export import export_onnx
-
-        shape = self.policy.input_shape(self.obs_shape)
-        graph = self.policy if self.noise is None else self._noisy()
-        inputs, outputs = io_names(self.noise)
-        examples = example_inputs(self.noise, shape, self.act_dim)
-        if self.states:  # obs, episode_start, the states -> action, the next states
-            from rl2edge.export.graph_spec import state_io_names
-
-            state_in, state_out = state_io_names(self.states)
-            inputs, outputs = [inputs[0], *state_in], [outputs[0], *state_out]
-            if self.stateful_graph is not None:
-                graph, examples = self.stateful_graph, self.stateful_graph.example_inputs(shape)
-            else:
-                examples = (*examples, torch.zeros((1, 1)))
-            if self.rate_limit is not None:
-                from rl2edge.export.rate_limit import torch_rate_limited
-
-                graph = torch_rate_limited(graph, self.max_step, stateful=self.stateful_graph is not None)
-                examples = (*examples, torch.zeros((1, self.act_dim)))
-        if self.observation.is_dict:  # one input per key in place of `obs`
-            from rl2edge.export.deployable import KeyedInputs
-
-            keys = self.observation.keys
-            graph = KeyedInputs(graph, len(keys))
-            examples = (*(torch.zeros((1, k.size)) for k in keys), *examples[1:])
-            inputs = [k.name for k in keys] + inputs[1:]
-        export_onnx(graph, shape, path, examples, inputs, outputs)
-        return True
-
-    def onnx_input(self, obs: np.ndarray) -> np.ndarray:
-        return self.policy.from_env_layout(obs)
-
-    def write_saved_model(self, work: Path, onnx_path: Path | None) -> Path:
-        from rl2edge.export.tflite_convert import onnx_to_saved_model
-
-        assert onnx_path is not None
-        return onnx_to_saved_model(onnx_path, work / "saved_model")

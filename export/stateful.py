@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from rl2edge.export.deployable import DeployablePolicy
-from rl2edge.export.graph_spec import FRAME_STACK_CELL, frame_stack_state
+from rl2edge.specs import FRAME_STACK_CELL, frame_stack_state
 
 
 class StatefulPolicy(nn.Module):

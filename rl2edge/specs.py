@@ -284,14 +284,8 @@ class ActionSpec:
         return self.n if self.discrete else self.size
 
 
-def is_discrete(spec: dict[str, Any] | ActionSpec) -> bool:
-    """For the JSON dicts of checkpoint.json and the manifest as for ActionSpec."""
-    return spec.discrete if isinstance(spec, ActionSpec) else spec["type"] == "discrete"
-
-
 class ActionTransform:
-    def __init__(self, spec: dict[str, Any] | ActionSpec):
-        spec = spec if isinstance(spec, ActionSpec) else ActionSpec.from_json(spec)
+    def __init__(self, spec: ActionSpec):
         self.discrete = spec.discrete
         if self.discrete:
             self.start = spec.start
@@ -464,3 +458,16 @@ def rnn_state_tensors(kind: str, layers: int, hidden: int) -> list[StateTensor]:
 
 RNN_PARTS = {"lstm": (("h", "hidden"), ("c", "cell")), "gru": (("h", "hidden"),)}
 """The parts of one layer's state, in the graph's order, per recurrent cell."""
+
+
+FRAMES = "frames"
+FRAME_STACK_CELL = (
+    "frame stack of K: x = concat(frames * (1 - episode_start), obs), the K-1 previous observations oldest "
+    "first and this one last (zeros before an episode's first: SB3's VecFrameStack); the policy runs on x; "
+    "frames_out = x without its oldest observation"
+)
+
+
+def frame_stack_state(dim: int, k: int) -> StateTensor:
+    """A frame stack's state: the K-1 previous observations of `dim` values, oldest first."""
+    return StateTensor.row(FRAMES, (k - 1) * dim, f"the {k - 1} previous observations, oldest first")

@@ -14,9 +14,8 @@ from typing import Any
 import numpy as np
 
 from rl2edge.train.algos import build_config, get
+from rl2edge.train.core.network_spec import NetworkSpec
 from rl2edge.train.core.replay import ReplayBatch
-
-Spec = dict[str, Any]
 
 
 def config(algo: str, env_id: str | None = None, **overrides: object) -> Any:
@@ -27,7 +26,7 @@ def config(algo: str, env_id: str | None = None, **overrides: object) -> Any:
 
 def network(
     algo: str, obs_dim: int, act_dim: int, cfg: Any = None, *, discrete: bool | None = None, **fields: object
-) -> Spec:
+) -> NetworkSpec:
     """The checkpoint's network spec as the driver writes it for `cfg` (`algo`'s defaults when None): the
     type from the algorithm's row, net_arch and activation from the config; an on-policy actor-critic's
     `discrete` (required) and `log_std_init`, an off-policy config's `network_fields()`. `fields` replace
@@ -35,7 +34,7 @@ def network(
     row = get(algo)
     if cfg is None:
         cfg = row.config_class()()
-    spec: Spec = {
+    spec: dict[str, Any] = {
         "type": row.network,
         "obs_dim": obs_dim,
         "act_dim": act_dim,
@@ -51,13 +50,13 @@ def network(
             raise ValueError(f"{algo}: an off-policy spec has no `discrete` (the row's action space)")
         spec.update(cfg.network_fields())
     spec.update(fields)
-    return spec
+    return NetworkSpec.from_json(spec)
 
 
 def make_agent(
     algo: str,
     framework: str,
-    network: Spec | Callable[[Any], Spec],
+    network: NetworkSpec | Callable[[Any], NetworkSpec],
     env_id: str | None = None,
     seed: int = 0,
     **overrides: object,
@@ -79,7 +78,7 @@ _SMALL_ENV = {"dqn": "CartPole-v1"}  # the others: Pendulum-v1
 _DQN_OBS, _DQN_ACT = 4, 2
 
 
-def small_offpolicy_spec(algo: str, cfg: Any = None) -> Spec:
+def small_offpolicy_spec(algo: str, cfg: Any = None) -> NetworkSpec:
     """The small agents' network spec: SAC's, TD3's or DQN's, for `cfg` (the algorithm's defaults when None)."""
     obs, act = (_DQN_OBS, _DQN_ACT) if algo == "dqn" else (SMALL_OBS, SMALL_ACT)
     return network(algo, obs, act, cfg, net_arch=[16, 16], activation="relu")

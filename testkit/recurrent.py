@@ -12,6 +12,7 @@ import numpy as np
 
 from rl2edge.specs import ActionTransform
 from rl2edge.train.algos import build_config
+from rl2edge.train.core.network_spec import NetworkSpec
 from rl2edge.train.core.normalization import RunningNormalizer
 from rl2edge.train.core.recurrent_driver import recurrent_network
 from rl2edge.train.core.recurrent_rollout import RecurrentCollector, SequenceBuffer
@@ -36,14 +37,14 @@ def recurrent_setup(
 
 
 def recurrent_rollouts(
-    env_id: str, cfg: Any, network: dict[str, Any], weights: Any, rounds: int = 2
+    env_id: str, cfg: Any, network: NetworkSpec, weights: Any, rounds: int = 2
 ) -> tuple[SequenceBuffer, Segment]:
     """`rounds` rollouts acted with `weights` (an agent's rollout_weights()); the buffer holds the last, its
     advantages computed, and the last segment."""
     env = gym.make(env_id)
     act = action_spec(env.action_space)
     env.close()
-    n, t_max, obs_dim = cfg.n_envs, cfg.n_steps, int(network["obs_dim"])
+    n, t_max, obs_dim = cfg.n_envs, cfg.n_steps, int(network.obs_dim)
     collector = RecurrentCollector(
         env_id,
         0,

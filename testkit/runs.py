@@ -88,9 +88,9 @@ AGV_RUN = dict(env_id="examples.agv:AgvDictEnv", steps=2048)
 
 def export_run(run: Path, out: Path, quantize: str):
     """`run` exported in `quantize` (a mode or "all") to `out`, briefly calibrated and evaluated: the report."""
-    from rl2edge.export.pipeline import ExportOptions, export_checkpoint
+    from rl2edge.export.pipeline import ExportOptions, export_path
 
-    return export_checkpoint(
+    return export_path(
         run, out, ExportOptions(quantize=quantize, calib_episodes=3, eval_episodes=2, progress=False)
     )
 

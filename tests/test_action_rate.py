@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from rl2edge.cli import main
-from rl2edge.export.pipeline import ExportOptions, export_checkpoint
+from rl2edge.export.pipeline import ExportOptions, export_path
 from rl2edge.runtime.manifest import load_manifest
 from rl2edge.runtime.policy import Policy
 from testkit.cli import assert_clean_failure, rl2edge
@@ -40,7 +40,7 @@ def _limited(run: Path, out: Path, quantize: str = "int8") -> Path:
         max_action_rate=str(RATE),
         period_ms=PERIOD_MS,
     )
-    export_checkpoint(run, out, opts)
+    export_path(run, out, opts)
     return out
 
 

@@ -22,7 +22,7 @@ PRODUCTION = ("rl2edge", "train", "export", "runtime", "plc_bridge")
 # nets.py, where the agent modules' networks live (the recipe's step 3).
 TABLE_AND_NETS = {"train/algos.py", "train/torch_backend/nets.py", "train/tf_backend/nets.py"}
 # Names that are someone else's: Stable-Baselines3's model classes, which the SB3 import loads by name.
-SB3_IMPORT = {"export/sb3.py": {"ppo", "a2c", "sac", "td3", "dqn"}}
+SB3_IMPORT = {"export/sources/sb3.py": {"ppo", "a2c", "sac", "td3", "dqn"}}
 # Strings of the artifact format, kept as written: the manifest's formula of folded policy noise.
 FORMAT_STRINGS = ("SAC: center + tanh(mean + exp(log_std) * noise) * half_range; ",)
 

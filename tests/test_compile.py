@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from rl2edge.train.core.config import A2CConfig, PPOConfig
+from rl2edge.train.core.network_spec import NetworkSpec
 from rl2edge.train.core.rollout import Minibatch
 from rl2edge.train.torch_backend.a2c import TorchA2C
 from rl2edge.train.torch_backend.graph_adam import GraphAdam
@@ -21,14 +22,9 @@ from rl2edge.train.torch_backend.ppo import TorchPPO
 from testkit.cli import assert_clean_failure, rl2edge
 from testkit.written_out import assert_grad_close, grad_batch, offpolicy_agent, step_both, stepped_params
 
-NETWORK = {
-    "type": "actor_critic_mlp",
-    "obs_dim": 4,
-    "act_dim": 2,
-    "discrete": True,
-    "net_arch": [64, 64],
-    "activation": "tanh",
-}
+NETWORK = NetworkSpec(
+    type="actor_critic_mlp", obs_dim=4, act_dim=2, discrete=True, net_arch=(64, 64), activation="tanh"
+)
 
 
 def _minibatch(seed: int, n: int = 64) -> Minibatch:

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from rl2edge.errors import ConfigError
-from rl2edge.specs import ActionTransform
+from rl2edge.specs import ActionSpec, ActionTransform
 from rl2edge.train.algos import build_config
 from rl2edge.train.core.config import A2CConfig
 from rl2edge.train.core.envs import check_env_id, make_env
@@ -167,16 +167,16 @@ def test_env_ids_registered_and_user_class() -> None:
 
 
 def test_action_transform_unscales_and_clips() -> None:
-    t = ActionTransform({"type": "box", "shape": [1], "low": [-2.0], "high": [2.0]})
+    t = ActionTransform(ActionSpec.from_json({"type": "box", "shape": [1], "low": [-2.0], "high": [2.0]}))
     np.testing.assert_array_equal(t.to_env(np.array([0.5, 3.0, -9.0], np.float32)), [1.0, 2.0, -2.0])
-    d = ActionTransform({"type": "discrete", "n": 3, "start": 1})
+    d = ActionTransform(ActionSpec.from_json({"type": "discrete", "n": 3, "start": 1}))
     assert int(d.to_env(np.array(2))) == 3
 
 
 def test_specs_round_trip_and_name_the_two_action_sizes() -> None:
     """rl2edge.specs: the JSON the checkpoint and the manifest write, unchanged through the types; the
     action's length (what the PLC gets) and the network's output width are two names, not one `act_dim`."""
-    from rl2edge.specs import ActionSpec, ObservationSpec, is_discrete
+    from rl2edge.specs import ActionSpec, ObservationSpec
 
     discrete = {"type": "discrete", "n": 3, "start": 1}
     box = {"type": "box", "shape": [2], "dtype": "float32", "low": [-1.0, 0.0], "high": [1.0, 2.0]}
@@ -192,4 +192,4 @@ def test_specs_round_trip_and_name_the_two_action_sizes() -> None:
     assert ObservationSpec.from_json(obs).to_json() == obs and ObservationSpec.from_json(obs).size == 4
     d, b = ActionSpec.from_json(discrete), ActionSpec.from_json(box)
     assert (d.size, d.output_width, b.size, b.output_width) == (1, 3, 2, 2)
-    assert is_discrete(discrete) and is_discrete(d) and not is_discrete(box)
+    assert d.discrete and not b.discrete

@@ -164,12 +164,12 @@ def test_tf_sac_on_a_dict_env_exports_with_folded_ou_noise(tmp_path: Path) -> No
     `ou_state`; with exploration off it is the deterministic policy (export checks that), and the noise
     state advances on a mapping as on the flat vector."""
     run = tiny_train(PENDULUM, tmp_path / "run", steps=600, algo="sac", framework="tf", learning_starts=200)
-    from rl2edge.export.pipeline import ExportOptions, export_checkpoint
+    from rl2edge.export.pipeline import ExportOptions, export_path
 
     opts = ExportOptions(
         quantize="fp32", calib_episodes=2, eval_episodes=2, progress=False, noise="ou:sigma=0.3"
     )
-    export_checkpoint(run, tmp_path / "art", opts)
+    export_path(run, tmp_path / "art", opts)
     assert _inputs(tmp_path / "art" / "policy.tflite") == {
         "rate": [1, 1],
         "angle": [1, 2],

@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from rl2edge.errors import ConfigError, ToleranceError
-from rl2edge.export.checkpoint_source import source_from_checkpoint
-from rl2edge.export.pipeline import ExportOptions, export_checkpoint
+from rl2edge.export.pipeline import ExportOptions, export_path
+from rl2edge.export.sources.checkpoint import source_from_checkpoint
 from rl2edge.export.tolerances import Tolerances
 from rl2edge.runtime import Policy, load_manifest
 from rl2edge.train.core.evaluation import random_observations
@@ -109,7 +109,7 @@ def test_fp32_beyond_tolerance_fails_and_writes_nothing(pendulum_run: Path, tmp_
         tolerances=Tolerances(fp32_action_atol=0.0),
     )
     with pytest.raises(ToleranceError, match="exceeds atol 0"):
-        export_checkpoint(pendulum_run, out, opts)
+        export_path(pendulum_run, out, opts)
     assert not out.exists()
     assert list(tmp_path.iterdir()) == []  # no temporary or partial directory left behind
 
@@ -118,7 +118,7 @@ def test_existing_artifact_is_not_overwritten_without_force(cartpole_all, cartpo
     _, root = cartpole_all
     before = (root / "int8" / "manifest.json").read_bytes()
     with pytest.raises(ConfigError, match="--force"):
-        export_checkpoint(cartpole_run, root, ExportOptions(quantize="fp32", progress=False))
+        export_path(cartpole_run, root, ExportOptions(quantize="fp32", progress=False))
     assert (root / "int8" / "manifest.json").read_bytes() == before
 
 

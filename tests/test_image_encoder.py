@@ -268,7 +268,8 @@ def test_every_algorithm_trains_and_exports_a_camera_env(
     from testkit.runs import export_run, tiny_train
 
     run = tiny_train(env_id, tmp_path / "run", steps=300, algo=algo, framework=framework, **overrides)
-    assert load_checkpoint(run).meta["network"]["encoder"]["keys"][0]["name"] == "camera"
+    encoder = load_checkpoint(run).network.encoder
+    assert encoder is not None and encoder.keys[0].name == "camera" and encoder.keys[0].image
     export_run(run, tmp_path / "art", "int8")
     manifest = json.loads((tmp_path / "art" / "manifest.json").read_text())
     assert manifest["model"]["input"]["keys"][0]["name"] == "camera"
@@ -320,12 +321,12 @@ def test_a_camera_policy_trained_here_is_the_policy_the_artifact_runs(
     assert main(["export", str(run), "--quantize", "all", "--out", str(art), "--calib-episodes", "2",
                  "--eval-episodes", "2", "--no-progress"]) == 0  # fmt: skip
 
-    meta = load_checkpoint(run).meta
-    assert meta["network"]["encoder"]["keys"][0]["image"] is True
-    spec = ObservationSpec.from_json(meta["observation_space"])
+    ckpt = load_checkpoint(run)
+    assert ckpt.network.encoder is not None and ckpt.network.encoder.keys[0].image is True
+    spec = ckpt.observation
     pixels = image_mask(spec)
     assert pixels is not None and pixels.sum() == 36 * 36 * 3
-    stats = meta["normalization"]
+    stats = ckpt.normalization
     mean, var = np.asarray(stats["mean"]), np.asarray(stats["var"])
     assert (
         var[pixels].std() > 0
@@ -340,8 +341,8 @@ def test_a_camera_policy_trained_here_is_the_policy_the_artifact_runs(
     normalized[:, vec] = np.clip(
         (obs[:, vec] - mean[vec]) / np.sqrt(var[vec] + stats["eps"]), -stats["clip"], stats["clip"]
     )
-    assert meta["action_space"]["type"] == "box"
-    expected = ActionTransform(meta["action_space"]).to_env(agents[0].deterministic(normalized))
+    assert not ckpt.action.discrete
+    expected = ActionTransform(ckpt.action).to_env(agents[0].deterministic(normalized))
     fp32 = Policy.load(art / "fp32")
     for row, want in zip(obs, expected, strict=True):
         got = fp32.predict(spec.split(row))

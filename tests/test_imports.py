@@ -55,7 +55,8 @@ def loaded_after(statement: str) -> set[str]:
             {"torch", "tensorflow", "export", "runtime"},
         ),
         (  # the TF export route: the graph's names, heads and checks are framework-free
-            "import rl2edge.export.pipeline, rl2edge.export.tf_source, rl2edge.export.graph_spec, "
+            "import rl2edge.export.pipeline, rl2edge.export.tf_graph, rl2edge.export.sources.checkpoint_tf, "
+            "rl2edge.export.sources.checkpoint, rl2edge.export.graph_spec, "
             "rl2edge.export.noise_verify",
             {"torch"},
         ),

@@ -33,12 +33,12 @@ def tiny_offpolicy(
 
 
 def _export(run: Path, out: Path, quantize: str = "fp32", noise: str | None = None):
-    from rl2edge.export.pipeline import ExportOptions, export_checkpoint
+    from rl2edge.export.pipeline import ExportOptions, export_path
 
     opts = ExportOptions(
         quantize=quantize, calib_episodes=2, eval_episodes=1, progress=False, noise=noise, noise_seed=7
     )
-    return export_checkpoint(run, out, opts)
+    return export_path(run, out, opts)
 
 
 @pytest.fixture(scope="session")
@@ -80,7 +80,7 @@ def test_each_algorithm_exports_int8_with_its_head(
         # A 300-step Q-net: half its observations are within a few int8 steps of a tie, where each CPU's
         # int8 kernels (VNNI or not) may pick either action. Judge the decisive half, by the source's
         # top-two margin: 0.97 and 0.99 measured (AMD EPYC, AVX-512); a file that lost its head would be at chance, 0.5.
-        from rl2edge.export.checkpoint_source import source_from_checkpoint
+        from rl2edge.export.sources.checkpoint import source_from_checkpoint
         from rl2edge.runtime.policy import Policy
         from rl2edge.train.core.evaluation import random_observations
 
@@ -110,7 +110,7 @@ def test_same_seed_same_checkpoint(tmp_path: Path) -> None:
 def test_gaussian_noise_folded_verified_and_served_from_a_seeded_generator(
     td3_torch: Path, tmp_path: Path
 ) -> None:
-    from rl2edge.export.checkpoint_source import source_from_checkpoint
+    from rl2edge.export.sources.checkpoint import source_from_checkpoint
     from rl2edge.runtime.policy import Policy
     from rl2edge.train.core.evaluation import random_observations
 

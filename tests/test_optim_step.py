@@ -11,6 +11,7 @@ import pytest
 import torch
 from torch import nn
 
+from rl2edge.train.core.network_spec import NetworkSpec
 from rl2edge.train.torch_backend.optim_step import clear_grads, fused_adam_step
 
 
@@ -150,15 +151,17 @@ def test_the_agents_take_the_short_path_after_their_first_step(monkeypatch: pyte
     )
     rng = np.random.default_rng(0)
     f32 = lambda *shape: rng.standard_normal(shape).astype(np.float32)  # noqa: E731
-    spec = {"obs_dim": 4, "act_dim": 2, "discrete": True, "net_arch": [16, 16], "activation": "tanh"}
+    spec = NetworkSpec(
+        type="actor_critic_mlp", obs_dim=4, act_dim=2, discrete=True, net_arch=(16, 16), activation="tanh"
+    )
     ppo = get("ppo").agent_class("torch")(spec, build_config("CartPole-v1", algo="ppo"), 0, "cpu")
     mbs = [Minibatch(f32(8, 4), rng.integers(0, 2, 8), f32(8), f32(8), f32(8), f32(8)) for _ in range(5)]
     ppo.train_minibatches(mbs, 0.2)
     assert len(calls) == 1
 
     calls.clear()
-    spec = {"type": "sac_mlp", "obs_dim": 3, "act_dim": 1, "net_arch": [16, 16], "activation": "relu",
-            "log_std_min": -20.0, "log_std_max": 2.0}  # fmt: skip
+    spec = NetworkSpec(type="sac_mlp", obs_dim=3, act_dim=1, net_arch=(16, 16), activation="relu",
+                       log_std_min=-20.0, log_std_max=2.0)  # fmt: skip
     sac = get("sac").agent_class("torch")(spec, build_config("Pendulum-v1", algo="sac"), 0, "cpu")
     batch = ReplayBatch(f32(4, 8, 3), f32(4, 8, 1), f32(4, 8), f32(4, 8, 3), np.zeros((4, 8), np.float32))
     sac.train(batch)

@@ -180,13 +180,13 @@ def test_same_seed_same_tf_run(tmp_path: Path) -> None:
 
 
 def test_tf_checkpoint_exports_through_the_savedmodel_route(tmp_path: Path) -> None:
-    from rl2edge.export.pipeline import ExportOptions, export_checkpoint
+    from rl2edge.export.pipeline import ExportOptions, export_path
     from rl2edge.runtime import Policy, load_manifest
 
     result, _ = tf_train("Pendulum-v1", tmp_path / "run", 1024, n_envs=2, n_steps=256, batch_size=128)
     meta = json.loads((result.run_dir / "checkpoint.json").read_text())
     assert meta["framework"] == "tf" and meta["weights"]["file"] == "policy.weights.h5"
-    export_checkpoint(
+    export_path(
         result.run_dir,
         tmp_path / "art",
         ExportOptions(quantize="int8", calib_episodes=2, eval_episodes=2, progress=False),
@@ -200,8 +200,8 @@ def test_tf_checkpoint_exports_through_the_savedmodel_route(tmp_path: Path) -> N
     # fresh interpreter that must never load torch: the TF route needs none of it
     code = (
         "import sys\n"
-        "from export.pipeline import ExportOptions, export_checkpoint\n"
-        f"export_checkpoint({str(result.run_dir)!r}, {str(tmp_path / 'fp32')!r}, "
+        "from export.pipeline import ExportOptions, export_path\n"
+        f"export_path({str(result.run_dir)!r}, {str(tmp_path / 'fp32')!r}, "
         "ExportOptions(quantize='fp32', calib_episodes=2, eval_episodes=2, progress=False))\n"
         "assert 'torch' not in sys.modules, 'the TF export route imported torch'\n"
     )

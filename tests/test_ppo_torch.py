@@ -97,8 +97,8 @@ def test_box_actions_on_a_user_env(tmp_path: Path) -> None:
     run = tiny_train(
         "tests.fixtures.user_env:TargetEnv", tmp_path / "u", steps=512, n_envs=2, n_steps=128, batch_size=64
     )
-    meta = load_checkpoint(run).meta
-    assert meta["action_space"]["type"] == "box" and meta["network"]["discrete"] is False
+    ckpt = load_checkpoint(run)
+    assert not ckpt.action.discrete and ckpt.network.discrete is False
     summary = json.loads((run / "summary.json").read_text())
     assert np.isfinite(summary["final_eval"]["mean_return"])
 

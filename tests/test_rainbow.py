@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from rl2edge.train.algos import build_config, train
+from rl2edge.train.core.network_spec import NetworkSpec
 from rl2edge.train.core.nstep import NStepCollector
 from rl2edge.train.core.replay import PrioritizedReplayBuffer
 from rl2edge.train.core.sum_tree import SumTree
@@ -20,20 +21,22 @@ from rl2edge.train.core.sum_tree import SumTree
 tf = pytest.importorskip("tensorflow")
 torch = pytest.importorskip("torch")
 
-SPEC = {
-    "type": "rainbow_mlp",
-    "obs_dim": 4,
-    "act_dim": 3,
-    "net_arch": [32, 32],
-    "activation": "relu",
-    "dueling": True,
-    "noisy": True,
-    "noisy_sigma0": 0.5,
-    "distributional": True,
-    "n_atoms": 11,
-    "v_min": -5.0,
-    "v_max": 5.0,
-}
+SPEC = NetworkSpec.from_json(
+    {
+        "type": "rainbow_mlp",
+        "obs_dim": 4,
+        "act_dim": 3,
+        "net_arch": [32, 32],
+        "activation": "relu",
+        "dueling": True,
+        "noisy": True,
+        "noisy_sigma0": 0.5,
+        "distributional": True,
+        "n_atoms": 11,
+        "v_min": -5.0,
+        "v_max": 5.0,
+    }
+)
 
 
 # ------------------------------------------------------------------------------------------ sum tree
@@ -201,13 +204,13 @@ def _torch_net(**spec_overrides):
     from rl2edge.train.torch_backend.nets import RainbowQNetwork
 
     torch.manual_seed(0)
-    return RainbowQNetwork({**SPEC, **spec_overrides})
+    return RainbowQNetwork(SPEC.replace(**spec_overrides))
 
 
 def _tf_net(**spec_overrides):
     from rl2edge.train.tf_backend.nets import RainbowNets
 
-    return RainbowNets({**SPEC, **spec_overrides}, seed=0).q_net
+    return RainbowNets(SPEC.replace(**spec_overrides), seed=0).q_net
 
 
 @pytest.mark.parametrize("framework", ["torch", "tf"])
@@ -241,7 +244,7 @@ def test_noisy_layers_resample_in_training_and_are_deterministic_otherwise(frame
     from rl2edge.train.algos import get
 
     cfg = build_config("CartPole-v1", overrides={"net_arch": [32, 32], "n_atoms": 11}, algo="rainbow")
-    spec = {**SPEC, "act_dim": 2}
+    spec = SPEC.replace(act_dim=2)
     agent = get("rainbow").agent_class(framework)(spec, cfg, 0, "cpu")
     obs = np.random.default_rng(2).normal(size=(256, 4)).astype(np.float32)
     greedy = agent.deterministic(obs)
@@ -254,11 +257,11 @@ def test_noisy_layers_resample_in_training_and_are_deterministic_otherwise(frame
     cfg_off = build_config(
         "CartPole-v1", overrides={"net_arch": [32, 32], "n_atoms": 11, "noisy": False}, algo="rainbow"
     )
-    agent_off = get("rainbow").agent_class(framework)({**spec, "noisy": False}, cfg_off, 0, "cpu")
+    agent_off = get("rainbow").agent_class(framework)(spec.replace(noisy=False), cfg_off, 0, "cpu")
     np.testing.assert_array_equal(agent_off.explore(obs), agent_off.deterministic(obs))
 
 
-def _mean_weight_q(state: dict[str, np.ndarray], obs: np.ndarray, spec: dict) -> np.ndarray:
+def _mean_weight_q(state: dict[str, np.ndarray], obs: np.ndarray, spec: NetworkSpec) -> np.ndarray:
     """The exported network recomputed in numpy from the checkpoint's mu weights (sigma ignored)."""
 
     def lin(x, prefix):
@@ -268,11 +271,11 @@ def _mean_weight_q(state: dict[str, np.ndarray], obs: np.ndarray, spec: dict) ->
 
     h = np.maximum(lin(obs, "q_net.trunk.0"), 0)
     stream = lambda name: lin(np.maximum(lin(h, f"q_net.{name}.hidden"), 0), f"q_net.{name}.out")  # noqa: E731
-    a = stream("advantage").reshape(len(obs), spec["act_dim"], spec["n_atoms"])
-    logits = stream("value").reshape(len(obs), 1, spec["n_atoms"]) + a - a.mean(1, keepdims=True)
+    a = stream("advantage").reshape(len(obs), spec.act_dim, spec.n_atoms)
+    logits = stream("value").reshape(len(obs), 1, spec.n_atoms) + a - a.mean(1, keepdims=True)
     p = np.exp(logits - logits.max(-1, keepdims=True))
     p /= p.sum(-1, keepdims=True)
-    return (p * np.linspace(spec["v_min"], spec["v_max"], spec["n_atoms"])).sum(-1)
+    return (p * np.linspace(spec.v_min, spec.v_max, spec.n_atoms)).sum(-1)
 
 
 def test_export_freezes_the_mean_weights_and_says_so(tmp_path: Path) -> None:
@@ -280,7 +283,7 @@ def test_export_freezes_the_mean_weights_and_says_so(tmp_path: Path) -> None:
     network (its Q-values recomputed in numpy from mu alone), and the manifest says so."""
     from safetensors.numpy import load_file, save_file
 
-    from rl2edge.export.pipeline import ExportOptions, export_checkpoint
+    from rl2edge.export.pipeline import ExportOptions, export_path
     from rl2edge.fileio import sha256_file
     from rl2edge.runtime import Policy
     from testkit.runs import tiny_train
@@ -295,10 +298,10 @@ def test_export_freezes_the_mean_weights_and_says_so(tmp_path: Path) -> None:
     ckpt["weights"]["sha256"] = sha256_file(run / "policy.safetensors")  # a deliberate edit, re-signed
     (run / "checkpoint.json").write_text(json.dumps(ckpt))
     assert ckpt["network"]["noisy"] is True
-    export_checkpoint(run, tmp_path / "art", ExportOptions(quantize="fp32", eval_episodes=2, progress=False))
+    export_path(run, tmp_path / "art", ExportOptions(quantize="fp32", eval_episodes=2, progress=False))
     manifest = json.loads((tmp_path / "art" / "manifest.json").read_text())
     assert "mean weights" in manifest["source"]["noisy_layers"]
-    spec = ckpt["network"]
+    spec = NetworkSpec.from_json(ckpt["network"])
     norm = ckpt["normalization"]
     obs = np.random.default_rng(3).normal(size=(200, 4)).astype(np.float32) * [1.0, 1.0, 0.1, 1.0]
     mean, var = np.asarray(norm["mean"], np.float32), np.asarray(norm["var"], np.float32)

@@ -68,18 +68,19 @@ def test_the_numpy_gru_is_torchs_nn_gru_with_the_episode_masks() -> None:
 
 def test_a_checkpoint_with_an_unknown_cell_is_refused_by_every_reader() -> None:
     """A hand-edited network "rnn" (here "GRU") would otherwise build an LSTM in one reader and a GRU in
-    another: the numpy rollout and both backends' networks refuse it alike."""
+    another. The readers (the numpy rollout, both backends' networks, both export routes) take the typed
+    NetworkSpec only, and no NetworkSpec holds an unknown cell: the file's JSON and an edited spec are
+    refused where they are made."""
     from rl2edge.errors import CheckpointError
-    from rl2edge.train.tf_backend.recurrent_nets import TFRecurrentActorCritic
-    from rl2edge.train.torch_backend.recurrent_nets import RecurrentActorCritic
+    from rl2edge.train.core.network_spec import NetworkSpec
     from testkit.recurrent import recurrent_setup
 
     _, network = recurrent_setup(NOVEL, 2, 16, rnn_type="gru")
-    assert network["rnn"] == "gru"
-    edited = {**network, "rnn": "GRU"}
-    for reader in (NumpyRecurrentActorCritic, RecurrentActorCritic, TFRecurrentActorCritic):
-        with pytest.raises(CheckpointError, match="network rnn 'GRU' is not one of lstm, gru"):
-            reader(edited)
+    assert network.rnn == "gru" and NumpyRecurrentActorCritic(network).kind == "gru"
+    with pytest.raises(CheckpointError, match="network rnn 'GRU' is not one of lstm, gru"):
+        NetworkSpec.from_json({**network.to_json(), "rnn": "GRU"})
+    with pytest.raises(CheckpointError, match="network rnn 'GRU' is not one of lstm, gru"):
+        network.replace(rnn="GRU")
 
 
 def _episodes(env_id: str, n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -106,7 +107,7 @@ def test_the_exported_gru_cell_is_the_gru_that_was_trained(framework: str, tmp_p
     by the CLI: one state tensor per layer, no sequence op; the source graph export verified (its GRU
     written gate by gate) equals the trained agent's own weights run by the numpy rollout's GRU over two
     whole episodes, and the file equals the source."""
-    from rl2edge.export.checkpoint_source import source_from_checkpoint
+    from rl2edge.export.sources.checkpoint import source_from_checkpoint
     from rl2edge.train.algos import build_config, train
 
     agents: list = []

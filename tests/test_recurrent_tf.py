@@ -233,7 +233,7 @@ def test_tf_route_exports_the_same_state_contract_as_torch(tmp_path: Path) -> No
     assert "whole episodes" in tf_m["quantization"]["calibration"]["sequences"]
     # the exported file against the TF graph it came from, step by step with the state carried
     from rl2edge.export.calibration import collect_rollout_data
-    from rl2edge.export.checkpoint_source import source_from_checkpoint
+    from rl2edge.export.sources.checkpoint import source_from_checkpoint
     from rl2edge.runtime.policy import Policy
 
     source = source_from_checkpoint(tf_run)
@@ -287,7 +287,7 @@ def test_a_tf_checkpoint_with_one_lstm_bias_per_layer_is_refused() -> None:
     from rl2edge.train.tf_backend.recurrent_nets import TFRecurrentActorCritic
 
     _, network = recurrent_setup(NOVEL, 2, 16)
-    assert network["lstm_biases"] == 2
-    old = {k: v for k, v in network.items() if k != "lstm_biases"}
+    assert network.lstm_biases == 2
+    old = network.replace(lstm_biases=None)
     with pytest.raises(CheckpointError, match="train it again"):
         TFRecurrentActorCritic(old)

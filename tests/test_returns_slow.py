@@ -11,7 +11,7 @@ from testkit.runs import tiny_train
 
 @pytest.mark.slow
 def test_cartpole_ppo_and_its_int8_artifact_reach_475(tmp_path: Path) -> None:
-    from rl2edge.export.pipeline import ExportOptions, export_checkpoint
+    from rl2edge.export.pipeline import ExportOptions, export_path
     from rl2edge.runtime import Policy
     from rl2edge.train.core.evaluation import evaluate
 
@@ -19,14 +19,14 @@ def test_cartpole_ppo_and_its_int8_artifact_reach_475(tmp_path: Path) -> None:
     run = tiny_train(
         "CartPole-v1", tmp_path / "run", steps=100_000, seed=0, eval_freq=10_000, eval_episodes=5
     )
-    export_checkpoint(run, tmp_path / "art", ExportOptions(quantize="int8", eval_episodes=5, progress=False))
+    export_path(run, tmp_path / "art", ExportOptions(quantize="int8", eval_episodes=5, progress=False))
     result = evaluate(Policy.load(tmp_path / "art").predict, "CartPole-v1", 20, 0)
     assert result.mean >= 475, result.returns
 
 
 @pytest.mark.slow
 def test_tf_cartpole_ppo_and_its_int8_artifact_reach_475(tmp_path: Path) -> None:
-    from rl2edge.export.pipeline import ExportOptions, export_checkpoint
+    from rl2edge.export.pipeline import ExportOptions, export_path
     from rl2edge.runtime import Policy
     from rl2edge.train.algos import build_config, train
     from rl2edge.train.core.evaluation import evaluate
@@ -43,7 +43,7 @@ def test_tf_cartpole_ppo_and_its_int8_artifact_reach_475(tmp_path: Path) -> None
         progress=False,
     )
     assert result.final_eval.mean >= 475
-    export_checkpoint(run, tmp_path / "art", ExportOptions(quantize="int8", eval_episodes=5, progress=False))
+    export_path(run, tmp_path / "art", ExportOptions(quantize="int8", eval_episodes=5, progress=False))
     assert evaluate(Policy.load(tmp_path / "art").predict, "CartPole-v1", 20, 0).mean >= 475
 
 
@@ -64,7 +64,7 @@ def test_offpolicy_preset_reaches_the_zoo_and_ships_a_file_that_keeps_it(
     ship int8 within 5 % of the floor; DQN's int8 files can still lose return on some seeds
     (benchmarks/results/returns_dqn_int8.md: TF 357 against 456 over 3 seeds), so `--quantize auto` must
     ship a mode that keeps it."""
-    from rl2edge.export.pipeline import ExportOptions, export_checkpoint
+    from rl2edge.export.pipeline import ExportOptions, export_path
     from rl2edge.runtime import Policy
     from rl2edge.train.algos import build_config, train
     from rl2edge.train.core.evaluation import evaluate
@@ -74,8 +74,6 @@ def test_offpolicy_preset_reaches_the_zoo_and_ships_a_file_that_keeps_it(
     result = train(framework, env_id, build_config(env_id, algo=algo), 0, run, device="cpu", progress=False)
     assert result.final_eval.mean >= floor, result.final_eval.returns
     quantize = "auto" if algo == "dqn" else "int8"
-    export_checkpoint(
-        run, tmp_path / "art", ExportOptions(quantize=quantize, eval_episodes=5, progress=False)
-    )
+    export_path(run, tmp_path / "art", ExportOptions(quantize=quantize, eval_episodes=5, progress=False))
     shipped = evaluate(Policy.load(tmp_path / "art").predict, env_id, 10, 0).mean
     assert shipped >= floor - 0.05 * abs(floor), shipped

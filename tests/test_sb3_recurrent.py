@@ -19,7 +19,7 @@ pytest.importorskip("sb3_contrib")
 
 from rl2edge.export.calibration import collect_rollout_data
 from rl2edge.export.pipeline import ExportOptions, export_source
-from rl2edge.export.sb3 import source_from_sb3
+from rl2edge.export.sources.sb3 import source_from_sb3
 from rl2edge.runtime.policy import Policy
 
 pytestmark = pytest.mark.integration  # sb3-contrib training runs and TFLite conversions

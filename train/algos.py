@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rl2edge.errors import CheckpointError, ConfigError
+from rl2edge.train.core.network_spec import NetworkSpec
 from rl2edge.train.core.threads import set_cpu_threads
 
 if TYPE_CHECKING:  # importlib.resources.abc is 3.11's; the device's CPython 3.10 reads annotations as text
@@ -388,7 +389,7 @@ def train(
         extra["on_evaluation"] = on_evaluation
     cls = algo.agent_class(framework)
 
-    def make_agent(network: dict[str, Any], cfg: RunConfig, seed: int, device: str) -> Any:
+    def make_agent(network: NetworkSpec, cfg: RunConfig, seed: int, device: str) -> Any:
         agent = cls(network, cfg, seed, device)
         if framework == "torch":
             agent.matmul_precision = matmul_precision

@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import Any
 
 from rl2edge.commands.common import MAX_NOISE_SEED, QUANT_MODES, check_seed
-from rl2edge.errors import ConfigError
 
 
 def add_parser(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
@@ -87,7 +86,8 @@ def add_parser(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from rl2edge.export.pipeline import ExportOptions, default_out, export_checkpoint, export_source
+    from rl2edge.export.pipeline import ExportOptions, default_out, export_path
+    from rl2edge.export.sources import SourceOptions
 
     check_seed(args.seed, "--seed")
     check_seed(args.noise_seed, "--noise-seed", MAX_NOISE_SEED)
@@ -106,18 +106,8 @@ def run(args: argparse.Namespace) -> int:
     )
     src = Path(args.run_dir)
     out = Path(args.out) if args.out else default_out(src)
-    if src.suffix == ".zip":
-        from rl2edge.export.sb3 import source_from_sb3
-
-        report = export_source(
-            source_from_sb3(src, args.env, Path(args.vecnormalize) if args.vecnormalize else None), out, opts
-        )
-    else:
-        if args.env or args.vecnormalize:
-            raise ConfigError(
-                "--env and --vecnormalize are for Stable-Baselines3 .zip models; a run directory knows its env"
-            )
-        report = export_checkpoint(src, out, opts)
+    source_options = SourceOptions(args.env, Path(args.vecnormalize) if args.vecnormalize else None)
+    report = export_path(src, out, opts, source_options)
     print(report.table())
     print(report.footer())
     return 0

@@ -14,7 +14,10 @@ from typing import Any
 
 from rl2edge.errors import CheckpointError
 from rl2edge.fileio import read_json_document, sha256_file, write_json_atomic
+from rl2edge.specs import ActionSpec, ObservationSpec, StateTensor, frame_stack_state
 from rl2edge.tables import package_versions
+from rl2edge.train.core.network_spec import NetworkSpec
+from rl2edge.train.core.normalization import RunningNormalizer
 
 CHECKPOINT_FILE = "checkpoint.json"
 FORMAT = "rl2edge-checkpoint"
@@ -30,24 +33,44 @@ def library_versions(*names: str) -> dict[str, str]:
 
 @dataclass(frozen=True)
 class Checkpoint:
+    """A run directory's checkpoint.json, parsed once (`load_checkpoint`): the specs as types."""
+
     path: Path
-    meta: dict[str, Any]
-
-    @property
-    def algo(self) -> str:
-        return str(self.meta["algo"])
-
-    @property
-    def framework(self) -> str:
-        return str(self.meta["framework"])
-
-    @property
-    def env_id(self) -> str:
-        return str(self.meta["env_id"])
+    algo: str
+    framework: str
+    env_id: str
+    observation: ObservationSpec
+    action: ActionSpec
+    network: NetworkSpec
+    normalization: dict[str, Any]
+    """The normalizer's statistics as training wrote them (`normalizer()` builds it)."""
+    weights_file: str
+    seed: int | None = None
+    total_timesteps: int | None = None
+    hyperparameters: dict[str, Any] | None = None
 
     @property
     def weights_path(self) -> Path:
-        return self.path / self.meta["weights"]["file"]
+        return self.path / self.weights_file
+
+    @property
+    def frame_stack(self) -> int:
+        """K > 1: the network takes the last K observations (train.core.frame_stack)."""
+        return self.network.frame_stack
+
+    @property
+    def state(self) -> list[StateTensor]:
+        """The policy's own state tensors: a recurrent actor's; a frame stack's older observations."""
+        if self.frame_stack > 1:
+            return [frame_stack_state(self.observation.size, self.frame_stack)]
+        return self.network.state
+
+    def normalizer(self) -> RunningNormalizer:
+        """The normalizer as training applied it: over K observations for a frame stack, pixels left raw."""
+        from rl2edge.train.core.encoder_spec import checkpoint_normalizer
+        from rl2edge.train.core.frame_stack import stacked_spec
+
+        return checkpoint_normalizer(stacked_spec(self.observation, self.frame_stack), self.normalization)
 
     def content_hash(self) -> str:
         """sha256 of checkpoint.json: it names the weights' sha256, so it covers the whole checkpoint."""
@@ -94,7 +117,25 @@ def load_checkpoint(run_dir: str | Path) -> Checkpoint:
         error=CheckpointError,
         fix="the checkpoint is corrupted or from another rl2edge; train again",
     )
-    ckpt = Checkpoint(run_dir, meta)
+    try:
+        ckpt = Checkpoint(
+            run_dir,
+            str(meta["algo"]),
+            str(meta["framework"]),
+            str(meta["env_id"]),
+            ObservationSpec.from_json(meta["observation_space"]),
+            ActionSpec.from_json(meta["action_space"]),
+            NetworkSpec.from_json(meta["network"]),
+            dict(meta["normalization"]),
+            str(meta["weights"]["file"]),
+            meta.get("seed"),
+            meta.get("total_timesteps"),
+            meta.get("hyperparameters"),
+        )
+    except CheckpointError as exc:
+        raise CheckpointError(f"{meta_path}: {exc}") from None
+    except (KeyError, TypeError, ValueError) as exc:
+        raise CheckpointError(f"{meta_path} is incomplete or mistyped ({exc!r}); train again") from None
     weights = ckpt.weights_path
     if not weights.is_file():
         raise CheckpointError(f"weights file {weights} is missing; the checkpoint is incomplete")

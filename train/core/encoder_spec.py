@@ -20,6 +20,7 @@ import numpy as np
 
 from rl2edge.errors import ConfigError
 from rl2edge.specs import ObservationKey, ObservationSpec
+from rl2edge.train.core.network_spec import EncoderKey, EncoderSpec
 from rl2edge.train.core.normalization import RunningNormalizer
 from rl2edge.train.core.spaces import image_layout
 
@@ -46,44 +47,47 @@ def chw(k: ObservationKey) -> tuple[int, int, int]:
     return k.shape[0], k.shape[1], k.shape[2]
 
 
-def encoder_spec(spec: ObservationSpec, cnn_output_dim: int = CNN_OUTPUT_DIM) -> dict[str, Any] | None:
-    """The network spec's `encoder` entry, or None when no key is an image (the MLP takes the flat vector)."""
+def encoder_spec(spec: ObservationSpec, cnn_output_dim: int = CNN_OUTPUT_DIM) -> EncoderSpec | None:
+    """The network spec's `encoder`, or None when no key is an image (the MLP takes the flat vector)."""
     if not any(k.is_image for k in spec.keys):
         return None
-    keys: list[dict[str, Any]] = []
+    keys: list[EncoderKey] = []
     for k in spec.keys:
-        entry: dict[str, Any] = {"name": k.name, "size": k.size}
-        if k.is_image:
-            _, h, w = chw(k)
-            if conv_out(h) < 1 or conv_out(w) < 1:
-                raise ConfigError(
-                    f"Dict observation key {k.name!r} is a {h}x{w} image: the Nature-CNN (8x8/4, 4x4/2, 3x3/1) "
-                    "needs at least 36x36 pixels. Render the camera larger, or give it as a vector key"
-                )
-            entry.update(
+        if not k.is_image:
+            keys.append(EncoderKey(k.name, k.size))
+            continue
+        _, h, w = chw(k)
+        if conv_out(h) < 1 or conv_out(w) < 1:
+            raise ConfigError(
+                f"Dict observation key {k.name!r} is a {h}x{w} image: the Nature-CNN (8x8/4, 4x4/2, 3x3/1) "
+                "needs at least 36x36 pixels. Render the camera larger, or give it as a vector key"
+            )
+        keys.append(
+            EncoderKey(
+                k.name,
+                k.size,
                 image=True,
-                shape=list(k.shape),
+                shape=k.shape,
                 channels_last=image_layout(k.shape) == "HWC",
                 scale=1.0 / 255.0 if _is_uint8_image(k) else 1.0,
             )
-        keys.append(entry)
-    return {"type": "nature_cnn", "keys": keys, "cnn_output_dim": int(cnn_output_dim)}
+        )
+    return EncoderSpec(tuple(keys), int(cnn_output_dim))
 
 
-def features_dim(encoder: dict[str, Any]) -> int:
+def features_dim(encoder: EncoderSpec) -> int:
     """The width of the encoder's output: vector keys' sizes plus cnn_output_dim per image key."""
-    return sum(encoder["cnn_output_dim"] if k.get("image") else k["size"] for k in encoder["keys"])
+    return sum(encoder.cnn_output_dim if k.image else k.size for k in encoder.keys)
 
 
-def cnn_flat_dim(key: dict[str, Any]) -> int:
+def cnn_flat_dim(key: EncoderKey) -> int:
     """The flattened size of an image key's last conv layer."""
-    shape = key["shape"]
-    h, w = (shape[0], shape[1]) if key["channels_last"] else (shape[1], shape[2])
+    _, h, w = key.chw
     return NATURE_CNN[-1][0] * conv_out(h) * conv_out(w)
 
 
-def in_channels(key: dict[str, Any]) -> int:
-    return int(key["shape"][-1] if key["channels_last"] else key["shape"][0])
+def in_channels(key: EncoderKey) -> int:
+    return key.chw[0]
 
 
 def image_mask(spec: ObservationSpec) -> np.ndarray | None:

@@ -10,12 +10,11 @@ do; tests/test_image_encoder.py holds both backends' act to this one.
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from rl2edge.train.core.encoder_spec import NATURE_CNN
+from rl2edge.train.core.network_spec import EncoderKey, EncoderSpec
 
 Layer = tuple[np.ndarray, np.ndarray]
 EncoderWeights = dict[str, list[Layer]]
@@ -32,14 +31,24 @@ def conv2d(x: np.ndarray, weight: np.ndarray, bias: np.ndarray, stride: int) -> 
     return np.ascontiguousarray(out.transpose(0, 3, 1, 2))
 
 
+KeyPart = tuple[str, int, int, EncoderKey | None]
+"""A key's name, its slice of the flat observation (start, stop) and, an image key, its spec."""
+
+
+def key_parts(spec: EncoderSpec) -> list[KeyPart]:
+    """Each key's place in the flat observation, in order: what every backend's encoder walks."""
+    parts: list[KeyPart] = []
+    start = 0
+    for k in spec.keys:
+        parts.append((k.name, start, start + k.size, k if k.image else None))
+        start += k.size
+    return parts
+
+
 class NumpyEncoder:
-    def __init__(self, spec: dict[str, Any]):
+    def __init__(self, spec: EncoderSpec):
         self.spec = spec
-        self._parts: list[tuple[str, int, int, dict[str, Any] | None]] = []
-        start = 0
-        for k in spec["keys"]:
-            self._parts.append((k["name"], start, start + k["size"], k if k.get("image") else None))
-            start += k["size"]
+        self._parts = key_parts(spec)
         self._w: EncoderWeights = {}
 
     def load(self, weights: EncoderWeights) -> None:
@@ -57,12 +66,12 @@ class NumpyEncoder:
             feats.append(x)
         return np.concatenate(feats, axis=-1).astype(np.float32, copy=False)
 
-    def _cnn(self, name: str, image: dict[str, Any], x: np.ndarray) -> np.ndarray:
+    def _cnn(self, name: str, image: EncoderKey, x: np.ndarray) -> np.ndarray:
         layers = self._w[name]
-        if image["scale"] != 1.0:
-            x = x * np.float32(image["scale"])
-        x = x.reshape(-1, *image["shape"])
-        if image["channels_last"]:
+        if image.scale != 1.0:
+            x = x * np.float32(image.scale)
+        x = x.reshape(-1, *image.shape)
+        if image.channels_last:
             x = x.transpose(0, 3, 1, 2)
         for (weight, bias), (_, _, stride) in zip(layers[:-1], NATURE_CNN, strict=True):
             x = np.maximum(conv2d(x, weight, bias, stride), 0.0)

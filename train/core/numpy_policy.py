@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
+from rl2edge.train.core.network_spec import NetworkSpec
 from rl2edge.train.core.numpy_encoder import EncoderWeights, NumpyEncoder
 
 LOG_2PI = math.log(2.0 * math.pi)
@@ -41,13 +41,13 @@ class NumpyActorCritic:
     """Samples PPO's policy from given per-env noise: argmax(logits + Gumbel) for discrete actions,
     mean + std * normal for Gaussian ones, with the log-prob and the value of each row."""
 
-    def __init__(self, network: dict[str, Any]):
-        if network["activation"] not in ("tanh", "relu"):
+    def __init__(self, network: NetworkSpec):
+        if network.activation not in ("tanh", "relu"):
             raise ValueError(f"no numpy form of activation {network['activation']!r}")
-        self.discrete = bool(network["discrete"])
-        self._tanh = network["activation"] == "tanh"
+        self.discrete = bool(network.discrete)
+        self._tanh = network.activation == "tanh"
         self._w: RolloutWeights | None = None
-        self._encoder = NumpyEncoder(network["encoder"]) if network.get("encoder") else None
+        self._encoder = NumpyEncoder(network.encoder) if network.encoder else None
 
     def load(self, weights: RolloutWeights) -> None:
         """Take a copy (the framework's arrays may be views its optimizer updates in place), contiguous and

@@ -25,6 +25,7 @@ from rl2edge.errors import ConfigError
 from rl2edge.specs import ActionSpec, ObservationSpec
 from rl2edge.train.core.encoder_spec import encoder_spec
 from rl2edge.train.core.evaluation import EvalResult
+from rl2edge.train.core.network_spec import NetworkSpec
 from rl2edge.train.core.offpolicy_config import OffPolicyConfig
 from rl2edge.train.core.replay import ReplayBatch, ReplayBuffer
 from rl2edge.train.core.run import TrainingRun, TrainResult
@@ -77,26 +78,23 @@ class OffPolicyAgent(Protocol):
     def set_state(self, state: Any) -> None: ...
 
 
-AgentFactory = Callable[[dict[str, Any], Any, int, str], OffPolicyAgent]
+AgentFactory = Callable[[NetworkSpec, Any, int, str], OffPolicyAgent]
 
 
 def network_spec(
     network_type: str, cfg: OffPolicyConfig, obs_spec: ObservationSpec, act_spec: ActionSpec
-) -> dict[str, Any]:
+) -> NetworkSpec:
     """The checkpoint's description of the networks, from which export rebuilds the actor: the type is the
     algorithm's row's (train.algos), the fields beyond the sizes its config's."""
-    spec = {
-        "type": network_type,
-        "obs_dim": obs_spec.size,
-        "act_dim": act_spec.output_width,
-        "net_arch": [int(w) for w in cfg.net_arch],
-        "activation": cfg.activation,
+    return NetworkSpec(
+        type=network_type,
+        obs_dim=obs_spec.size,
+        act_dim=act_spec.output_width,
+        net_arch=tuple(int(w) for w in cfg.net_arch),
+        activation=cfg.activation,
         **cfg.network_fields(),
-    }
-    encoder = encoder_spec(obs_spec)
-    if encoder is not None:  # image keys: a Nature-CNN each, in every network (train.core.encoder_spec)
-        spec["encoder"] = encoder
-    return spec
+        encoder=encoder_spec(obs_spec),  # image keys: a Nature-CNN each, in every network
+    )
 
 
 def train_offpolicy(

@@ -17,6 +17,7 @@ from rl2edge.specs import ActionSpec
 from rl2edge.train.core.config import OnPolicyConfig
 from rl2edge.train.core.encoder_spec import encoder_spec
 from rl2edge.train.core.evaluation import EvalResult
+from rl2edge.train.core.network_spec import NetworkSpec
 from rl2edge.train.core.normalization import RewardScaler, RunningNormalizer
 from rl2edge.train.core.numpy_policy import RolloutWeights
 from rl2edge.train.core.rollout import Minibatch, RolloutBuffer, check_minibatch
@@ -56,7 +57,7 @@ class OnPolicyAgent(Protocol):
     def set_state(self, state: Any) -> None: ...
 
 
-AgentFactory = Callable[[dict[str, Any], OnPolicyConfig, int, str], OnPolicyAgent]
+AgentFactory = Callable[[NetworkSpec, OnPolicyConfig, int, str], OnPolicyAgent]
 PoolFactory = Callable[[str, OnPolicyConfig, int, dict[str, Any], ActionSpec], "RolloutPool"]
 """(env_id, cfg, seed, network, act_spec) -> the pool the rollouts come from."""
 
@@ -85,20 +86,17 @@ def train_onpolicy(
     run = TrainingRun(env_id, cfg, seed, run_dir, on_evaluation)
     envs, obs_spec, act_spec, norm, to_env = run.envs, run.obs_spec, run.act_spec, run.norm, run.to_env
     discrete, obs_shape = run.discrete, run.obs_shape
-    network = {
-        "type": network_type,
-        "obs_dim": obs_spec.size,
-        "act_dim": act_spec.output_width,
-        "discrete": discrete,
-        "net_arch": list(cfg.net_arch),
-        "activation": cfg.activation,
-        "log_std_init": cfg.log_std_init,
-    }
-    encoder = encoder_spec(obs_spec)
-    if encoder is not None:  # image keys: a Nature-CNN each (train.core.encoder_spec)
-        network["encoder"] = encoder
-    if cfg.frame_stack > 1:  # Ray rollout workers make their envs from it
-        network["frame_stack"] = int(cfg.frame_stack)
+    network = NetworkSpec(
+        type=network_type,
+        obs_dim=obs_spec.size,
+        act_dim=act_spec.output_width,
+        discrete=discrete,
+        net_arch=tuple(cfg.net_arch),
+        activation=cfg.activation,
+        log_std_init=cfg.log_std_init,
+        encoder=encoder_spec(obs_spec),  # image keys: a Nature-CNN each (train.core.encoder_spec)
+        frame_stack=int(cfg.frame_stack),  # Ray rollout workers make their envs from it
+    )
     agent = make_agent(network, cfg, seed, device)
     buffer = RolloutBuffer(cfg.n_steps, cfg.n_envs, obs_shape, discrete, act_spec.output_width)
 

@@ -17,26 +17,25 @@ from rl2edge.errors import ConfigError
 from rl2edge.train.core.config import OnPolicyConfig
 from rl2edge.train.core.encoder_spec import encoder_spec
 from rl2edge.train.core.evaluation import EvalResult
+from rl2edge.train.core.network_spec import NetworkSpec
 from rl2edge.train.core.normalization import RewardScaler, RunningNormalizer
 from rl2edge.train.core.onpolicy_driver import STAT_NAMES, assemble
 from rl2edge.train.core.recurrent_rollout import NumpyRecurrentActorCritic, RecurrentCollector, SequenceBuffer
 from rl2edge.train.core.run import TrainingRun, TrainResult
 
 
-def recurrent_network(
-    cfg: Any, network_type: str, obs_dim: int, act_dim: int, discrete: bool
-) -> dict[str, Any]:
+def recurrent_network(cfg: Any, network_type: str, obs_dim: int, act_dim: int, discrete: bool) -> NetworkSpec:
     """The checkpoint's network: the on-policy fields and the config's own (the recurrent cell's)."""
-    return {
-        "type": network_type,
-        "obs_dim": obs_dim,
-        "act_dim": act_dim,
-        "discrete": discrete,
-        "net_arch": list(cfg.net_arch),
-        "activation": cfg.activation,
-        "log_std_init": cfg.log_std_init,
+    return NetworkSpec(
+        type=network_type,
+        obs_dim=obs_dim,
+        act_dim=act_dim,
+        discrete=discrete,
+        net_arch=tuple(cfg.net_arch),
+        activation=cfg.activation,
+        log_std_init=cfg.log_std_init,
         **cfg.network_fields(),
-    }
+    )
 
 
 class StatefulEvaluator:
@@ -49,7 +48,7 @@ class StatefulEvaluator:
         norm: RunningNormalizer,
         to_env: Callable[[Any], Any],
         flatten: Callable[[Any], np.ndarray],
-        network: dict[str, Any],
+        network: NetworkSpec,
     ):
         self.policy = NumpyRecurrentActorCritic(network)
         self.policy.load(agent.rollout_weights())
@@ -74,7 +73,7 @@ def train_recurrent(
     cfg: OnPolicyConfig,
     seed: int,
     run_dir: Path,
-    make_agent: Callable[[dict[str, Any], OnPolicyConfig, int, str], Any],
+    make_agent: Callable[[NetworkSpec, OnPolicyConfig, int, str], Any],
     network_type: str,
     device: str = "auto",
     progress: bool | None = None,

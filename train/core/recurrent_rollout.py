@@ -17,8 +17,9 @@ from typing import Any
 
 import numpy as np
 
+from rl2edge.train.core.network_spec import NetworkSpec
 from rl2edge.train.core.numpy_policy import LOG_2PI, Layers
-from rl2edge.train.core.rnn_cells import RNNLayer, RNNState, rnn_kind, rnn_step, zero_state
+from rl2edge.train.core.rnn_cells import RNNLayer, RNNState, rnn_step, zero_state
 from rl2edge.train.core.rollout import RolloutBuffer
 from rl2edge.train.core.rollout_collector import RolloutCollector
 
@@ -53,14 +54,14 @@ class SequenceMinibatch:
 class NumpyRecurrentActorCritic:
     """Samples the recurrent policy as NumpyActorCritic samples PPO's, carrying each row's RNN state."""
 
-    def __init__(self, network: dict[str, Any]):
-        if network["activation"] not in ("tanh", "relu"):
+    def __init__(self, network: NetworkSpec):
+        if network.activation not in ("tanh", "relu"):
             raise ValueError(f"no numpy form of activation {network['activation']!r}")
-        self.discrete = bool(network["discrete"])
-        self._tanh = network["activation"] == "tanh"
-        self.shared = bool(network["shared_lstm"])
-        self.layers, self.hidden = int(network["n_lstm_layers"]), int(network["lstm_hidden_size"])
-        self.kind = rnn_kind(network)
+        self.discrete = bool(network.discrete)
+        self._tanh = network.activation == "tanh"
+        self.shared = bool(network.shared_lstm)
+        self.layers, self.hidden = int(network.n_lstm_layers), int(network.lstm_hidden_size)
+        self.kind = network.rnn_kind
         self._w: RecurrentWeights | None = None
         self.actor_state: RNNState | None = None
         self.critic_state: RNNState | None = None
@@ -167,7 +168,7 @@ class RecurrentCollector(RolloutCollector):
     (masked) at episode starts. One process: the rows are the envs, with no Ray split."""
 
     @staticmethod
-    def make_policy(network: dict[str, Any]) -> Any:
+    def make_policy(network: NetworkSpec) -> Any:
         return NumpyRecurrentActorCritic(network)
 
     def _begin(self) -> Any:

@@ -9,27 +9,12 @@ A layer is (kernel_ih [in, G*H], kernel_hh [H, G*H], b_ih [G*H], b_hh [G*H]) wit
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
-from rl2edge.errors import CheckpointError
-from rl2edge.specs import RNN_KINDS, RNN_PARTS, rnn_state_tensors
+from rl2edge.specs import RNN_PARTS, rnn_state_tensors
 
 RNNLayer = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
 RNNState = tuple[np.ndarray, ...]
-
-
-def rnn_kind(network: dict[str, Any]) -> str:
-    """The checkpoint network's cell, checked: every reader (the numpy rollout, both backends' networks,
-    both export routes) builds the same one or refuses. Checkpoints before the GRU say "lstm"."""
-    kind = network.get("rnn", "lstm")
-    if kind not in RNN_KINDS:
-        raise CheckpointError(
-            f"network rnn {kind!r} is not one of {', '.join(RNN_KINDS)}: the checkpoint was edited or written "
-            "by another tool"
-        )
-    return str(kind)
 
 
 def state_parts(kind: str) -> int:

@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from rl2edge.train.core.envs import make_vec_env
+from rl2edge.train.core.network_spec import NetworkSpec
 from rl2edge.train.core.normalization import RunningNormalizer
 from rl2edge.train.core.numpy_policy import NumpyActorCritic, RolloutWeights
 from rl2edge.train.core.threads import one_blas_thread
@@ -100,24 +101,24 @@ class RolloutCollector:
         count: int,
         seed: int,
         gamma: float,
-        network: dict[str, Any],
+        network: NetworkSpec,
         norm: RunningNormalizer,
         live_norm: bool,
         to_env: Callable[[np.ndarray], np.ndarray],
         pad_to: int,
         envs: Any = None,
     ):
-        self.envs = envs if envs is not None else make_vec_env(env_id, count, network.get("frame_stack", 1))
+        self.envs = envs if envs is not None else make_vec_env(env_id, count, network.frame_stack)
         self.first, self.count, self.gamma32, self.pad_to = first, count, np.float32(gamma), pad_to
         self.norm, self.live_norm, self.to_env = norm, live_norm, to_env
         self.policy: Any = self.make_policy(network)
-        self.noise = PerEnvNoise(seed, range(first, first + count), network["act_dim"], network["discrete"])
+        self.noise = PerEnvNoise(seed, range(first, first + count), network.act_dim, network.discrete)
         self.ep_returns = np.zeros(count)
         self.raw_obs, _ = self.envs.reset(seed=seed + first)  # env j of the slice: seed + first + j
         self.starts = np.ones(count, bool)  # each env's next observation is its episode's first
 
     @staticmethod
-    def make_policy(network: dict[str, Any]) -> Any:
+    def make_policy(network: NetworkSpec) -> Any:
         return NumpyActorCritic(network)
 
     def collect(self, n_steps: int, weights: RolloutWeights) -> Segment:

@@ -25,6 +25,7 @@ from rl2edge.train.core.envs import make_vec_env, vec_observation_spec
 from rl2edge.train.core.evaluation import EvalResult, evaluate
 from rl2edge.train.core.frame_stack import FrameStacker, check_stackable, stacked_spec
 from rl2edge.train.core.metrics import MetricsLogger
+from rl2edge.train.core.network_spec import NetworkSpec
 from rl2edge.train.core.normalization import RunningNormalizer
 from rl2edge.train.core.spaces import action_spec
 
@@ -70,7 +71,7 @@ def finish_run(
     global_step: int,
     wall: float,
     spaces: tuple[ObservationSpec, ActionSpec],
-    network: dict[str, Any],
+    network: NetworkSpec,
 ) -> TrainResult:
     """Evaluate, keep the best policy, write checkpoint.json (+ weights) and summary.json. `act_fn(agent,
     norm)` gives the deterministic raw-observation -> env-action callable; `spaces` the observation and
@@ -79,7 +80,7 @@ def finish_run(
     meta = {
         "observation_space": spaces[0].to_json(),
         "action_space": spaces[1].to_json(),
-        "network": network,
+        "network": network.to_json(),
         "hyperparameters": cfg.to_json(),
     }
     eval_seed = seed + EVAL_SEED_OFFSET
@@ -241,7 +242,7 @@ class TrainingRun:
             self.metrics.close()
         self.envs.close()
 
-    def finish(self, agent: Any, global_step: int, network: dict[str, Any]) -> TrainResult:
+    def finish(self, agent: Any, global_step: int, network: NetworkSpec) -> TrainResult:
         return finish_run(
             cfg=self.cfg,
             agent=agent,
@@ -254,7 +255,5 @@ class TrainingRun:
             global_step=global_step,
             wall=time.perf_counter() - self._start,
             spaces=(self.frame_spec, self.act_spec),
-            network={**network, "frame_stack": int(self.cfg.frame_stack)}
-            if self.cfg.frame_stack > 1
-            else network,
+            network=network.replace(frame_stack=int(self.cfg.frame_stack)),
         )

@@ -14,6 +14,7 @@ import numpy as np
 
 from rl2edge.errors import ConfigError
 from rl2edge.specs import ActionSpec
+from rl2edge.train.core.network_spec import NetworkSpec
 from rl2edge.train.core.normalization import RunningNormalizer
 from rl2edge.train.core.numpy_policy import RolloutWeights
 from rl2edge.train.core.rollout_collector import RolloutCollector, Segment
@@ -44,13 +45,13 @@ class RolloutWorker:
         seed: int,
         first: int,
         count: int,
-        network: dict[str, Any],
+        network: NetworkSpec,
         act_spec: ActionSpec,
     ):
         from rl2edge.specs import ActionTransform
 
         logging.basicConfig(level=logging.WARNING)
-        norm = RunningNormalizer((network["obs_dim"],), clip=cfg.norm_obs_clip, enabled=cfg.normalize_obs)
+        norm = RunningNormalizer((network.obs_dim,), clip=cfg.norm_obs_clip, enabled=cfg.normalize_obs)
         self.collector = RolloutCollector(
             env_id,
             first,
@@ -81,7 +82,7 @@ class RayRolloutPool:
         env_id: str,
         cfg: Any,
         seed: int,
-        network: dict[str, Any],
+        network: NetworkSpec,
         act_spec: ActionSpec,
     ):
         from rl2edge.train.distributed.cluster import require_ray

@@ -6,6 +6,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from rl2edge.train.core.dqn_hooks import DQNHooks
+from rl2edge.train.core.network_spec import NetworkSpec
 from rl2edge.train.core.offpolicy_config import DQNConfig
 from rl2edge.train.tf_backend.offpolicy_base import TFOffPolicyBase
 
@@ -17,7 +18,7 @@ class TFDQN(DQNHooks, TFOffPolicyBase):
     stat_names = ("loss", "q_mean")
 
     @classmethod
-    def deploy_parts(cls, spec: dict[str, Any], load: Callable[[Any], None]) -> DeployParts:
+    def deploy_parts(cls, spec: NetworkSpec, load: Callable[[Any], None]) -> DeployParts:
         """What export's graph is built from: the Q-network's Dense chain, the networks built from the
         checkpoint's network spec and loaded by `load(model)`."""
         from rl2edge.train.tf_backend.nets import DeployParts, DQNNets, dense_layers, encoder_fn_of
@@ -26,17 +27,17 @@ class TFDQN(DQNHooks, TFOffPolicyBase):
         load(nets)
         return DeployParts(dense_layers(nets.q_net), encoder_fn=encoder_fn_of(nets.q_net))
 
-    def __init__(self, network: dict[str, Any], cfg: DQNConfig, seed: int, device: str):
+    def __init__(self, network: NetworkSpec, cfg: DQNConfig, seed: int, device: str):
         super().__init__(seed, device)
         self.cfg = cfg
-        self.n_actions = int(network["act_dim"])
+        self.n_actions = int(network.act_dim)
         self.nets = self.make_nets(network, seed)
         self.q_vars = self.nets.q_net.trainable_variables
         self.q_target_vars = self.nets.q_target.trainable_variables
         self.opt = self.adam(self.q_vars, cfg.learning_rate(1.0))
-        self.compile(int(network["obs_dim"]), int(network["act_dim"]), discrete=True)
+        self.compile(int(network.obs_dim), int(network.act_dim), discrete=True)
 
-    def make_nets(self, network: dict[str, Any], seed: int) -> Any:
+    def make_nets(self, network: NetworkSpec, seed: int) -> Any:
         from rl2edge.train.tf_backend.nets import DQNNets
 
         return DQNNets(network, seed)

@@ -17,12 +17,13 @@ import numpy as np
 import tensorflow as tf
 
 from rl2edge.train.core.encoder_spec import NATURE_CNN, cnn_flat_dim, features_dim, in_channels
-from rl2edge.train.core.numpy_encoder import EncoderWeights
+from rl2edge.train.core.network_spec import EncoderKey, EncoderSpec
+from rl2edge.train.core.numpy_encoder import EncoderWeights, key_parts
 
 
-def _hwc(key: dict[str, Any]) -> tuple[int, int, int]:
-    s = key["shape"]
-    return (s[0], s[1], s[2]) if key["channels_last"] else (s[1], s[2], s[0])
+def _hwc(key: EncoderKey) -> tuple[int, int, int]:
+    c, h, w = key.chw
+    return h, w, c
 
 
 class TFObsEncoder(keras.layers.Layer):
@@ -30,21 +31,17 @@ class TFObsEncoder(keras.layers.Layer):
     extractor (gain sqrt(2), zero biases); else PyTorch's default, as the off-policy networks have it."""
 
     def __init__(
-        self, spec: dict[str, Any], seeds: Iterator[int], name: str = "encoder", orthogonal: bool = True
+        self, spec: EncoderSpec, seeds: Iterator[int], name: str = "encoder", orthogonal: bool = True
     ):
         super().__init__(name=name)
         self.orthogonal = orthogonal
         self.spec = spec
         self.features_dim = features_dim(spec)
         self.cnns: dict[str, list[keras.layers.Layer]] = {}
-        self._parts: list[tuple[str, int, int, dict[str, Any] | None]] = []
-        start = 0
-        for k in spec["keys"]:
-            image = k if k.get("image") else None
-            self._parts.append((k["name"], start, start + k["size"], image))
-            start += k["size"]
+        self._parts = key_parts(spec)
+        for name, _, _, image in self._parts:
             if image is not None:
-                self.cnns[k["name"]] = self._nature_cnn(image, spec["cnn_output_dim"], seeds)
+                self.cnns[name] = self._nature_cnn(image, spec.cnn_output_dim, seeds)
         self.built = True
 
     def _init(self, seeds: Iterator[int], fan_in: int) -> tuple[Any, Any]:
@@ -58,9 +55,7 @@ class TFObsEncoder(keras.layers.Layer):
             keras.initializers.RandomUniform(-bound, bound, seed=seed + 50),  # apart from every kernel's
         )
 
-    def _nature_cnn(
-        self, key: dict[str, Any], out_dim: int, seeds: Iterator[int]
-    ) -> list[keras.layers.Layer]:
+    def _nature_cnn(self, key: EncoderKey, out_dim: int, seeds: Iterator[int]) -> list[keras.layers.Layer]:
         layers: list[keras.layers.Layer] = []
         shape: tuple[int | None, ...] = (None, *_hwc(key))
         for filters, kernel, stride in NATURE_CNN:
@@ -147,15 +142,13 @@ class TFObsEncoder(keras.layers.Layer):
         return encode
 
 
-def _cnn_forward(
-    key: dict[str, Any], x: tf.Tensor, layers: list[Callable[[tf.Tensor], tf.Tensor]]
-) -> tf.Tensor:
+def _cnn_forward(key: EncoderKey, x: tf.Tensor, layers: list[Callable[[tf.Tensor], tf.Tensor]]) -> tf.Tensor:
     """A key's flat slice through its CNN: scaled on the flat slice (see train.torch_backend.encoder), to HWC,
     the convolutions, to CHW, flattened, the linear layer."""
-    if key["scale"] != 1.0:
-        x = x * np.float32(key["scale"])
-    x = tf.reshape(x, [-1, *key["shape"]])
-    if not key["channels_last"]:
+    if key.scale != 1.0:
+        x = x * np.float32(key.scale)
+    x = tf.reshape(x, [-1, *key.shape])
+    if not key.channels_last:
         x = tf.transpose(x, [0, 2, 3, 1])
     for layer in layers[:-1]:
         x = layer(x)

@@ -24,6 +24,7 @@ import numpy as np
 import tensorflow as tf
 
 from rl2edge.train.core.encoder_spec import features_dim
+from rl2edge.train.core.network_spec import NetworkSpec
 from rl2edge.train.tf_backend.encoder import TFObsEncoder, copy_value
 
 LOG_2PI = math.log(2 * math.pi)
@@ -124,16 +125,16 @@ class TFActorCritic(keras.Model):
         self.built = True  # the sublayers are built from their Input shapes; nothing is deferred
 
     @classmethod
-    def from_network_spec(cls, spec: dict[str, Any], seed: int = 0) -> TFActorCritic:
+    def from_network_spec(cls, spec: NetworkSpec, seed: int = 0) -> TFActorCritic:
         return cls(
-            spec["obs_dim"],
-            spec["act_dim"],
-            spec["discrete"],
-            list(spec["net_arch"]),
-            spec["activation"],
-            spec.get("log_std_init", 0.0),
+            spec.obs_dim,
+            spec.act_dim,
+            spec.discrete,
+            list(spec.net_arch),
+            spec.activation,
+            (spec.log_std_init or 0.0),
             seed,
-            spec.get("encoder"),
+            spec.encoder,
         )
 
     def features(self, obs: tf.Tensor) -> tf.Tensor:
@@ -205,20 +206,20 @@ class EncodedMLP(keras.Model):
         return self.mlp(self.encoder(x))
 
 
-def obs_width(spec: dict[str, Any]) -> int:
+def obs_width(spec: NetworkSpec) -> int:
     """What a network's first Dense layer takes: the observation, or its encoder's features."""
-    return spec["obs_dim"] if spec.get("encoder") is None else features_dim(spec["encoder"])
+    return spec.obs_dim if spec.encoder is None else features_dim(spec.encoder)
 
 
-def off_policy_encoder(spec: dict[str, Any], seed: int, name: str) -> TFObsEncoder | None:
+def off_policy_encoder(spec: NetworkSpec, seed: int, name: str) -> TFObsEncoder | None:
     """An off-policy network's own encoder (PyTorch's default init, as the torch twin); seeds from `seed`
     on, apart from the Dense layers' (train.tf_backend.nets._seeds)."""
-    if spec.get("encoder") is None:
+    if spec.encoder is None:
         return None
-    return TFObsEncoder(spec["encoder"], iter(range(seed, seed + 100)), name, orthogonal=False)
+    return TFObsEncoder(spec.encoder, iter(range(seed, seed + 100)), name, orthogonal=False)
 
 
-def with_encoder(spec: dict[str, Any], model: keras.Sequential, seed: int) -> keras.Model:
+def with_encoder(spec: NetworkSpec, model: keras.Sequential, seed: int) -> keras.Model:
     """`model` behind its own encoder when the spec has image keys, else `model` itself."""
     encoder = off_policy_encoder(spec, seed, f"{model.name}_encoder")
     return model if encoder is None else EncodedMLP(encoder, model, f"{model.name}_encoded")
@@ -248,7 +249,7 @@ def frozen_dense(dense: list[keras.layers.Dense]) -> Callable[[tf.Tensor], tf.Te
 
 @dataclass
 class DeployParts:
-    """What a TF agent's exported graph is built from (its `deploy_parts`, read by export.tf_source): the
+    """What a TF agent's exported graph is built from (its `deploy_parts`, read by export.tf_graph): the
     deterministic path from the normalized observation to the head's input and, where the policy has a
     distribution that `--noise policy` samples, its log std."""
 
@@ -290,9 +291,9 @@ def _seeds(seed: int) -> Iterator[int]:
         yield n
 
 
-def _critics(spec: dict[str, Any], n: int, seeds: Iterator[int], name: str) -> list[keras.Sequential]:
-    in_dim = obs_width(spec) + spec["act_dim"]
-    return [mlp(in_dim, list(spec["net_arch"]), spec["activation"], 1, seeds, f"{name}{i}") for i in range(n)]
+def _critics(spec: NetworkSpec, n: int, seeds: Iterator[int], name: str) -> list[keras.Sequential]:
+    in_dim = obs_width(spec) + spec.act_dim
+    return [mlp(in_dim, list(spec.net_arch), spec.activation, 1, seeds, f"{name}{i}") for i in range(n)]
 
 
 def q_values(
@@ -334,17 +335,17 @@ class CriticSet:
 
 
 class SACNets(CriticSet, keras.Model):
-    def __init__(self, spec: dict[str, Any], seed: int = 0, ent_coef_init: float = 1.0):
+    def __init__(self, spec: NetworkSpec, seed: int = 0, ent_coef_init: float = 1.0):
         super().__init__()
         seeds = _seeds(seed)
-        hidden = list(spec["net_arch"])
-        latent = mlp(obs_width(spec), hidden, spec["activation"], None, seeds, "actor_latent")
+        hidden = list(spec.net_arch)
+        latent = mlp(obs_width(spec), hidden, spec.activation, None, seeds, "actor_latent")
         # image keys: the actor's own encoder in front of its latent, one shared by the critics, and the
         # target critics' copy of it (SB3's off-policy networks do not share extractors)
         self.latent = with_encoder(spec, latent, seed * 1000 + 500)
-        self.mu = mlp(hidden[-1], [], spec["activation"], spec["act_dim"], seeds, "actor_mu")
-        self.log_std = mlp(hidden[-1], [], spec["activation"], spec["act_dim"], seeds, "actor_log_std")
-        self.log_std_min, self.log_std_max = float(spec["log_std_min"]), float(spec["log_std_max"])
+        self.mu = mlp(hidden[-1], [], spec.activation, spec.act_dim, seeds, "actor_mu")
+        self.log_std = mlp(hidden[-1], [], spec.activation, spec.act_dim, seeds, "actor_log_std")
+        self.log_std_min, self.log_std_max = float(spec.log_std_min), float(spec.log_std_max)
         self.critics = _critics(spec, 2, seeds, "critic")
         self.critic_targets = _critics(spec, 2, seeds, "critic_target")
         self.critic_encoder = off_policy_encoder(spec, seed * 1000 + 600, "critic_encoder")
@@ -374,17 +375,17 @@ class SACNets(CriticSet, keras.Model):
 
 
 class TD3Nets(CriticSet, keras.Model):
-    def __init__(self, spec: dict[str, Any], seed: int = 0):
+    def __init__(self, spec: NetworkSpec, seed: int = 0):
         super().__init__()
         seeds = _seeds(seed)
-        args = (obs_width(spec), list(spec["net_arch"]), spec["activation"], spec["act_dim"])
+        args = (obs_width(spec), list(spec.net_arch), spec.activation, spec.act_dim)
         # image keys: an encoder per actor and per critic set, each target with its own copy (as SACNets)
         self.actor = with_encoder(spec, mlp(*args, seeds, "actor", out_activation="tanh"), seed * 1000 + 500)
         self.actor_target = with_encoder(
             spec, mlp(*args, seeds, "actor_target", out_activation="tanh"), seed * 1000 + 600
         )
-        self.critics = _critics(spec, int(spec["n_critics"]), seeds, "critic")
-        self.critic_targets = _critics(spec, int(spec["n_critics"]), seeds, "critic_target")
+        self.critics = _critics(spec, int(spec.n_critics), seeds, "critic")
+        self.critic_targets = _critics(spec, int(spec.n_critics), seeds, "critic_target")
         self.critic_encoder = off_policy_encoder(spec, seed * 1000 + 700, "critic_encoder")
         self.critic_target_encoder = off_policy_encoder(spec, seed * 1000 + 800, "critic_target_encoder")
         copy_weights(self.actor.trainable_variables, self.actor_target.trainable_variables)
@@ -393,10 +394,10 @@ class TD3Nets(CriticSet, keras.Model):
 
 
 class DQNNets(keras.Model):
-    def __init__(self, spec: dict[str, Any], seed: int = 0):
+    def __init__(self, spec: NetworkSpec, seed: int = 0):
         super().__init__()
         seeds = _seeds(seed)
-        args = (obs_width(spec), list(spec["net_arch"]), spec["activation"], spec["act_dim"])
+        args = (obs_width(spec), list(spec.net_arch), spec.activation, spec.act_dim)
         self.q_net = with_encoder(spec, mlp(*args, seeds, "q_net"), seed * 1000 + 500)
         self.q_target = with_encoder(spec, mlp(*args, seeds, "q_target"), seed * 1000 + 600)
         copy_weights(self.q_net.trainable_variables, self.q_target.trainable_variables)
@@ -437,13 +438,13 @@ class RainbowQ(keras.Model):
     noisy or plain, dueling aggregation per atom, expected Q over the C51 support. With every switch off its
     layers and their seeds are DQNNets' q_net's, in the same order."""
 
-    def __init__(self, spec: dict[str, Any], seeds: Iterator[int], name: str, encoder_seed: int = 0):
+    def __init__(self, spec: NetworkSpec, seeds: Iterator[int], name: str, encoder_seed: int = 0):
         """`encoder_seed`: the first seed of its encoder's layers (image keys), as DQNNets seeds its own."""
         super().__init__(name=name)
-        hidden, act = list(spec["net_arch"]), spec["activation"]
-        self.n_actions, self.n_atoms = int(spec["act_dim"]), int(spec["n_atoms"])
-        self.distributional, self.dueling = bool(spec["distributional"]), bool(spec["dueling"])
-        self.noisy, sigma0 = bool(spec["noisy"]), float(spec.get("noisy_sigma0", 0.5))
+        hidden, act = list(spec.net_arch), spec.activation
+        self.n_actions, self.n_atoms = int(spec.act_dim), int(spec.n_atoms)
+        self.distributional, self.dueling = bool(spec.distributional), bool(spec.dueling)
+        self.noisy, sigma0 = bool(spec.noisy), float(0.5 if spec.noisy_sigma0 is None else spec.noisy_sigma0)
         width = obs_width(spec)
         self.trunk = mlp(width, hidden[:-1], act, None, seeds, f"{name}_trunk") if len(hidden) > 1 else None
         last = hidden[-2] if len(hidden) > 1 else width
@@ -464,7 +465,7 @@ class RainbowQ(keras.Model):
 
         self.advantage = stream(self.n_actions * self.n_atoms, "advantage")
         self.value = stream(self.n_atoms, "value") if self.dueling else []
-        self.support = tf.linspace(float(spec["v_min"]), float(spec["v_max"]), self.n_atoms)
+        self.support = tf.linspace(float(spec.v_min), float(spec.v_max), self.n_atoms)
         # image keys: plain layers in front of the trunk (the noise stays in the head streams)
         self.encoder = off_policy_encoder(spec, encoder_seed, f"{name}_encoder")
         self.built = True
@@ -557,7 +558,7 @@ def project_distribution(
 
 
 class RainbowNets(keras.Model):
-    def __init__(self, spec: dict[str, Any], seed: int = 0):
+    def __init__(self, spec: NetworkSpec, seed: int = 0):
         super().__init__()
         seeds = _seeds(seed)
         self.q_net = RainbowQ(spec, seeds, "q_net", seed * 1000 + 500)

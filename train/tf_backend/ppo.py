@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from rl2edge.train.core.config import PPOConfig
+from rl2edge.train.core.network_spec import NetworkSpec
 from rl2edge.train.core.numpy_policy import RolloutWeights
 from rl2edge.train.core.rollout import Minibatch
 from rl2edge.train.tf_backend.setup import configure_tensorflow
@@ -71,7 +72,7 @@ class TFPPO:
     policy_distribution = True  # Box actions: the Gaussian of the actor's mean and the learned log std
 
     @classmethod
-    def deploy_parts(cls, spec: dict[str, Any], load: Callable[[Any], None]) -> DeployParts:
+    def deploy_parts(cls, spec: NetworkSpec, load: Callable[[Any], None]) -> DeployParts:
         """What export's graph is built from: the actor's Dense chain and, Box actions, the
         state-independent log std as a constant; the actor-critic built from the checkpoint's network spec
         and loaded by `load(model)`."""
@@ -83,7 +84,7 @@ class TFPPO:
         encoder = None if model.encoder is None else model.encoder.frozen()
         return DeployParts(dense_layers(model.actor), log_std_const=log_std, encoder_fn=encoder)
 
-    def __init__(self, network: dict[str, Any], cfg: PPOConfig, seed: int, device: str):
+    def __init__(self, network: NetworkSpec, cfg: PPOConfig, seed: int, device: str):
         self.device = configure_tensorflow(device)
         import keras
         import tensorflow as tf
@@ -93,7 +94,7 @@ class TFPPO:
         self.tf, self.cfg = tf, cfg
         keras.utils.set_random_seed(seed)  # once, before the layers' initializers draw
         self.policy = TFActorCritic.from_network_spec(network, seed)
-        self.discrete, obs_dim, act_dim = network["discrete"], network["obs_dim"], network["act_dim"]
+        self.discrete, obs_dim, act_dim = network.discrete, network.obs_dim, network.act_dim
         self.optimizer = self.make_optimizer()
         self.updates = tf.Variable(
             0, dtype=tf.int64, trainable=False, name="updates"
@@ -123,7 +124,7 @@ class TFPPO:
         stack = lambda spec: tf.TensorSpec([None, *spec.shape], spec.dtype)  # noqa: E731
         self._train_many = tf.function(
             self._train_many_graph,
-            jit_compile=network.get("encoder") is None,
+            jit_compile=network.encoder is None,
             input_signature=[
                 stack(obs_spec),
                 stack(act_spec),

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from rl2edge.train.core.network_spec import NetworkSpec
 from rl2edge.train.core.recurrent_config import RecurrentPPOConfig
 from rl2edge.train.core.recurrent_rollout import RecurrentWeights, SequenceMinibatch
 from rl2edge.train.core.rnn_cells import state_parts
@@ -43,7 +44,7 @@ class TFRecurrentPPO:
     policy_distribution = False  # --noise policy is not folded for stateful graphs (yet)
 
     @classmethod
-    def deploy_parts(cls, spec: dict[str, Any], load: Callable[[Any], None]) -> DeployParts:
+    def deploy_parts(cls, spec: NetworkSpec, load: Callable[[Any], None]) -> DeployParts:
         """The actor's LSTM or GRU (numpy weights, exported as one cell) and its Dense chain."""
         from rl2edge.train.tf_backend.nets import DeployParts, dense_layers
         from rl2edge.train.tf_backend.recurrent_nets import TFRecurrentActorCritic
@@ -52,7 +53,7 @@ class TFRecurrentPPO:
         load(model)
         return DeployParts(dense_layers(model.heads.actor), rnn=(model.kind, model.lstm_actor.numpy_layers()))
 
-    def __init__(self, network: dict[str, Any], cfg: RecurrentPPOConfig, seed: int, device: str):
+    def __init__(self, network: NetworkSpec, cfg: RecurrentPPOConfig, seed: int, device: str):
         self.device = configure_tensorflow(device)
         import keras
         import tensorflow as tf
@@ -62,11 +63,11 @@ class TFRecurrentPPO:
         self.tf, self.cfg = tf, cfg
         keras.utils.set_random_seed(seed)  # once, before the layers' initializers draw
         self.policy = TFRecurrentActorCritic(network, seed)
-        self.layers, self.hidden = int(network["n_lstm_layers"]), int(network["lstm_hidden_size"])
+        self.layers, self.hidden = int(network.n_lstm_layers), int(network.lstm_hidden_size)
         self.state_parts = state_parts(self.policy.kind)
         self.optimizer = self.make_optimizer()
         self.loss_fn = self.make_loss_fn()
-        discrete, obs_dim, act_dim = network["discrete"], network["obs_dim"], network["act_dim"]
+        discrete, obs_dim, act_dim = network.discrete, network.obs_dim, network.act_dim
         # [minibatches, T, E, ...]; the actor's and the critic's states, each a tuple of [minibatches, layers,
         # E, H] (an LSTM's h and c, a GRU's h)
         seq = lambda *tail, dtype=tf.float32: tf.TensorSpec([None, None, None, *tail], dtype)  # noqa: E731

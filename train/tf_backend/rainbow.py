@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from rl2edge.train.core.dqn_hooks import RainbowHooks
+from rl2edge.train.core.network_spec import NetworkSpec
 from rl2edge.train.core.offpolicy_config import RainbowConfig
 from rl2edge.train.core.replay import ReplayBatch
 from rl2edge.train.tf_backend.dqn import TFDQN
@@ -30,7 +31,7 @@ class TFRainbow(RainbowHooks, TFDQN):
     cfg: RainbowConfig
 
     @classmethod
-    def deploy_parts(cls, spec: dict[str, Any], load: Callable[[Any], None]) -> DeployParts:
+    def deploy_parts(cls, spec: NetworkSpec, load: Callable[[Any], None]) -> DeployParts:
         """What export's graph is built from: the expected Q over the atoms with the noisy layers' mean
         weights (not a Dense chain), the networks built from the checkpoint's network spec and loaded by
         `load(model)`."""
@@ -40,10 +41,10 @@ class TFRainbow(RainbowHooks, TFDQN):
         load(nets)
         return DeployParts([], actor_fn=nets.q_net.frozen_expected_q())
 
-    def make_nets(self, network: dict[str, Any], seed: int) -> Any:
+    def make_nets(self, network: NetworkSpec, seed: int) -> Any:
         from rl2edge.train.tf_backend.nets import RainbowNets
 
-        self.noisy = bool(network["noisy"])
+        self.noisy = bool(network.noisy)
         return RainbowNets(network, seed)
 
     def compile(self, obs_dim: int, act_dim: int, discrete: bool) -> None:

@@ -19,7 +19,7 @@ import numpy as np
 import tensorflow as tf
 
 from rl2edge.errors import CheckpointError
-from rl2edge.train.core.rnn_cells import rnn_kind
+from rl2edge.train.core.network_spec import NetworkSpec
 from rl2edge.train.tf_backend.nets import TFActorCritic
 
 RNNLayer = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
@@ -115,32 +115,32 @@ class TFGRU(TFRNN):
 
 
 class TFRecurrentActorCritic(keras.Model):
-    def __init__(self, spec: dict[str, Any], seed: int = 0):
+    def __init__(self, spec: NetworkSpec, seed: int = 0):
         super().__init__()
         obs_dim, hidden, layers = (
-            int(spec["obs_dim"]),
-            int(spec["lstm_hidden_size"]),
-            int(spec["n_lstm_layers"]),
+            int(spec.obs_dim),
+            int(spec.lstm_hidden_size),
+            int(spec.n_lstm_layers),
         )
-        if int(spec.get("lstm_biases", 1)) != 2:
+        if int(spec.lstm_biases or 1) != 2:
             raise CheckpointError(
                 "this TF recurrent checkpoint's LSTM has one bias per layer (written before the TF LSTM kept "
                 "torch's two, b_ih and b_hh, which train at the speed torch's do): train it again"
             )
-        self.discrete, self.hidden, self.n_layers = bool(spec["discrete"]), hidden, layers
-        self.kind = rnn_kind(spec)
-        self.shared = bool(spec["shared_lstm"])
+        self.discrete, self.hidden, self.n_layers = bool(spec.discrete), hidden, layers
+        self.kind = spec.rnn_kind
+        self.shared = bool(spec.shared_lstm)
         cell = TFGRU if self.kind == "gru" else TFLSTM
         self.heads = TFActorCritic(
-            hidden, spec["act_dim"], spec["discrete"], list(spec["net_arch"]), spec["activation"],
-            spec.get("log_std_init", 0.0), seed,
+            hidden, spec.act_dim, spec.discrete, list(spec.net_arch), spec.activation,
+            (spec.log_std_init or 0.0), seed,
         )  # fmt: skip
         self.lstm_actor = cell(obs_dim, hidden, layers, seed + 3000, "lstm_actor")
         self.lstm_critic = (
-            cell(obs_dim, hidden, layers, seed + 4000, "lstm_critic") if spec["enable_critic_lstm"] else None
+            cell(obs_dim, hidden, layers, seed + 4000, "lstm_critic") if spec.enable_critic_lstm else None
         )
         self.critic_linear = None
-        if not spec["enable_critic_lstm"] and not self.shared:
+        if not spec.enable_critic_lstm and not self.shared:
             self.critic_linear = keras.Sequential(
                 [keras.Input((obs_dim,)), keras.layers.Dense(hidden, name="critic_linear")],
                 name="critic_linear",

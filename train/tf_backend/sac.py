@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from rl2edge.train.core.network_spec import NetworkSpec
 from rl2edge.train.core.numpy_actor import SquashedGaussian
 from rl2edge.train.core.offpolicy_config import SACConfig
 from rl2edge.train.tf_backend.offpolicy_base import TFOffPolicyBase
@@ -20,7 +21,7 @@ class TFSAC(TFOffPolicyBase):
     policy_distribution = True  # its actor's squashed Gaussian
 
     @classmethod
-    def deploy_parts(cls, spec: dict[str, Any], load: Callable[[Any], None]) -> DeployParts:
+    def deploy_parts(cls, spec: NetworkSpec, load: Callable[[Any], None]) -> DeployParts:
         """What export's graph is built from: the mean's Dense chain and the log std's head on the latent,
         the networks built from the checkpoint's network spec and loaded by `load(model)`."""
         from rl2edge.train.tf_backend.nets import DeployParts, SACNets, dense_layers, encoder_fn_of
@@ -36,12 +37,12 @@ class TFSAC(TFOffPolicyBase):
             encoder_fn=encoder_fn_of(nets.latent),
         )
 
-    def __init__(self, network: dict[str, Any], cfg: SACConfig, seed: int, device: str):
+    def __init__(self, network: NetworkSpec, cfg: SACConfig, seed: int, device: str):
         super().__init__(seed, device)
         from rl2edge.train.tf_backend.nets import SACNets
 
         tf = self.tf
-        self.cfg, self.act_dim = cfg, int(network["act_dim"])
+        self.cfg, self.act_dim = cfg, int(network.act_dim)
         self.nets = SACNets(network, seed, cfg.ent_coef_init())
         self.actor_vars = self.nets.actor_variables
         self.critic_vars = self.nets.critic_variables
@@ -54,10 +55,10 @@ class TFSAC(TFOffPolicyBase):
         self.alpha_opt = self.adam([self.nets.log_alpha], lr) if self.learn_alpha else None
         self.target_entropy = float(cfg.entropy_target(self.act_dim))
         self.n_updates = tf.Variable(0, dtype=tf.int64, trainable=False, name="n_updates")
-        sample = SquashedGaussian(seed, network["log_std_min"], network["log_std_max"])
-        if network.get("encoder") is None:  # image keys: the graph explores (no numpy copy of a Nature-CNN)
-            self.explorer = self.numpy_explorer(network["activation"], self.actor_vars, sample)
-        self.compile(int(network["obs_dim"]), self.act_dim, discrete=False)
+        sample = SquashedGaussian(seed, network.log_std_min, network.log_std_max)
+        if network.encoder is None:  # image keys: the graph explores (no numpy copy of a Nature-CNN)
+            self.explorer = self.numpy_explorer(network.activation, self.actor_vars, sample)
+        self.compile(int(network.obs_dim), self.act_dim, discrete=False)
 
     def parts(self) -> dict[str, list[Any]]:
         return {

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from rl2edge.train.core.network_spec import NetworkSpec
 from rl2edge.train.core.numpy_actor import Tanh
 from rl2edge.train.core.offpolicy_config import TD3Config
 from rl2edge.train.tf_backend.offpolicy_base import TFOffPolicyBase
@@ -19,7 +20,7 @@ class TFTD3(TFOffPolicyBase):
     stat_names = ("actor_loss", "critic_loss")
 
     @classmethod
-    def deploy_parts(cls, spec: dict[str, Any], load: Callable[[Any], None]) -> DeployParts:
+    def deploy_parts(cls, spec: NetworkSpec, load: Callable[[Any], None]) -> DeployParts:
         """What export's graph is built from: the tanh actor's Dense chain, the networks built from the
         checkpoint's network spec and loaded by `load(model)`."""
         from rl2edge.train.tf_backend.nets import DeployParts, TD3Nets, dense_layers, encoder_fn_of
@@ -28,7 +29,7 @@ class TFTD3(TFOffPolicyBase):
         load(nets)
         return DeployParts(dense_layers(nets.actor), encoder_fn=encoder_fn_of(nets.actor))
 
-    def __init__(self, network: dict[str, Any], cfg: TD3Config, seed: int, device: str):
+    def __init__(self, network: NetworkSpec, cfg: TD3Config, seed: int, device: str):
         super().__init__(seed, device)
         from rl2edge.train.tf_backend.nets import TD3Nets
 
@@ -43,9 +44,9 @@ class TFTD3(TFOffPolicyBase):
         self.actor_opt = self.adam(self.actor_vars, lr)
         self.critic_opt = self.adam(self.critic_vars, lr)
         self.n_updates = tf.Variable(0, dtype=tf.int64, trainable=False, name="n_updates")
-        if network.get("encoder") is None:  # image keys: the graph explores (no numpy copy of a Nature-CNN)
-            self.explorer = self.numpy_explorer(network["activation"], self.actor_vars, Tanh())
-        self.compile(int(network["obs_dim"]), int(network["act_dim"]), discrete=False)
+        if network.encoder is None:  # image keys: the graph explores (no numpy copy of a Nature-CNN)
+            self.explorer = self.numpy_explorer(network.activation, self.actor_vars, Tanh())
+        self.compile(int(network.obs_dim), int(network.act_dim), discrete=False)
 
     def parts(self) -> dict[str, list[Any]]:
         return {

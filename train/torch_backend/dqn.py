@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable
-from typing import Any
 
 import numpy as np
 import torch
 from torch import nn
 
 from rl2edge.train.core.dqn_hooks import DQNHooks
+from rl2edge.train.core.network_spec import NetworkSpec
 from rl2edge.train.core.offpolicy_config import DQNConfig
 from rl2edge.train.torch_backend.nets import QNetwork, polyak_update
 from rl2edge.train.torch_backend.offpolicy_base import TorchOffPolicyBase
@@ -24,17 +24,17 @@ class TorchDQN(DQNHooks, TorchOffPolicyBase):
     network_class: type[nn.Module] = QNetwork  # Rainbow's agent builds its own Q-network here
 
     @classmethod
-    def deployable_actor(cls, spec: dict[str, Any], load: Callable[[nn.Module, str], None]) -> nn.Module:
+    def deployable_actor(cls, spec: NetworkSpec, load: Callable[[nn.Module, str], None]) -> nn.Module:
         """What export runs (the Q-network; its `forward` is the Q-values the argmax head takes), built from
         the checkpoint's network spec and loaded by `load(module, prefix)` from the weights under "q_net."."""
         q_net = cls.network_class(spec)
         load(q_net, "q_net.")
         return q_net
 
-    def __init__(self, network: dict[str, Any], cfg: DQNConfig, seed: int, device: str):
+    def __init__(self, network: NetworkSpec, cfg: DQNConfig, seed: int, device: str):
         super().__init__(seed, device)
         self.cfg = cfg
-        self.n_actions = int(network["act_dim"])
+        self.n_actions = int(network.act_dim)
         self.q_net = self.network_class(network).to(self.dev)
         self.q_target = copy.deepcopy(self.q_net).requires_grad_(False)
         self.nets.update(dict(q_net=self.q_net, q_target=self.q_target))

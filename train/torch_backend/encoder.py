@@ -10,19 +10,19 @@ permuted to channel-first.
 from __future__ import annotations
 
 import math
-from typing import Any
 
 import torch
 from torch import nn
 
 from rl2edge.train.core.encoder_spec import NATURE_CNN, cnn_flat_dim, features_dim, in_channels
-from rl2edge.train.core.numpy_encoder import EncoderWeights
+from rl2edge.train.core.network_spec import EncoderKey, EncoderSpec
+from rl2edge.train.core.numpy_encoder import EncoderWeights, key_parts
 
 
 class NatureCNN(nn.Module):
     """SB3's NatureCNN, its submodule names too (`cnn`, `linear`): conv 8/4, 4/2, 3/1, flatten, linear."""
 
-    def __init__(self, key: dict[str, Any], out_dim: int, orthogonal: bool):
+    def __init__(self, key: EncoderKey, out_dim: int, orthogonal: bool):
         super().__init__()
         layers: list[nn.Module] = []
         channels = in_channels(key)
@@ -44,32 +44,24 @@ class NatureCNN(nn.Module):
 class ObsEncoder(nn.Module):
     """flat [B, obs_dim] -> features [B, features_dim]."""
 
-    def __init__(self, spec: dict[str, Any], orthogonal: bool = False):
+    def __init__(self, spec: EncoderSpec, orthogonal: bool = False):
         super().__init__()
         self.spec = spec
         self.features_dim = features_dim(spec)
         self.cnns = nn.ModuleDict(
-            {
-                k["name"]: NatureCNN(k, spec["cnn_output_dim"], orthogonal)
-                for k in spec["keys"]
-                if k.get("image")
-            }
+            {k.name: NatureCNN(k, spec.cnn_output_dim, orthogonal) for k in spec.keys if k.image}
         )
-        self._parts: list[tuple[str, int, int, dict[str, Any] | None]] = []
-        start = 0
-        for k in spec["keys"]:
-            self._parts.append((k["name"], start, start + k["size"], k if k.get("image") else None))
-            start += k["size"]
+        self._parts = key_parts(spec)
 
     def forward(self, flat: torch.Tensor) -> torch.Tensor:
         feats = []
         for name, a, b, image in self._parts:
             x = flat[:, a:b]
             if image is not None:
-                if image["scale"] != 1.0:
-                    x = x * image["scale"]
-                x = x.reshape(-1, *image["shape"])
-                if image["channels_last"]:
+                if image.scale != 1.0:
+                    x = x * image.scale
+                x = x.reshape(-1, *image.shape)
+                if image.channels_last:
                     x = x.permute(0, 3, 1, 2)
                 x = self.cnns[name](x)
             feats.append(x)

@@ -24,6 +24,7 @@ from torch import nn
 from torch.distributions import Categorical, Normal
 
 from rl2edge.train.core.encoder_spec import features_dim
+from rl2edge.train.core.network_spec import NetworkSpec
 from rl2edge.train.torch_backend.encoder import ObsEncoder
 
 _ACTIVATIONS: dict[str, type[nn.Module]] = {"tanh": nn.Tanh, "relu": nn.ReLU}
@@ -110,15 +111,15 @@ class ActorCritic(nn.Module):
         self.encoder = None if encoder is None else ObsEncoder(encoder, orthogonal=True)
 
     @classmethod
-    def from_network_spec(cls, spec: dict[str, Any]) -> ActorCritic:
+    def from_network_spec(cls, spec: NetworkSpec) -> ActorCritic:
         return cls(
-            spec["obs_dim"],
-            spec["act_dim"],
-            spec["discrete"],
-            list(spec["net_arch"]),
-            spec["activation"],
-            spec.get("log_std_init", 0.0),
-            spec.get("encoder"),
+            spec.obs_dim,
+            spec.act_dim,
+            spec.discrete,
+            list(spec.net_arch),
+            spec.activation,
+            (spec.log_std_init or 0.0),
+            spec.encoder,
         )
 
     def features(self, obs: torch.Tensor) -> torch.Tensor:
@@ -203,15 +204,15 @@ def polyak_update(source: Iterable[nn.Parameter], target: Iterable[nn.Parameter]
         torch._foreach_lerp_(tgt, src, tau)
 
 
-def obs_encoder(spec: dict[str, Any]) -> ObsEncoder | None:
+def obs_encoder(spec: NetworkSpec) -> ObsEncoder | None:
     """An off-policy network's own encoder (image keys; SB3's off-policy networks do not share theirs),
     PyTorch's default init; None without image keys."""
-    return None if spec.get("encoder") is None else ObsEncoder(spec["encoder"])
+    return None if spec.encoder is None else ObsEncoder(spec.encoder)
 
 
-def obs_width(spec: dict[str, Any]) -> int:
+def obs_width(spec: NetworkSpec) -> int:
     """What a network's first layer takes: the observation, or its encoder's features."""
-    return spec["obs_dim"] if spec.get("encoder") is None else features_dim(spec["encoder"])
+    return spec.obs_dim if spec.encoder is None else features_dim(spec.encoder)
 
 
 def encoded(encoder: nn.Module | None, obs: torch.Tensor) -> torch.Tensor:
@@ -219,13 +220,13 @@ def encoded(encoder: nn.Module | None, obs: torch.Tensor) -> torch.Tensor:
 
 
 class SACActor(nn.Module):
-    def __init__(self, spec: dict[str, Any]):
+    def __init__(self, spec: NetworkSpec):
         super().__init__()
-        hidden = list(spec["net_arch"])
-        self.latent = mlp(obs_width(spec), hidden, spec["activation"])
-        self.mu = nn.Linear(hidden[-1], spec["act_dim"])
-        self.log_std = nn.Linear(hidden[-1], spec["act_dim"])
-        self.log_std_min, self.log_std_max = float(spec["log_std_min"]), float(spec["log_std_max"])
+        hidden = list(spec.net_arch)
+        self.latent = mlp(obs_width(spec), hidden, spec.activation)
+        self.mu = nn.Linear(hidden[-1], spec.act_dim)
+        self.log_std = nn.Linear(hidden[-1], spec.act_dim)
+        self.log_std_min, self.log_std_max = float(spec.log_std_min), float(spec.log_std_max)
         self.encoder = obs_encoder(spec)  # made last: the MLPs draw their weights as they always have
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
@@ -256,9 +257,9 @@ class SACActor(nn.Module):
 
 
 class TD3Actor(nn.Module):
-    def __init__(self, spec: dict[str, Any]):
+    def __init__(self, spec: NetworkSpec):
         super().__init__()
-        self.net = mlp(obs_width(spec), list(spec["net_arch"]), spec["activation"], spec["act_dim"])
+        self.net = mlp(obs_width(spec), list(spec.net_arch), spec.activation, spec.act_dim)
         self.encoder = obs_encoder(spec)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
@@ -269,10 +270,10 @@ class Critics(nn.Module):
     """n independent Q(obs, action) networks; with image keys, one encoder that all n share (SB3's
     critic shares its features extractor among its Q-networks)."""
 
-    def __init__(self, spec: dict[str, Any], n: int):
+    def __init__(self, spec: NetworkSpec, n: int):
         super().__init__()
-        in_dim = obs_width(spec) + spec["act_dim"]
-        self.qs = nn.ModuleList(mlp(in_dim, list(spec["net_arch"]), spec["activation"], 1) for _ in range(n))
+        in_dim = obs_width(spec) + spec.act_dim
+        self.qs = nn.ModuleList(mlp(in_dim, list(spec.net_arch), spec.activation, 1) for _ in range(n))
         self.encoder = obs_encoder(spec)
 
     def forward(self, obs: torch.Tensor, action: torch.Tensor) -> list[torch.Tensor]:
@@ -301,9 +302,9 @@ def frozen(module: nn.Module) -> Iterator[None]:
 
 
 class QNetwork(nn.Module):
-    def __init__(self, spec: dict[str, Any]):
+    def __init__(self, spec: NetworkSpec):
         super().__init__()
-        self.net = mlp(obs_width(spec), list(spec["net_arch"]), spec["activation"], spec["act_dim"])
+        self.net = mlp(obs_width(spec), list(spec.net_arch), spec.activation, spec.act_dim)
         self.encoder = obs_encoder(spec)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
@@ -370,12 +371,12 @@ class RainbowQNetwork(nn.Module):
     mean weights: what the exported graph computes before its argmax. With every switch off the layers
     are DQN's QNetwork's, made in the same order (the same seed gives the same weights)."""
 
-    def __init__(self, spec: dict[str, Any]):
+    def __init__(self, spec: NetworkSpec):
         super().__init__()
-        hidden, activation = list(spec["net_arch"]), spec["activation"]
-        self.n_actions, self.n_atoms = int(spec["act_dim"]), int(spec["n_atoms"])
-        self.distributional, self.dueling = bool(spec["distributional"]), bool(spec["dueling"])
-        noisy, sigma0 = bool(spec["noisy"]), float(spec.get("noisy_sigma0", 0.5))
+        hidden, activation = list(spec.net_arch), spec.activation
+        self.n_actions, self.n_atoms = int(spec.act_dim), int(spec.n_atoms)
+        self.distributional, self.dueling = bool(spec.distributional), bool(spec.dueling)
+        noisy, sigma0 = bool(spec.noisy), float(0.5 if spec.noisy_sigma0 is None else spec.noisy_sigma0)
         self.trunk = mlp(obs_width(spec), hidden[:-1], activation)
         last = hidden[-2] if len(hidden) > 1 else obs_width(spec)
         self.advantage = _Stream(last, hidden[-1], self.n_actions * self.n_atoms, activation, noisy, sigma0)
@@ -383,7 +384,7 @@ class RainbowQNetwork(nn.Module):
             self.value = _Stream(last, hidden[-1], self.n_atoms, activation, noisy, sigma0)
         self.register_buffer(
             "support",
-            torch.linspace(float(spec["v_min"]), float(spec["v_max"]), self.n_atoms),
+            torch.linspace(float(spec.v_min), float(spec.v_max), self.n_atoms),
             persistent=False,
         )
         self._noisy_layers: list[NoisyLinear] | None = None

@@ -6,13 +6,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import torch
 from torch import nn
 
 from rl2edge.train.core.config import PPOConfig
+from rl2edge.train.core.network_spec import NetworkSpec
 from rl2edge.train.core.numpy_policy import RolloutWeights
 from rl2edge.train.core.rollout import Minibatch
 from rl2edge.train.torch_backend.actor_critic_grad import ActorCriticGrad, ForwardPass
@@ -111,7 +111,7 @@ class TorchPPO:
     policy_distribution = True  # Box actions: the Gaussian of the actor's mean and the learned log std
 
     @classmethod
-    def deployable_actor(cls, spec: dict[str, Any], load: Callable[[nn.Module, str], None]) -> nn.Module:
+    def deployable_actor(cls, spec: NetworkSpec, load: Callable[[nn.Module, str], None]) -> nn.Module:
         """What export runs (the actor: logits, or the Gaussian's mean), built from the checkpoint's
         network spec and loaded by `load(module, prefix)` from the whole actor-critic's weights. Box actions:
         the state-independent log std rides along as the actor's buffer `log_std`, which `--noise policy`
@@ -123,7 +123,7 @@ class TorchPPO:
             actor.register_buffer("log_std", net.log_std.detach().clone())
         return actor
 
-    def __init__(self, network: dict[str, Any], cfg: PPOConfig, seed: int, device: str):
+    def __init__(self, network: NetworkSpec, cfg: PPOConfig, seed: int, device: str):
         dev = setup_torch(seed, device)
         self.cfg, self.dev, self.device = cfg, dev, str(dev)
         self.policy = ActorCritic.from_network_spec(network).to(dev)

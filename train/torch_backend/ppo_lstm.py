@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import torch
 from torch import nn
 
+from rl2edge.train.core.network_spec import NetworkSpec
 from rl2edge.train.core.recurrent_config import RecurrentPPOConfig
 from rl2edge.train.core.recurrent_rollout import RecurrentWeights, SequenceMinibatch
 from rl2edge.train.torch_backend.matmul_precision import training_phase
@@ -33,13 +33,13 @@ class TorchRecurrentPPO:
     policy_distribution = False  # --noise policy is not folded for stateful graphs (yet)
 
     @classmethod
-    def deployable_actor(cls, spec: dict[str, Any], load: Callable[[nn.Module, str], None]) -> nn.Module:
+    def deployable_actor(cls, spec: NetworkSpec, load: Callable[[nn.Module, str], None]) -> nn.Module:
         """One step of the actor's LSTM or GRU as gate arithmetic, then its MLP (LSTMCellActor, GRUCellActor)."""
         net = RecurrentActorCritic(spec)
         load(net, "")
         return cell_actor(net).eval()
 
-    def __init__(self, network: dict[str, Any], cfg: RecurrentPPOConfig, seed: int, device: str):
+    def __init__(self, network: NetworkSpec, cfg: RecurrentPPOConfig, seed: int, device: str):
         dev = setup_torch(seed, device)
         self.cfg, self.dev, self.device = cfg, dev, str(dev)
         self.policy = RecurrentActorCritic(network).to(dev)

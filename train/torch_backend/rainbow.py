@@ -9,13 +9,12 @@ and the predicted distribution (the paper's KL up to the target's entropy, which
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 import torch
 from torch import nn
 
 from rl2edge.train.core.dqn_hooks import RainbowHooks
+from rl2edge.train.core.network_spec import NetworkSpec
 from rl2edge.train.core.offpolicy_config import RainbowConfig
 from rl2edge.train.core.replay import ReplayBatch
 from rl2edge.train.torch_backend.dqn import TorchDQN
@@ -32,10 +31,10 @@ class TorchRainbow(RainbowHooks, TorchDQN):
     q_net: RainbowQNetwork
     q_target: RainbowQNetwork
 
-    def __init__(self, network: dict[str, Any], cfg: RainbowConfig, seed: int, device: str):
+    def __init__(self, network: NetworkSpec, cfg: RainbowConfig, seed: int, device: str):
         super().__init__(network, cfg, seed, device)
         self.cfg: RainbowConfig = cfg
-        self.noisy = bool(network["noisy"])
+        self.noisy = bool(network.noisy)
 
     @torch.no_grad()
     def framework_explore(self, obs: np.ndarray) -> np.ndarray:

@@ -12,14 +12,14 @@ explicit state inputs (an LSTM's h and c, a GRU's h) that the graph zeroes where
 from __future__ import annotations
 
 import itertools
-from typing import Any
 
 import numpy as np
 import torch
 from torch import nn
 
 from rl2edge.specs import GRU_CELL, LSTM_CELL, StateTensor, rnn_state_tensors
-from rl2edge.train.core.rnn_cells import rnn_kind, state_parts
+from rl2edge.train.core.network_spec import NetworkSpec
+from rl2edge.train.core.rnn_cells import state_parts
 from rl2edge.train.torch_backend.nets import ActorCritic, run_mlp
 
 State = tuple[torch.Tensor, ...]  # an LSTM's (h, c), a GRU's (h,): each [layers, rows, hidden]
@@ -45,26 +45,26 @@ def run_rnn(
 
 
 class RecurrentActorCritic(nn.Module):
-    def __init__(self, spec: dict[str, Any]):
+    def __init__(self, spec: NetworkSpec):
         super().__init__()
         obs_dim, hidden, layers = (
-            int(spec["obs_dim"]),
-            int(spec["lstm_hidden_size"]),
-            int(spec["n_lstm_layers"]),
+            int(spec.obs_dim),
+            int(spec.lstm_hidden_size),
+            int(spec.n_lstm_layers),
         )
-        self.discrete, self.hidden, self.layers = bool(spec["discrete"]), hidden, layers
-        self.kind = rnn_kind(spec)
-        self.shared = bool(spec["shared_lstm"])
+        self.discrete, self.hidden, self.layers = bool(spec.discrete), hidden, layers
+        self.kind = spec.rnn_kind
+        self.shared = bool(spec.shared_lstm)
         cell = nn.GRU if self.kind == "gru" else nn.LSTM
         self.heads = ActorCritic(
-            hidden, spec["act_dim"], spec["discrete"], list(spec["net_arch"]), spec["activation"],
-            spec.get("log_std_init", 0.0),
+            hidden, spec.act_dim, spec.discrete, list(spec.net_arch), spec.activation,
+            (spec.log_std_init or 0.0),
         )  # fmt: skip
         # sb3-contrib's attribute names, whichever the cell (an sb3-contrib state_dict loads as it is)
         self.lstm_actor = cell(obs_dim, hidden, num_layers=layers)
-        self.lstm_critic = cell(obs_dim, hidden, num_layers=layers) if spec["enable_critic_lstm"] else None
+        self.lstm_critic = cell(obs_dim, hidden, num_layers=layers) if spec.enable_critic_lstm else None
         self.critic_linear = (
-            nn.Linear(obs_dim, hidden) if not spec["enable_critic_lstm"] and not self.shared else None
+            nn.Linear(obs_dim, hidden) if not spec.enable_critic_lstm and not self.shared else None
         )
 
     def zero_state(self, rows: int) -> State:

@@ -13,12 +13,12 @@ import copy
 import math
 from collections.abc import Callable
 from functools import partial
-from typing import Any
 
 import numpy as np
 import torch
 from torch import nn
 
+from rl2edge.train.core.network_spec import NetworkSpec
 from rl2edge.train.core.numpy_actor import SquashedGaussian
 from rl2edge.train.core.offpolicy_config import SACConfig
 from rl2edge.train.torch_backend.nets import Critics, SACActor, frozen, polyak_update
@@ -32,14 +32,14 @@ class TorchSAC(SACWrittenOut, TorchOffPolicyBase):
     policy_distribution = True  # its actor's squashed Gaussian (SACActor.mean_log_std)
 
     @classmethod
-    def deployable_actor(cls, spec: dict[str, Any], load: Callable[[nn.Module, str], None]) -> nn.Module:
+    def deployable_actor(cls, spec: NetworkSpec, load: Callable[[nn.Module, str], None]) -> nn.Module:
         """What export runs (the Gaussian's mean), built from the checkpoint's network spec and loaded by
         `load(module, prefix)` from the weights under "actor."."""
         actor = SACActor(spec)
         load(actor, "actor.")
         return actor
 
-    def __init__(self, network: dict[str, Any], cfg: SACConfig, seed: int, device: str):
+    def __init__(self, network: NetworkSpec, cfg: SACConfig, seed: int, device: str):
         super().__init__(seed, device)
         self.cfg = cfg
         self.actor = SACActor(network).to(self.dev)
@@ -53,19 +53,19 @@ class TorchSAC(SACWrittenOut, TorchOffPolicyBase):
         self.critic_opt = self.adam(list(self.critic.parameters()), lr)
         # The temperature's optimizer owns log-alpha alone (tests check that it moves nothing else).
         self.alpha_opt = self.adam([self.log_alpha], lr) if cfg.learns_ent_coef() else None
-        self.target_entropy = cfg.entropy_target(network["act_dim"])
+        self.target_entropy = cfg.entropy_target(network.act_dim)
         self.gamma, self.tau = cfg.gamma, cfg.tau
         self.n_updates = 0
         a = self.actor
         linears = [m for m in a.latent if isinstance(m, nn.Linear)] + [a.mu, a.log_std]
-        sample = SquashedGaussian(seed, network["log_std_min"], network["log_std_max"])
+        sample = SquashedGaussian(seed, network.log_std_min, network.log_std_max)
         # Image keys: the framework explores and autograd differentiates (a Nature-CNN has neither a numpy
         # copy here nor a written-out backward; its convolutions outweigh the per-op costs these avoid).
         self.written_out = a.encoder is None
         if self.written_out:
-            self.explorer = self.numpy_explorer(network["activation"], linears, sample)
+            self.explorer = self.numpy_explorer(network.activation, linears, sample)
             # The written-out gradient, the default; `autograd` True (tests set it) takes autograd_step.
-            self.init_written_out(network["obs_dim"])
+            self.init_written_out(network.obs_dim)
         self.autograd = not self.written_out
         # Each optimizer's step in the written-out update: the fused kernel, or (train --compile) the
         # graph's own Adam (TorchOffPolicyBase.compile_update)

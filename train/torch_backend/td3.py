@@ -12,12 +12,12 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable
 from functools import partial
-from typing import Any
 
 import numpy as np
 import torch
 from torch import nn
 
+from rl2edge.train.core.network_spec import NetworkSpec
 from rl2edge.train.core.numpy_actor import Tanh
 from rl2edge.train.core.offpolicy_config import TD3Config
 from rl2edge.train.torch_backend.nets import Critics, TD3Actor, frozen, polyak_update
@@ -30,14 +30,14 @@ class TorchTD3(TD3WrittenOut, TorchOffPolicyBase):
     stat_names = ("actor_loss", "critic_loss")
 
     @classmethod
-    def deployable_actor(cls, spec: dict[str, Any], load: Callable[[nn.Module, str], None]) -> nn.Module:
+    def deployable_actor(cls, spec: NetworkSpec, load: Callable[[nn.Module, str], None]) -> nn.Module:
         """What export runs (the tanh actor), built from the checkpoint's network spec and loaded by
         `load(module, prefix)` from the weights under "actor."."""
         actor = TD3Actor(spec)
         load(actor, "actor.")
         return actor
 
-    def __init__(self, network: dict[str, Any], cfg: TD3Config, seed: int, device: str):
+    def __init__(self, network: NetworkSpec, cfg: TD3Config, seed: int, device: str):
         super().__init__(seed, device)
         self.cfg = cfg
         self.actor = TD3Actor(network).to(self.dev)
@@ -60,9 +60,9 @@ class TorchTD3(TD3WrittenOut, TorchOffPolicyBase):
         # Image keys: the framework explores and autograd differentiates (as in TorchSAC).
         self.written_out = self.actor.encoder is None
         if self.written_out:
-            self.explorer = self.numpy_explorer(network["activation"], linears, Tanh())
+            self.explorer = self.numpy_explorer(network.activation, linears, Tanh())
             # The written-out gradient, the default; `autograd` True (tests set it) takes autograd_step.
-            self.init_written_out(network["obs_dim"])
+            self.init_written_out(network.obs_dim)
         self.autograd = not self.written_out
         # Each optimizer's step in the written-out update: the fused kernel, or (train --compile) the
         # graph's own Adam (TorchOffPolicyBase.compile_update)

@@ -17,7 +17,7 @@ import logging
 import pickle
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -25,12 +25,16 @@ from torch import nn
 
 from rl2edge.errors import ConfigError, ExportError
 from rl2edge.export.deployable import DeployablePolicy
-from rl2edge.export.source import ExportSource, TorchSource
+from rl2edge.export.source import ExportSource
+from rl2edge.export.torch_graph import TorchSource
 from rl2edge.fileio import sha256_file
 from rl2edge.specs import ObservationSpec
 from rl2edge.train.core.envs import check_env_id, make_env
 from rl2edge.train.core.normalization import RunningNormalizer
 from rl2edge.train.core.spaces import action_spec, observation_spec
+
+if TYPE_CHECKING:
+    from rl2edge.export.sources import SourceOptions
 
 _logger = logging.getLogger(__name__)
 
@@ -276,6 +280,11 @@ def _same_spaces(model: Any, env: Any) -> bool:
             and all(mo[k].shape == eo[k].shape or _transposed(mo[k].shape, eo[k].shape) for k in mo.spaces)
         )
     return bool(eo.shape == mo.shape)
+
+
+def from_path(path: Path, options: SourceOptions) -> ExportSource:
+    """export.sources' entry point."""
+    return source_from_sb3(path, options.env, options.vecnormalize)
 
 
 def source_from_sb3(path: Path, env_id: str | None, vecnormalize: Path | None) -> ExportSource:

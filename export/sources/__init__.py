@@ -1,0 +1,79 @@
+"""The export sources, and the one place a path's source is chosen.
+
+Each source is a module here with `from_path(path, options) -> ExportSource` (export.source's contract). To add
+one, write its module and add its row to `SOURCES`: a test that the path is of its kind, and the options it
+takes. The first row whose `matches` holds takes the path; the rl2edge run directory comes last and takes
+the rest (its loader says what is wrong with a path that is no checkpoint).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from rl2edge.errors import ConfigError
+from rl2edge.export.source import ExportSource
+
+
+@dataclass(frozen=True)
+class SourceOptions:
+    """What the command line may say about a source that its file does not."""
+
+    env: str | None = None
+    """--env: the Gymnasium env id the policy acts in (for the closed-loop checks)."""
+    vecnormalize: Path | None = None
+    """--vecnormalize: SB3's VecNormalize statistics (.pkl)."""
+
+
+@dataclass(frozen=True)
+class SourceKind:
+    name: str
+    """As the manifest's `source.kind` says it."""
+    what: str
+    """What such a path is, as messages say it."""
+    matches: Callable[[Path], bool]
+    module: str
+    """The module with `from_path(path, options)`: imported only for its own paths."""
+    options: tuple[str, ...] = ()
+    """The SourceOptions fields it takes; giving it another is an error."""
+
+
+SOURCES: tuple[SourceKind, ...] = (
+    SourceKind(
+        "stable-baselines3",
+        "a Stable-Baselines3 model (.zip)",
+        lambda p: p.suffix == ".zip",
+        "rl2edge.export.sources.sb3",
+        ("env", "vecnormalize"),
+    ),
+    SourceKind(
+        "rl2edge-checkpoint",
+        "a run directory written by `rl2edge train`",
+        lambda p: True,
+        "rl2edge.export.sources.checkpoint",
+    ),
+)
+
+
+def kind_of(path: Path) -> SourceKind:
+    return next(k for k in SOURCES if k.matches(path))
+
+
+def open_source(path: Path, options: SourceOptions | None = None) -> ExportSource:
+    """The export source of `path`, by its kind; an option its kind does not take is a ConfigError."""
+    options = options or SourceOptions()
+    kind = kind_of(Path(path))
+    given = [f.name for f in dataclasses.fields(options) if getattr(options, f.name) is not None]
+    extra = [name for name in given if name not in kind.options]
+    if extra:
+        flags = " and ".join(f"--{name}" for name in extra)
+        takers = [k.what for k in SOURCES if set(extra) <= set(k.options)]
+        raise ConfigError(
+            f"{flags}: {path} is {kind.what}, which does not take {'it' if len(extra) == 1 else 'them'}"
+            + (f" ({flags} {'is' if len(extra) == 1 else 'are'} for {' or '.join(takers)})" if takers else "")
+        )
+    source: ExportSource = importlib.import_module(kind.module).from_path(Path(path), options)
+    return source

@@ -49,7 +49,12 @@ EXTRA: list[tuple[str, str, dict[str, Any], list[str]]] = [
     ("td3", "Pendulum-v1", {}, ["--noise", "ou:theta=0.15,sigma=0.2"]),
     ("ppo", "CartPole-v1", {"frame_stack": 4}, []),
     ("ppo_lstm", "CartPoleNoVel-v1", {"rnn_type": "gru"}, []),
-    ("ppo_lstm", "testkit.dict_envs:DictPendulum", {}, ["--max-action-rate", "1", "--period-ms", "50"]),
+    (
+        "ppo_lstm",
+        "testkit.dict_envs:DictPendulum",
+        {"n_envs": 2},
+        ["--max-action-rate", "1", "--period-ms", "50"],
+    ),
     ("a2c", "Pendulum-v1", {}, ["--max-action-rate", "2", "--period-ms", "20"]),
 ]
 
@@ -93,14 +98,21 @@ def _train(exe: str, work: Path, algo: str, fw: str, env: str, cfg: Path, tag: s
     run = work / f"{algo}-{fw}-{tag}"
     cmd = [exe, "train", "--algo", algo, "--framework", fw, "--env", env, "--steps", str(STEPS)]
     cmd += ["--config", str(cfg), "--out", str(run), "--no-progress"]
-    subprocess.run(cmd, check=True, capture_output=True)
+    _run(cmd)
     return run
+
+
+def _run(cmd: list[str]) -> None:
+    """A command of the fingerprint; one that fails stops it with the command's own message."""
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise SystemExit(f"{' '.join(cmd)}\nexited {proc.returncode}: {proc.stderr[-2000:]}")
 
 
 def _export(exe: str, source: Path, art: Path, options: list[str]) -> None:
     cmd = [exe, "export", str(source), "--quantize", "fp32", "--out", str(art), "--calib-episodes", "2"]
     cmd += ["--eval-episodes", "2", "--no-progress", *options]
-    subprocess.run(cmd, check=True, capture_output=True)
+    _run(cmd)
 
 
 def _sb3(work: Path) -> dict[str, Any]:

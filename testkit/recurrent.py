@@ -14,7 +14,7 @@ from rl2edge.specs import ActionTransform
 from rl2edge.train.algos import build_config
 from rl2edge.train.core.network_spec import NetworkSpec
 from rl2edge.train.core.normalization import RunningNormalizer
-from rl2edge.train.core.recurrent_driver import recurrent_network
+from rl2edge.train.core.onpolicy_driver import onpolicy_network
 from rl2edge.train.core.recurrent_rollout import RecurrentCollector, SequenceBuffer
 from rl2edge.train.core.rollout_collector import Segment
 from rl2edge.train.core.spaces import action_spec
@@ -33,7 +33,7 @@ def recurrent_setup(
     act = action_spec(env.action_space)
     obs_dim = int(np.prod(env.observation_space.shape))
     env.close()
-    return cfg, recurrent_network(cfg, "recurrent_actor_critic", obs_dim, act.output_width, act.discrete)
+    return cfg, onpolicy_network(cfg, "recurrent_actor_critic", obs_dim, act.output_width, act.discrete)
 
 
 def recurrent_rollouts(

@@ -288,10 +288,12 @@ def test_only_uint8_frames_are_scaled_and_left_raw() -> None:
     pendulum, _ = _spec_and_obs("hwc3")
     mask = image_mask(pendulum)
     assert mask is not None and mask[: 36 * 36 * 3].all() and not mask[36 * 36 * 3 :].any()
-    assert encoder_spec(pendulum)["keys"][0]["scale"] == pytest.approx(1 / 255)
+    pendulum_encoder = encoder_spec(pendulum)
+    assert pendulum_encoder is not None and pendulum_encoder.keys[0].scale == pytest.approx(1 / 255)
     depth = observation_spec(CHW_SPACE)
     assert image_mask(depth) is None
-    assert encoder_spec(depth)["keys"][1] | {"size": 0} == {
+    depth_encoder = encoder_spec(depth)
+    assert depth_encoder is not None and depth_encoder.keys[1].to_json() | {"size": 0} == {
         "name": "depth", "size": 0, "image": True, "shape": [2, 40, 44], "channels_last": False, "scale": 1.0
     }  # fmt: skip
 

@@ -99,4 +99,4 @@ def test_tf_refuses_an_explorer_made_after_its_graphs() -> None:
 
     agent = small_offpolicy_agent("tf", "sac")
     with pytest.raises(RuntimeError, match="after compile"):
-        agent.numpy_explorer(small_offpolicy_spec("sac")["activation"], agent.actor_vars, Tanh())
+        agent.numpy_explorer(small_offpolicy_spec("sac").activation, agent.actor_vars, Tanh())

@@ -68,10 +68,10 @@ def test_the_update_replays_the_states_the_rollout_acted_with(env_id: str, overr
         "the second rollout starts from carried, non-zero states"
     )
     rng = np.random.default_rng(0)
-    mbs = list(buffer.sequence_minibatches(buffer.n_steps * 2, rng, False))
+    mbs = list(buffer.minibatches(buffer.n_steps * 2, rng, False))
     assert len(mbs) == 4 and mbs[0].obs.shape[:2] == (buffer.n_steps, 2)
     # chunks of 16 steps of one env, each from the state recorded at its first step
-    chunks = list(buffer.sequence_minibatches(16, rng, False))
+    chunks = list(buffer.minibatches(16, rng, False))
     assert len(chunks) == 8 * buffer.n_steps // 16 and chunks[0].obs.shape[:2] == (16, 1)
     for mb in mbs + chunks:
         with torch.no_grad():
@@ -83,7 +83,7 @@ def test_the_update_replays_the_states_the_rollout_acted_with(env_id: str, overr
 def test_without_the_masks_the_replay_would_not_match() -> None:
     """The check above can fail: replayed with the episode starts ignored, the log-probs differ."""
     agent, buffer, _ = _agent_and_rollout(NOVEL)
-    mb = next(buffer.sequence_minibatches(buffer.n_steps * 2, np.random.default_rng(0), False))
+    mb = next(buffer.minibatches(buffer.n_steps * 2, np.random.default_rng(0), False))
     assert mb.starts[1:].any()
     from dataclasses import replace
 

@@ -48,7 +48,7 @@ def _pair_and_minibatches(
     tf_agent.policy.copy_from_torch(torch_agent.policy.state_dict())
     buffer, _ = recurrent_rollouts(env_id, cfg, network, torch_agent.rollout_weights())
     size = batch or (2 * n_steps if algo == "ppo_lstm" else 4 * n_steps)
-    mbs = list(buffer.sequence_minibatches(size, np.random.default_rng(0), cfg.normalize_advantage))
+    mbs = list(buffer.minibatches(size, np.random.default_rng(0), cfg.normalize_advantage))
     return torch_agent, tf_agent, mbs
 
 

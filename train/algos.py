@@ -62,6 +62,9 @@ class Algo:
     """The preset file (YAML keyed by env id, Zoo style); None: train/presets/<name>.yml."""
     image_keys: bool = False
     """Its networks take a Dict observation's image keys (a Nature-CNN each, train.core.encoder_spec)."""
+    recurrent: bool = False
+    """Its policy carries a state per env (a recurrent cell, the config's `network_fields`): its rollouts
+    stay in the learner's process, where each env's state is (no --rollout-workers)."""
 
     @property
     def label(self) -> str:
@@ -201,7 +204,7 @@ ALGOS: dict[str, Algo] = {
         Algo(  # PPO with an LSTM (sb3-contrib's RecurrentPPO): the artifact carries h and c as state
             "ppo_lstm",
             "rl2edge.train.core.recurrent_config:RecurrentPPOConfig",
-            "rl2edge.train.core.recurrent_driver:train_recurrent",
+            _ON_DRIVER,
             {
                 "torch": "rl2edge.train.torch_backend.ppo_lstm:TorchRecurrentPPO",
                 "tf": "rl2edge.train.tf_backend.ppo_lstm:TFRecurrentPPO",
@@ -210,11 +213,12 @@ ALGOS: dict[str, Algo] = {
             "clip_unscale",
             network="recurrent_actor_critic",
             on_policy=True,
+            recurrent=True,
         ),
         Algo(  # ppo_lstm's network, rollout and export; A2C's update: one step per rollout, RMSprop
             "a2c_lstm",
             "rl2edge.train.core.recurrent_config:RecurrentA2CConfig",
-            "rl2edge.train.core.recurrent_driver:train_recurrent",
+            _ON_DRIVER,
             {
                 "torch": "rl2edge.train.torch_backend.a2c_lstm:TorchRecurrentA2C",
                 "tf": "rl2edge.train.tf_backend.a2c_lstm:TFRecurrentA2C",
@@ -223,6 +227,7 @@ ALGOS: dict[str, Algo] = {
             "clip_unscale",
             network="recurrent_actor_critic",
             on_policy=True,
+            recurrent=True,
         ),
     )
 }
@@ -322,14 +327,13 @@ def check_matmul_precision(precision: str, framework: str) -> None:
 
 def check_rollout_workers(cfg: RunConfig, workers: int) -> None:
     """--rollout-workers suits this run: an on-policy algorithm, and no more workers than envs."""
+    spread = _either(a.name for a in ALGOS.values() if a.on_policy and not a.recurrent)
     if not get(cfg.algo).on_policy:
-        on_policy = [a.name for a in ALGOS.values() if a.on_policy]
-        raise ConfigError(f"--rollout-workers spreads on-policy rollouts: {_either(on_policy)} only")
-    if get(cfg.algo).driver != _ON_DRIVER:
+        raise ConfigError(f"--rollout-workers spreads on-policy rollouts: {spread} only")
+    if get(cfg.algo).recurrent:
         raise ConfigError(
             f"--rollout-workers: {cfg.algo} collects its rollouts in one process (each env's recurrent state "
-            "stays with the learner); use it with "
-            + _either(a.name for a in ALGOS.values() if a.driver == _ON_DRIVER)
+            f"stays with the learner); use it with {spread}"
         )
     if workers > cfg.n_envs:
         raise ConfigError(

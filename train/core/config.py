@@ -121,6 +121,10 @@ class OnPolicyConfig(RunConfig):
     """Checkpoint the policy (and its normalization statistics) of the best periodic evaluation rather than
     the last update's; both evaluations are in summary.json. PPO can peak and then degrade late in a run."""
 
+    def network_fields(self) -> dict[str, Any]:
+        """The checkpoint network's fields beyond the MLP's (a recurrent cell's: train.core.recurrent_config)."""
+        return {}
+
     def validate(self) -> None:
         if self.norm_obs_update not in ("step", "rollout"):
             raise ConfigError(f"norm_obs_update must be 'step' or 'rollout', got {self.norm_obs_update!r}")

@@ -43,7 +43,7 @@ class NumpyActorCritic:
 
     def __init__(self, network: NetworkSpec):
         if network.activation not in ("tanh", "relu"):
-            raise ValueError(f"no numpy form of activation {network['activation']!r}")
+            raise ValueError(f"no numpy form of activation {network.activation!r}")
         self.discrete = bool(network.discrete)
         self._tanh = network.activation == "tanh"
         self._w: RolloutWeights | None = None

@@ -1,6 +1,7 @@
-"""PPO's (and A2C's) framework-neutral driver, top to bottom in execution order: seeding, envs, rollout with
-recorded log-probs and values, GAE and minibatches (train.core.rollout), the update loop over epochs,
-periodic deterministic evaluation, metrics, checkpoint. A backend (torch or tf) supplies only the
+"""The on-policy driver of PPO and A2C, and of their recurrent forms, framework-neutral, top to bottom in
+execution order: seeding, envs, rollout with recorded log-probs and values, GAE and minibatches
+(train.core.rollout; a recurrent policy's sequences, train.core.recurrent_rollout), the update loop over
+epochs, periodic deterministic evaluation, metrics, checkpoint. A backend (torch or tf) supplies only the
 network, the loss and the optimizer step, as a `OnPolicyAgent`.
 """
 
@@ -13,14 +14,15 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from rl2edge.errors import ConfigError
 from rl2edge.specs import ActionSpec
 from rl2edge.train.core.config import OnPolicyConfig
 from rl2edge.train.core.encoder_spec import encoder_spec
 from rl2edge.train.core.evaluation import EvalResult
-from rl2edge.train.core.network_spec import NetworkSpec
+from rl2edge.train.core.network_spec import EncoderSpec, NetworkSpec
 from rl2edge.train.core.normalization import RewardScaler, RunningNormalizer
 from rl2edge.train.core.numpy_policy import RolloutWeights
-from rl2edge.train.core.rollout import Minibatch, RolloutBuffer, check_minibatch
+from rl2edge.train.core.rollout import Minibatch, RolloutBuffer
 from rl2edge.train.core.rollout_collector import RolloutCollector, Segment
 from rl2edge.train.core.run import TrainingRun, TrainResult
 
@@ -62,6 +64,31 @@ PoolFactory = Callable[[str, OnPolicyConfig, int, dict[str, Any], ActionSpec], "
 """(env_id, cfg, seed, network, act_spec) -> the pool the rollouts come from."""
 
 
+def onpolicy_network(
+    cfg: OnPolicyConfig,
+    network_type: str,
+    obs_dim: int,
+    act_dim: int,
+    discrete: bool,
+    encoder: EncoderSpec | None = None,
+) -> NetworkSpec:
+    """The checkpoint's network of an actor-critic: the MLP's fields, the config's own (a recurrent cell's),
+    the encoder of image keys (train.core.encoder_spec), and the frame stack (Ray rollout workers make
+    their envs from it)."""
+    return NetworkSpec(
+        type=network_type,
+        obs_dim=obs_dim,
+        act_dim=act_dim,
+        discrete=discrete,
+        net_arch=tuple(cfg.net_arch),
+        activation=cfg.activation,
+        log_std_init=cfg.log_std_init,
+        **cfg.network_fields(),
+        encoder=encoder,
+        frame_stack=int(cfg.frame_stack),
+    )
+
+
 def train_onpolicy(
     env_id: str,
     cfg: OnPolicyConfig,
@@ -79,26 +106,33 @@ def train_onpolicy(
     `network_type`: the checkpoint's network type (the algorithm's row, train.algos). `make_pool`, when
     given, makes the pool the rollouts come from instead of the learner's own envs (train.algos hands in
     the Ray actors of --rollout-workers, train.distributed); the learner broadcasts the weights and
-    statistics before each rollout and gathers the data in env order."""
+    statistics before each rollout and gathers the data in env order.
+
+    A recurrent network (the config's `network_fields` give its cell) brings its own rollout parts
+    (train.core.recurrent_rollout): a collector that carries each env's state, a buffer of whole env
+    sequences replayed from the state they began with, and an evaluator that resets the state per episode;
+    the loop is this one."""
     # SEEDING: once, here. Env seeds are given at the first reset; the agent factory seeds its framework
     # before it initializes anything; numpy's generator drives the minibatch order.
     rng = np.random.default_rng(seed)
     run = TrainingRun(env_id, cfg, seed, run_dir, on_evaluation)
     envs, obs_spec, act_spec, norm, to_env = run.envs, run.obs_spec, run.act_spec, run.norm, run.to_env
     discrete, obs_shape = run.discrete, run.obs_shape
-    network = NetworkSpec(
-        type=network_type,
-        obs_dim=obs_spec.size,
-        act_dim=act_spec.output_width,
-        discrete=discrete,
-        net_arch=tuple(cfg.net_arch),
-        activation=cfg.activation,
-        log_std_init=cfg.log_std_init,
-        encoder=encoder_spec(obs_spec),  # image keys: a Nature-CNN each (train.core.encoder_spec)
-        frame_stack=int(cfg.frame_stack),  # Ray rollout workers make their envs from it
+    network = onpolicy_network(
+        cfg, network_type, obs_spec.size, act_spec.output_width, discrete, encoder_spec(obs_spec)
     )
+    collector_class, buffer_class = RolloutCollector, RolloutBuffer
+    if network.recurrent:
+        from rl2edge.train.core.recurrent_rollout import RecurrentCollector, SequenceBuffer, StatefulEvaluator
+
+        if network.encoder is not None or make_pool is not None:  # train.algos refuses both first
+            raise ConfigError(
+                f"{cfg.algo}: recurrent policies take vector observations, rollouts in one process"
+            )
+        collector_class, buffer_class = RecurrentCollector, SequenceBuffer
+        run.act_fn = lambda agent_, norm_: StatefulEvaluator(agent_, norm_, to_env, obs_spec.flatten, network)
     agent = make_agent(network, cfg, seed, device)
-    buffer = RolloutBuffer(cfg.n_steps, cfg.n_envs, obs_shape, discrete, act_spec.output_width)
+    buffer = buffer_class(cfg.n_steps, cfg.n_envs, obs_shape, discrete, act_spec.output_width)
 
     batch_steps = cfg.n_envs * cfg.n_steps
     minibatch = cfg.batch_size or batch_steps  # A2C: the whole rollout, one gradient step
@@ -110,21 +144,10 @@ def train_onpolicy(
         pool: RolloutPool = make_pool(env_id, cfg, seed, network, act_spec)
         run.envs.close()  # the learner steps no env itself
     else:
-        pool = LocalRolloutPool(
-            RolloutCollector(
-                env_id,
-                0,
-                cfg.n_envs,
-                seed,
-                cfg.gamma,
-                network,
-                norm,
-                live_norm,
-                to_env,
-                cfg.n_envs,
-                envs=envs,
-            )
+        collector = collector_class(
+            env_id, 0, cfg.n_envs, seed, cfg.gamma, network, norm, live_norm, to_env, cfg.n_envs, envs=envs
         )
+        pool = LocalRolloutPool(collector)
     norm.update(pool.initial_obs())
     recent_returns = run.recent_returns
     global_step = 0
@@ -136,20 +159,22 @@ def train_onpolicy(
             lr = cfg.learning_rate(progress_remaining)
             agent.set_learning_rate(lr)
 
-            # ROLLOUT: act, and record log-probs and values now so the update needs no second forward pass.
+            # ROLLOUT: act, and record log-probs and values now so the update needs no second forward pass
+            # (a recurrent policy: each env's state carried, its episode starts and states recorded too).
             seg = pool.collect(cfg.n_steps, agent, norm)
             assemble(seg, buffer, scale, None if live_norm else norm)
             recent_returns.extend(ret for _, _, ret in seg.episodes)
             global_step += batch_steps
             buffer.finish(seg.last_values, cfg.gamma, cfg.gae_lambda)
 
-            # UPDATE: n_epochs over shuffled minibatches; the backend does the gradient steps. Without a
-            # target KL all epochs go to the backend at once (TF runs them in one compiled call).
+            # UPDATE: n_epochs over shuffled minibatches (a recurrent policy's: whole env sequences, or
+            # chunks of one); the backend does the gradient steps. Without a target KL all epochs go to the
+            # backend at once (TF runs them in one compiled call).
             epochs = [
                 list(buffer.minibatches(minibatch, rng, cfg.normalize_advantage)) for _ in range(cfg.n_epochs)
             ]
             if update == 0:
-                check_minibatch(epochs[0][0], obs_shape, discrete, act_spec.output_width)
+                buffer.check_minibatch(epochs[0][0])
             if cfg.target_kl is None:
                 stats_arr = agent.train_minibatches([mb for epoch in epochs for mb in epoch], clip)
             else:
@@ -181,8 +206,10 @@ def assemble(
     seg: Segment, buffer: RolloutBuffer, scale: RewardScaler | None, norm: RunningNormalizer | None
 ) -> None:
     """The learner's side of a collected rollout, in step order over all envs: reward scaling, the
-    truncation bootstrap (added after scaling, as SB3 does), the buffer, and (`norm`, when statistics move
-    per rollout) the normalization statistics, updated with each step's observations in turn."""
+    truncation bootstrap (added after scaling, as SB3 does), the buffer (a sequence buffer also takes the
+    episode starts and states), and (`norm`, when statistics move per rollout) the normalization
+    statistics, updated with each step's observations in turn."""
+    buffer.begin_segment(seg)
     for t in range(seg.rewards.shape[0]):
         reward = seg.rewards[t].astype(np.float32) if scale is None else scale(seg.rewards[t], seg.dones[t])
         boot = seg.boot_mask[t]

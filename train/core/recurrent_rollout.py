@@ -11,13 +11,15 @@ the rollout began with, masked at the same places, so each step sees the state i
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from rl2edge.errors import ConfigError
 from rl2edge.train.core.network_spec import NetworkSpec
+from rl2edge.train.core.normalization import RunningNormalizer
 from rl2edge.train.core.numpy_policy import LOG_2PI, Layers
 from rl2edge.train.core.rnn_cells import RNNLayer, RNNState, rnn_step, zero_state
 from rl2edge.train.core.rollout import RolloutBuffer
@@ -56,7 +58,7 @@ class NumpyRecurrentActorCritic:
 
     def __init__(self, network: NetworkSpec):
         if network.activation not in ("tanh", "relu"):
-            raise ValueError(f"no numpy form of activation {network['activation']!r}")
+            raise ValueError(f"no numpy form of activation {network.activation!r}")
         self.discrete = bool(network.discrete)
         self._tanh = network.activation == "tanh"
         self.shared = bool(network.shared_lstm)
@@ -163,6 +165,36 @@ class NumpyRecurrentActorCritic:
         return copy(self.actor_state), copy(self.critic_state if self._w and self._w.critic_lstm else None)
 
 
+class StatefulEvaluator:
+    """The deterministic policy for evaluate(): raw observation -> env action with the actor's LSTM state
+    carried, `reset()` at each episode's start (evaluate calls it)."""
+
+    def __init__(
+        self,
+        agent: Any,
+        norm: RunningNormalizer,
+        to_env: Callable[[Any], Any],
+        flatten: Callable[[Any], np.ndarray],
+        network: NetworkSpec,
+    ):
+        self.policy = NumpyRecurrentActorCritic(network)
+        self.policy.load(agent.rollout_weights())
+        self.norm, self.to_env, self.flatten = norm, to_env, flatten
+        self._start = np.ones(1, bool)
+
+    def reset(self) -> None:
+        self.policy.reset(1)
+        self._start = np.ones(1, bool)
+
+    def __call__(self, raw_obs: Any) -> Any:
+        if self.policy.actor_state is None:
+            self.reset()
+        x = self.norm.normalize(self.flatten(raw_obs)[None]).astype(np.float32)
+        out = self.policy.deterministic(x, self._start)
+        self._start = np.zeros(1, bool)
+        return self.to_env(out[0])
+
+
 class RecurrentCollector(RolloutCollector):
     """RolloutCollector with each env's RNN state carried from step to step and rollout to rollout, reset
     (masked) at episode starts. One process: the rows are the envs, with no Ray split."""
@@ -203,13 +235,26 @@ class SequenceBuffer(RolloutBuffer):
     critic_states: RNNState | None
     """The critic's, as the actor's; None without a critic RNN."""
 
+    def begin_segment(self, seg: Any) -> None:
+        """The rollout's episode starts and the states each step was acted on from."""
+        self.set_sequences(seg.starts, seg.init_state)
+
+    def check_minibatch(self, mb: Any) -> None:
+        """Whole sequences: [T, E, ...] arrays, float32 observations of the buffer's shape."""
+        t, e = mb.advantages.shape
+        if mb.obs.dtype != np.float32 or mb.obs.shape != (t, e, *self.obs_shape):
+            raise ConfigError(
+                f"sequence obs must be float32 [{t}, {e}, {', '.join(map(str, self.obs_shape))}], got "
+                f"{mb.obs.dtype} {list(mb.obs.shape)}"
+            )
+
     def set_sequences(self, starts: np.ndarray, trace: list[tuple[RNNState, RNNState | None]]) -> None:
         self.starts = starts.astype(np.float32)
         stack = lambda i: tuple(np.stack(parts) for parts in zip(*(step[i] for step in trace), strict=True))  # noqa: E731
         self.actor_states = stack(0)
         self.critic_states = stack(1) if trace[0][1] is not None else None
 
-    def sequence_minibatches(
+    def minibatches(  # type: ignore[override]
         self, batch_size: int, rng: np.random.Generator, normalize_advantage: bool
     ) -> Iterator[SequenceMinibatch]:
         """RecurrentPPOConfig checks that batch_size divides n_steps, or is n_steps times a divisor of n_envs."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -83,6 +84,7 @@ class RolloutBuffer:
 
     def __init__(self, n_steps: int, n_envs: int, obs_shape: tuple[int, ...], discrete: bool, act_dim: int):
         self.n_steps, self.n_envs = n_steps, n_envs
+        self.obs_shape, self.discrete, self.act_dim = obs_shape, discrete, act_dim
         self.obs = np.zeros((n_steps, n_envs, *obs_shape), np.float32)
         self.actions = (
             np.zeros((n_steps, n_envs), np.int64)
@@ -96,6 +98,14 @@ class RolloutBuffer:
         self.advantages = np.zeros((n_steps, n_envs), np.float32)
         self.returns = np.zeros((n_steps, n_envs), np.float32)
         self.pos = 0
+
+    def begin_segment(self, seg: Any) -> None:
+        """A collected rollout (train.core.rollout_collector.Segment) is about to be added step by step: what
+        a buffer keeps of it beyond the steps (a sequence buffer: the episode starts and the states)."""
+
+    def check_minibatch(self, mb: Minibatch) -> None:
+        """The backend boundary's tensor contract, checked on the first update's first minibatch."""
+        check_minibatch(mb, self.obs_shape, self.discrete, self.act_dim)
 
     def add(self, obs, actions, logprobs, values, rewards, dones) -> None:
         t = self.pos

@@ -1,5 +1,5 @@
 """Recurrent PPO's torch side: the LSTM actor-critic (train.torch_backend.recurrent_nets), PPO's clipped
-loss over whole env sequences, the optimizer step. The driver is train.core.recurrent_driver."""
+loss over whole env sequences, the optimizer step. The driver is train.core.onpolicy_driver."""
 
 from __future__ import annotations
 

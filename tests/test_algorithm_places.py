@@ -34,33 +34,62 @@ def _module_file(dotted: str) -> str:
     return "/".join(parts) + ".py"
 
 
+def owner(stem: str) -> str | None:
+    """The algorithm a module under train/ is named for: the longest algorithm name its file name is or
+    starts with (`sac_written_out` -> sac, `ppo_lstm` -> ppo_lstm, not ppo), or None."""
+    names = [n for n in ALGOS if stem == n or stem.startswith(f"{n}_")]
+    return max(names, key=len) if names else None
+
+
+def builds_on(name: str) -> set[str]:
+    """`name` and every algorithm it builds on, through the rows' `builds_on` (a2c_lstm: ppo_lstm, ppo, a2c)."""
+    return {name}.union(*(builds_on(base) for base in ALGOS[name].builds_on))
+
+
 def own_places(name: str) -> set[str]:
-    """The files allowed to name `name`: its config's and agents' modules, the modules mixed into its
-    agents (named for an algorithm: sac_written_out.py, dqn_hooks.py), the table and the nets."""
-    row = ALGOS[name]
-    places = {_module_file(row.config), *(_module_file(a) for a in row.agents.values())} | TABLE_AND_NETS
-    for other in ALGOS.values():  # an algorithm built on this one (ppo_lstm on ppo) names it in its places
-        if other.name.startswith(f"{name}_"):
+    """The files allowed to name `name`: its config's and agents' modules, the modules under train/ named
+    for it (mixed into its agents: sac_written_out.py, dqn_hooks.py), the table and the nets; and the
+    places of every algorithm that builds on it (its row's `builds_on`: A2C's agent names PPO's)."""
+    places = set(TABLE_AND_NETS)
+    for other in ALGOS.values():
+        if name in builds_on(other.name):
             places |= {_module_file(other.config), *(_module_file(a) for a in other.agents.values())}
-    for f in (ROOT / "train").rglob("*.py"):
-        stem = f.stem.split("_")[0]
-        if stem in ALGOS:
-            places.add(str(f.relative_to(ROOT)))
+            places |= {
+                str(f.relative_to(ROOT))
+                for f in (ROOT / "train").rglob("*.py")
+                if owner(f.stem) == other.name
+            }
     return places
 
 
-def words(text: str) -> set[str]:
-    """The lower-case words of an identifier or string: SACConfig -> sac, config; td3_mlp -> td3, mlp."""
-    out = set()
+def tokens(text: str) -> list[str]:
+    """The lower-case words of an identifier or string, in order: SACConfig -> sac, config; td3_mlp -> td3,
+    mlp; ppo_lstm -> ppo, lstm."""
+    out = []
     for token in re.split(r"[^A-Za-z0-9]+", text):
         for w in re.findall(r"[A-Z0-9]+(?=[A-Z][a-z]|\b|$)|[A-Z]?[a-z0-9]+|[A-Z0-9]+", token):
-            out.add(w.lower())
+            out.append(w.lower())
     return out
 
 
-def named(path: Path) -> Iterator[tuple[int, str]]:
-    """(line, text) of every identifier and string constant in `path`, docstrings excluded."""
-    tree = ast.parse(path.read_text())
+def words(text: str) -> set[str]:
+    return set(tokens(text))
+
+
+def mentions(text: str, name: str) -> bool:
+    """Whether `text` names the algorithm `name`: its words in a row (ppo_lstm: ppo, then lstm), and not
+    the start of a longer algorithm's name (ppo in ppo_lstm names ppo_lstm, not ppo)."""
+    words_, parts = tokens(text), name.split("_")
+    longer = [n.split("_") for n in ALGOS if n.startswith(f"{name}_")]
+    for i in range(len(words_) - len(parts) + 1):
+        if words_[i : i + len(parts)] == parts and not any(words_[i : i + len(p)] == p for p in longer):
+            return True
+    return False
+
+
+def named(source: str) -> Iterator[tuple[int, str]]:
+    """(line, text) of every identifier and string constant in `source`, docstrings excluded."""
+    tree = ast.parse(source)
     docstrings = {
         id(body[0].value)
         for node in ast.walk(tree)
@@ -102,23 +131,57 @@ def test_words_split_identifiers_as_a_reader_would() -> None:
     assert "td3" in words("TorchTD3") and "td3" in words("td3_mlp")
     assert "dqn" in words("epsilon greedy for DQN's agent")
     assert "ppo" not in words("apportion") and "sac" not in words("transact")
+    assert mentions("ppo_lstm", "ppo_lstm") and mentions('algo = "a2c_lstm"', "a2c_lstm")
+    assert not mentions("ppo_lstm", "ppo") and mentions("ppo or ppo_lstm", "ppo")
+    assert not mentions("PPOLstm", "a2c_lstm") and not mentions("lstm_ppo", "ppo_lstm")
+    assert owner("ppo_lstm") == "ppo_lstm" and owner("sac_written_out") == "sac" and owner("nets") is None
+
+
+def production_files() -> list[tuple[str, str]]:
+    return [
+        (str(f.relative_to(ROOT)), f.read_text())
+        for pkg in PRODUCTION
+        for f in sorted((ROOT / pkg).rglob("*.py"))
+    ]
+
+
+def misplaced(name: str, files: list[tuple[str, str]]) -> list[str]:
+    """Where `files` ((path, source) pairs) name `name` outside its own places."""
+    allowed = own_places(name)
+    found = []
+    for rel, source in files:
+        if rel in allowed or name in SB3_IMPORT.get(rel, ()):
+            continue
+        found += [
+            f"{rel}:{line}: {text[:60]!r}"
+            for line, text in named(source)
+            if mentions(text, name) and not text.startswith(FORMAT_STRINGS)
+        ]
+    return found
 
 
 @pytest.mark.parametrize("name", sorted(ALGOS))
 def test_an_algorithm_is_named_only_in_its_own_places(name: str) -> None:
-    allowed = own_places(name)
-    found = []
-    for pkg in PRODUCTION:
-        for f in sorted((ROOT / pkg).rglob("*.py")):
-            rel = str(f.relative_to(ROOT))
-            if rel in allowed or name in SB3_IMPORT.get(rel, ()):
-                continue
-            found += [
-                f"{rel}:{line}: {text[:60]!r}"
-                for line, text in named(f)
-                if name in words(text) and not text.startswith(FORMAT_STRINGS)
-            ]
+    found = misplaced(name, production_files())
     assert found == [], f"{name} is named outside its row, config, agents and preset:\n" + "\n".join(found)
+
+
+@pytest.mark.parametrize(
+    ("name", "planted_in"),
+    [
+        ("ppo_lstm", "train/torch_backend/sac.py"),  # another algorithm's agent
+        ("ppo_lstm", "train/torch_backend/ppo.py"),  # the algorithm it builds on
+        ("rainbow", "train/core/dqn_hooks.py"),  # a module named for the algorithm it builds on
+        ("a2c_lstm", "train/core/onpolicy_driver.py"),  # the driver
+        ("sac", "train/torch_backend/td3_written_out.py"),  # a module named for another algorithm
+    ],
+)
+def test_a_planted_mention_is_found(name: str, planted_in: str) -> None:
+    """The check has no hole: one line naming `name` in a module that is not its place is a finding."""
+    files = production_files()
+    assert misplaced(name, files) == []
+    planted = [(rel, src + f"\nPLANTED = {name!r}\n" if rel == planted_in else src) for rel, src in files]
+    assert [f.split(":")[0] for f in misplaced(name, planted)] == [planted_in]
 
 
 @pytest.mark.parametrize("driver", ["train/core/offpolicy_driver.py", "train/core/onpolicy_driver.py"])

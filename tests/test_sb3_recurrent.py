@@ -81,7 +81,7 @@ def test_imported_files_act_as_sb3_contrib_predicts_over_20_episodes(recurrent_z
         assert np.abs(got_arr - reference).max() <= 1e-4
     # int8: within the export's return criterion, as the manifest records it
     m = json.loads((root / "art" / "int8" / "manifest.json").read_text())
-    assert m["source"]["algo"] == "ppo_lstm" and m["source"]["policy"] == "RecurrentActorCriticPolicy"
+    assert m["source"]["algo"] == "recurrent_ppo" and m["source"]["policy"] == "RecurrentActorCriticPolicy"
     assert m["state"]["tensors"][0]["name"] == "lstm_h_0"
     closed = m["verification"]["closed_loop"]
     scale = max(abs(closed["fp32"]["mean_return"]), 1.0)

@@ -62,6 +62,10 @@ class Algo:
     """The preset file (YAML keyed by env id, Zoo style); None: train/presets/<name>.yml."""
     image_keys: bool = False
     """Its networks take a Dict observation's image keys (a Nature-CNN each, train.core.encoder_spec)."""
+    builds_on: tuple[str, ...] = ()
+    """The algorithms whose agent or config this one extends, so that its modules name them: A2C's agent is
+    PPO's with another update, DDPG's is TD3's, Rainbow's DQN's, ppo_lstm's PPO's with a recurrent cell,
+    a2c_lstm's ppo_lstm's network and rollout with A2C's update."""
     recurrent: bool = False
     """Its policy carries a state per env (a recurrent cell, the config's `network_fields`): its rollouts
     stay in the learner's process, where each env's state is (no --rollout-workers)."""
@@ -137,6 +141,7 @@ ALGOS: dict[str, Algo] = {
             image_keys=True,
             compiled={"torch": _TORCH_ON_COMPILED},
             compile_notes={"tf": _TF_ON_NOTE},
+            builds_on=("ppo",),
         ),
         Algo(
             "sac",
@@ -173,6 +178,7 @@ ALGOS: dict[str, Algo] = {
             on_policy=False,
             image_keys=True,
             compiled={"torch": _TORCH_OFF_COMPILED, "tf": _TF_OFF_COMPILED},
+            builds_on=("td3",),
         ),
         Algo(
             "dqn",
@@ -200,6 +206,7 @@ ALGOS: dict[str, Algo] = {
             on_policy=False,
             image_keys=True,
             compiled={"tf": _TF_OFF_COMPILED},
+            builds_on=("dqn",),
         ),
         Algo(  # PPO with an LSTM (sb3-contrib's RecurrentPPO): the artifact carries h and c as state
             "ppo_lstm",
@@ -214,6 +221,7 @@ ALGOS: dict[str, Algo] = {
             network="recurrent_actor_critic",
             on_policy=True,
             recurrent=True,
+            builds_on=("ppo",),
         ),
         Algo(  # ppo_lstm's network, rollout and export; A2C's update: one step per rollout, RMSprop
             "a2c_lstm",
@@ -228,6 +236,7 @@ ALGOS: dict[str, Algo] = {
             network="recurrent_actor_critic",
             on_policy=True,
             recurrent=True,
+            builds_on=("ppo_lstm", "a2c"),
         ),
     )
 }

@@ -69,7 +69,7 @@ def _algo_of(path: Path) -> str:
             raise ExportError(
                 f"{path}: MultiInputLstmPolicy ({name}) is not supported yet; RecurrentPPO's MlpLstmPolicy is"
             )
-        return "ppo_lstm"
+        return "recurrent_ppo"
     if module.endswith("common.policies"):
         return "ppo" if "clip_range" in data or "n_epochs" in data else "a2c"
     for algo in ("sac", "td3", "dqn"):  # DDPG shares TD3's policy module and actor
@@ -186,7 +186,7 @@ def _head(model: Any, algo: str, discrete: bool) -> str:
     if discrete:
         return "argmax"
     if algo == "sac" or (
-        algo in ("ppo", "a2c", "ppo_lstm") and getattr(model.policy, "squash_output", False)
+        algo in ("ppo", "a2c", "recurrent_ppo") and getattr(model.policy, "squash_output", False)
     ):
         return "tanh_unscale"
     if algo == "td3":
@@ -298,7 +298,7 @@ def source_from_sb3(path: Path, env_id: str | None, vecnormalize: Path | None) -
     algo = _algo_of(path)
     import stable_baselines3 as sb3
 
-    if algo == "ppo_lstm":
+    if algo == "recurrent_ppo":
         try:
             from sb3_contrib import RecurrentPPO
         except ImportError:
@@ -339,7 +339,7 @@ def source_from_sb3(path: Path, env_id: str | None, vecnormalize: Path | None) -
         for k, (_, part) in zip(observation.keys, observation.key_slices, strict=True)
     ]
     actor: nn.Module
-    if algo == "ppo_lstm":  # one LSTM step per call, the state explicit (export.stateful)
+    if algo == "recurrent_ppo":  # one LSTM step per call, the state explicit (export.stateful)
         from rl2edge.train.torch_backend.recurrent_nets import LSTMCellActor
 
         actor = LSTMCellActor(_RecurrentView(model.policy, action.discrete))  # type: ignore[arg-type]
@@ -387,6 +387,6 @@ def source_from_sb3(path: Path, env_id: str | None, vecnormalize: Path | None) -
         policy=policy,
         reference=sb3_predict,
         stateful_reference=RecurrentReference(model, vn.normalize_obs if vn is not None else (lambda x: x))
-        if algo == "ppo_lstm"
+        if algo == "recurrent_ppo"
         else None,
     )

@@ -1,6 +1,6 @@
 """The off-policy agent's hooks into the driver (train.core.offpolicy_driver), framework-neutral: what most
 algorithms do, as defaults. Both backends' agent bases derive from it; DQN and Rainbow override the hooks
-in train.core.dqn_hooks, so the driver names no algorithm."""
+in train.core.dqn_hooks and rainbow_hooks, so the driver names no algorithm."""
 
 from __future__ import annotations
 

@@ -3,7 +3,7 @@ order, in CleanRL's shape: seeding, envs, random warm-up, the agent's action (pl
 noise), the replay buffer (and an n-step collector) the config builds, the agent's per-step hook, training
 phases, periodic deterministic evaluation, metrics, checkpoint. What differs by algorithm is its config's
 (network fields, replay, n-step, noise: train.core.offpolicy_config) or its agent's (the hooks of
-train.core.offpolicy_agent; DQN's and Rainbow's in train.core.dqn_hooks); no algorithm is named here. A
+train.core.offpolicy_agent; DQN's and Rainbow's in train.core.dqn_hooks and rainbow_hooks); no algorithm is named here. A
 backend supplies the networks and the gradient steps, as an `OffPolicyAgent`; the float work of sampling
 and normalizing batches happens in train.core, once, for both.
 

@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from rl2edge.train.core.dqn_hooks import RainbowHooks
 from rl2edge.train.core.network_spec import NetworkSpec
 from rl2edge.train.core.offpolicy_config import RainbowConfig
+from rl2edge.train.core.rainbow_hooks import RainbowHooks
 from rl2edge.train.core.replay import ReplayBatch
 from rl2edge.train.tf_backend.dqn import TFDQN
 

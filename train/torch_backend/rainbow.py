@@ -1,6 +1,6 @@
 """Rainbow in torch (Hessel et al. 2018): DQN with double Q, dueling heads, prioritized replay, n-step
 returns, a C51 distributional head and noisy layers, each switched by RainbowConfig. The replay, the
-n-step sums, the priorities' bookkeeping and the beta schedule are train.core's (RainbowHooks.train_phase),
+n-step sums, the priorities' bookkeeping and the beta schedule are train.core's (rainbow_hooks.RainbowHooks.train_phase),
 shared with TF; this module has the network's loss, the target and the gradient step.
 
 Priorities: |TD error| without C51; with C51, the per-sample cross-entropy between the projected target
@@ -13,9 +13,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from rl2edge.train.core.dqn_hooks import RainbowHooks
 from rl2edge.train.core.network_spec import NetworkSpec
 from rl2edge.train.core.offpolicy_config import RainbowConfig
+from rl2edge.train.core.rainbow_hooks import RainbowHooks
 from rl2edge.train.core.replay import ReplayBatch
 from rl2edge.train.torch_backend.dqn import TorchDQN
 from rl2edge.train.torch_backend.matmul_precision import training_phase

@@ -19,7 +19,8 @@ What goes wrong is sorted by what it means:
 
 Every cycle that read a valid sequence number answers it, with the policy's action (OK) or the fault
 response's (any fault status). STARTUP and SHUTDOWN answer nothing: they write the safe action and the status and
-leave the answered sequence number as it is.
+leave the answered sequence number as it is. A stateful policy's state advances and restarts by the rules
+of plc_bridge.policy_state.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from rl2edge.plc_bridge.hooks import CycleOutcome, LoopHooks, NoHooks
 from rl2edge.plc_bridge.latency import LatencyHistogram
 from rl2edge.plc_bridge.loop_state import Counters, CycleState, Latencies, Link, RunClock
 from rl2edge.plc_bridge.observation_guard import ObservationGuard, Serving
+from rl2edge.plc_bridge.policy_state import PolicyStateRules
 from rl2edge.plc_bridge.realtime import GcPacer
 from rl2edge.plc_bridge.slot_timer import until_slot
 from rl2edge.plc_bridge.snapshot import LatencyFigures, LoopSnapshot, summary_of
@@ -135,23 +137,8 @@ class ControlLoop:
             self.safe_action,
             "" if bridge.node_map.safe_action is not None else " (default; set safe_action in the node map)",
         )
-        if policy.states:
-            rules = "advances once per new sequence number, resets at every connect and after a STALE spell"
-            if bridge.node_map.episode_start is None:
-                _logger.warning(
-                    "the artifact carries state (%s): it %s; the node map names no episode_start node, so an "
-                    "episodic plant's state runs on from one episode into the next (docs/serving.md, "
-                    "'Stateful artifacts')",
-                    ", ".join(policy.state()),
-                    rules,
-                )
-            else:
-                _logger.info(
-                    "the artifact carries state (%s): it %s, and with each episode start %s flags",
-                    ", ".join(policy.state()),
-                    rules,
-                    bridge.node_map.episode_start,
-                )
+        self.state_rules = PolicyStateRules(self.counters)
+        self.state_rules.bind(policy, bridge.node_map.episode_start)
 
     @property
     def policy(self) -> Policy:
@@ -171,11 +158,7 @@ class ControlLoop:
         serving.guard.adopt_staleness(self.guard)
         serving.faults.adopt(self.serving.faults)
         self.serving = serving
-        # a stateful policy's state starts afresh with its first observation served (its shadow run's state
-        # saw another history: the candidate was not reset with the serving policy's episodes)
-        self._cycle_state.state_seq = self._cycle_state.state_action = None
-        self._cycle_state.state_reset_due = ""
-        self._reset_state_before_next("a policy update took over")
+        self.state_rules.take_over(serving.policy)
 
     # ------------------------------------------------------------------------------------- snapshot
     def snapshot(self, full: bool = False) -> LoopSnapshot:
@@ -225,50 +208,29 @@ class ControlLoop:
         (monotonic seconds; the time of the call if None). `episode_start`: the PLC flags this observation
         as an episode's first (the node map's episode_start node): a stateful policy starts afresh."""
         stale, why = self.guard.is_stale(seq, time.monotonic() if now is None else now)
-        self._note_episode_start(episode_start, seq)
+        rules = self.state_rules
+        rules.note_episode_start(episode_start, seq)
         obs, problem = self.guard.check(values)
         if obs is not None:
             self._cycle_state.warm_obs = obs
         if obs is None:
             return CycleStatus.INVALID_OBSERVATION, self.safe_action, problem
         if stale:
-            self._reset_state_before_next("the plant went unobserved past the stale limit")
+            rules.reset_before_next("the plant went unobserved past the stale limit")
             return CycleStatus.STALE, self.safe_action, why
-        state = self._cycle_state
-        stateful = bool(self.policy.states)
-        if stateful:
-            if state.state_seq is not None and seq == state.state_seq and state.state_action is not None:
-                return CycleStatus.OK, state.state_action, ""  # this plant step's decision, written again
-            # the PLC's episode start, or one of serve's rules: the graph is fed episode_start = 1
-            if state.episode_start_due or state.state_reset_due:
-                if state.state_reset_due:
-                    _logger.info("policy state reset: %s", state.state_reset_due)
-                self.policy.reset()
-                state.state_reset_due = ""
-        state.episode_start_due = False
+        again = rules.decided_already(seq)
+        if again is not None:
+            return CycleStatus.OK, again, ""  # this plant step's decision, written again
+        rules.before_predict(self.policy)  # the PLC's episode start, or one of serve's reset rules
         try:
             action = self.policy.predict(obs, validated=True)  # checked above: shape, finite, range
         except (BackendError, ObservationError) as exc:
             # the call may have advanced the state before failing: start afresh rather than twice on one step
-            self._reset_state_before_next("an inference error")
+            rules.reset_before_next("an inference error")
             return CycleStatus.INFERENCE_ERROR, self.safe_action, str(exc)
         decided = [float(action)] if self.policy.discrete else np.asarray(action, np.float64).tolist()
-        if stateful:
-            state.state_seq, state.state_action = seq, decided
+        rules.after_predict(seq, decided)
         return CycleStatus.OK, decided, ""
-
-    def _note_episode_start(self, flagged: bool, seq: Any) -> None:
-        """The PLC's episode-start flag on an observation not served yet: kept until one is (a flag raised
-        for one step is not lost to an invalid or stale cycle); a re-read of the served step adds nothing."""
-        if flagged and seq != self._cycle_state.state_seq:
-            self._cycle_state.episode_start_due = True
-
-    def _reset_state_before_next(self, why: str) -> None:
-        """A stateful policy starts afresh at the next valid observation (counted as `state_resets`)."""
-        if self.policy.states and not self._cycle_state.state_reset_due:
-            self._cycle_state.state_reset_due = why
-            self._cycle_state.state_seq = self._cycle_state.state_action = None
-            self.counters.state_resets += 1
 
     def _count(self, status: CycleStatus, detail: str) -> None:
         c = self.counters
@@ -420,7 +382,7 @@ class ControlLoop:
             self.link.connected = True
             self.guard.reset()
             # a (re)connect starts the policy's state afresh: the plant may have moved on while unobserved
-            self._reset_state_before_next("connected" if self.counters.reconnects == 0 else "reconnected")
+            self.state_rules.reset_before_next("connected" if self.counters.reconnects == 0 else "reconnected")
             if self._gc is not None:  # connected: what start-up made stays out of every collection
                 self._gc.freeze()
             cycles_before = self.counters.cycles

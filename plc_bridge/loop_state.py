@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 
@@ -81,16 +80,6 @@ class CycleState:
     """The status last logged: transitions are logged, not every cycle of a lasting fault."""
     warm_obs: np.ndarray | None = None
     """The last valid observation, for the warm-up in the spin."""
-    state_seq: Any = None
-    """A stateful policy: the sequence number whose observation last advanced its state (None: none since
-    its last reset), and the action it decided then, which a cycle re-reading that observation writes
-    again: the state advances once per plant step, however many cycles see it."""
-    state_action: list[float] | None = None
-    state_reset_due: str = ""
-    """Why the policy's state is reset before the next valid observation ("" : it is not)."""
-    episode_start_due: bool = False
-    """The PLC flagged an episode start on an observation that could not be served (invalid, stale): the
-    state starts afresh on the next valid one."""
     decision_s: float = 0.0
     """A decaying maximum of how long a decision takes (the cycles' own and the warm-ups): a warm-up runs
     only where twice that is left of the lead, so a model slower than the lead (a CNN on a Jetson) is never

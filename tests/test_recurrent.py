@@ -358,7 +358,7 @@ def test_the_loop_advances_the_state_once_per_plant_step_and_resets_after_stale(
 
     policy = Policy.load(weak_artifact)
     loop = ControlLoop(policy, BridgeConfig("opc.tcp://127.0.0.1:1"), LoopConfig())
-    loop._reset_state_before_next("connected")  # what run() does at each connect
+    loop.state_rules.reset_before_next("connected")  # what run() does at each connect
     obs = [[0.01 * i, -0.02 * i] for i in range(6)]
     status, first, _ = loop.decide(obs[0], 1, 0.00)
     assert status == CycleStatus.OK and loop.counters.state_resets == 1

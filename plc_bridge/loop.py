@@ -304,7 +304,7 @@ class ControlLoop:
         """One cycle's I/O and decision: what was read, the status, the action written, the latency in ms."""
         reading: Reading = await plc.read()
         if reading.problem:
-            self._note_episode_start(reading.episode_start, reading.sequence)
+            self.state_rules.note_episode_start(reading.episode_start, reading.sequence)
             self.guard.is_stale(reading.sequence, loop.time())
             self.counters.bad_quality += 1
             status, action, detail = CycleStatus.INVALID_OBSERVATION, self.safe_action, reading.problem

@@ -25,7 +25,7 @@ install: $(STAMP) $(NODE_STAMP)
 demo: $(STAMP)
 	$(PY) scripts/demo.py
 
-# The default test suite: lint, the type check of what a device runs (rl2edge/, runtime/, plc_bridge/), then
+# The default test suite: lint, the type check of all five packages (scripts/typecheck.py), then
 # every test not marked slow or integration (some 14 minutes on 2 cores).
 test: install
 	$(PY) -m ruff check .

@@ -226,7 +226,9 @@ class GraphSource:
         """A stateful graph in its source framework over whole episodes in order, the state carried and
         reset where `starts` is True."""
         states = [t.initial_value() for t in self.states]
-        actions, pre, fed = [], [], {t.name: [] for t in self.states}
+        actions: list[np.ndarray] = []
+        pre: list[np.ndarray] = []
+        fed: dict[str, list[np.ndarray]] = {t.name: [] for t in self.states}
         for x, start in zip(np.asarray(obs, np.float32), starts, strict=True):
             for t, v in zip(self.states, states, strict=True):
                 fed[t.name].append(v[0])

@@ -95,6 +95,7 @@ class TorchSource(GraphSource):
     def _noisy(self) -> Any:
         from rl2edge.export.folded_noise import NoisyPolicy
 
+        assert self.noise is not None, "fold_noise first"
         return NoisyPolicy(self.policy, self.noise).eval()
 
     def noisy_actions(

@@ -302,6 +302,9 @@ class ActionTransform:
         return (self.center + a * self.half_range).astype(np.float32)
 
 
+Real = float | np.floating[Any]
+"""A Python float or a numpy one (training's OU noise keeps its parameters as float32)."""
+
 KINDS = ("gaussian", "ou", "policy")
 _PARAMS = {"gaussian": {"sigma": 0.1}, "ou": {"theta": 0.15, "sigma": 0.2, "dt": 1e-2}, "policy": {}}
 
@@ -347,12 +350,12 @@ def parse_noise(text: str) -> NoiseSpec:
     return NoiseSpec(kind, **params)
 
 
-def ou_constants(theta: float, sigma: float, dt: float) -> tuple[np.float32, np.float32]:
+def ou_constants(theta: Real, sigma: Real, dt: Real) -> tuple[np.float32, np.float32]:
     """(theta * dt, sigma * sqrt(dt)) as the float32 constants of the step below, here and in the graph."""
     return np.float32(theta * dt), np.float32(sigma * math.sqrt(dt))
 
 
-def ou_step(x: np.ndarray, eps: np.ndarray, theta: float, sigma: float, dt: float) -> np.ndarray:
+def ou_step(x: np.ndarray, eps: np.ndarray, theta: Real, sigma: Real, dt: Real) -> np.ndarray:
     """One OU step in float32: x - (theta dt) x + (sigma sqrt(dt)) eps, the graph's formula."""
     decay, scale = ou_constants(theta, sigma, dt)
     return (x - decay * x + scale * eps).astype(np.float32)

@@ -1,4 +1,4 @@
-"""Type-check the packages a device runs (rl2edge's own modules, runtime/, plc_bridge/) with mypy.
+"""Type-check every package (rl2edge's own modules, runtime/, plc_bridge/, train/, export/) with mypy.
 
 The repository keeps train/, export/, runtime/ and plc_bridge/ at its top and installs them as
 rl2edge.<name> (pyproject's package-dir); mypy resolves modules by directory, not through the editable

@@ -1,6 +1,6 @@
-"""The type check of `make test` (scripts/typecheck.py: mypy over rl2edge/, runtime/ and plc_bridge/ with
-pyproject's settings) is strict enough to matter: code that hands a spec's old JSON dict where the typed
-spec goes, or indexes a typed spec as the dict it replaced, fails it."""
+"""The type check of `make test` (scripts/typecheck.py: mypy over all five packages with pyproject's
+settings) is strict enough to matter: code that hands a spec's old JSON dict where the typed spec goes, or
+indexes a typed spec as the dict it replaced, fails it; the training and export side as the device side."""
 
 from __future__ import annotations
 
@@ -55,3 +55,32 @@ def test_a_spec_used_as_its_old_json_dict_fails_the_type_check(tmp_path: Path) -
     assert 'Value of type "ObservationSpec" is not indexable' in out, out
     assert 'expected "ObservationSpec"' in out, out
     assert "Found 3 errors" in out, out
+
+
+def test_the_checkpoint_types_are_checked_too(tmp_path: Path) -> None:
+    """train/ and export/ are checked as the device's packages are: the network spec and the checkpoint
+    are types, not the JSON dicts they replaced."""
+    out = _mypy(
+        "from rl2edge.train.core.checkpoint import Checkpoint\n"
+        "from rl2edge.train.core.network_spec import NetworkSpec\n"
+        "from rl2edge.train.torch_backend.nets import ActorCritic\n"
+        "\n"
+        "def width(ckpt: Checkpoint) -> int:\n"
+        "    return ckpt.network['obs_dim']\n"
+        "\n"
+        "def meta(ckpt: Checkpoint) -> object:\n"
+        "    return ckpt.meta\n"
+        "\n"
+        "ActorCritic.from_network_spec({'type': 'actor_critic_mlp', 'obs_dim': 4})\n",
+        tmp_path,
+    )
+    assert 'Value of type "NetworkSpec" is not indexable' in out, out
+    assert '"Checkpoint" has no attribute "meta"' in out, out
+    assert 'expected "NetworkSpec"' in out, out
+    assert "Found 3 errors" in out, out
+
+
+def test_every_package_is_checked() -> None:
+    assert set(_typecheck_module().CHECKED) == {
+        "rl2edge", "rl2edge.commands", "rl2edge.runtime", "rl2edge.plc_bridge", "rl2edge.train", "rl2edge.export"
+    }  # fmt: skip

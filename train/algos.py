@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rl2edge.errors import CheckpointError, ConfigError
+from rl2edge.train.core.config import OnPolicyConfig
 from rl2edge.train.core.network_spec import NetworkSpec
 from rl2edge.train.core.threads import set_cpu_threads
 
@@ -390,6 +391,7 @@ def train(
     extra: dict[str, Any] = {}
     if rollout_workers:
         check_rollout_workers(cfg, rollout_workers)
+        assert isinstance(cfg, OnPolicyConfig)  # check_rollout_workers refuses the others
         if cfg.norm_obs_update != "rollout":
             _logger.info(
                 "--rollout-workers: normalization statistics move once per rollout (norm_obs_update: rollout)"

@@ -115,7 +115,7 @@ class Sb3Actor(nn.Module):
         must be the output of a TensorFlow Layer"). A Mul by 1/255 and SB3's Div by 255 differ by at most
         one float32 ulp of the scaled pixel."""
         if not self.keys:
-            return net.extract_features(flat, extractor)  # type: ignore[no-any-return]
+            return net.extract_features(flat, extractor)
         from stable_baselines3.common.preprocessing import is_image_space
 
         obs = {}
@@ -125,7 +125,7 @@ class Sb3Actor(nn.Module):
                 x = x * (1.0 / 255.0)  # on the flat slice: see above
             x = x.reshape(-1, *shape)
             obs[k] = x.permute(0, 3, 1, 2) if transpose else x
-        return extractor(obs)  # type: ignore[no-any-return]
+        return extractor(obs)
 
 
 class _RecurrentView:

@@ -89,7 +89,7 @@ class OnPolicyConfig(RunConfig):
     """What PPO and A2C share (SB3's names); each sets its own defaults and adds its own fields."""
 
     algo = "onpolicy"  # class attribute, not a hyperparameter
-    json_order = (
+    json_order: ClassVar[tuple[str, ...]] = (
         "n_timesteps", "n_envs", "n_steps", "gamma", "gae_lambda", "learning_rate", "ent_coef", "vf_coef",
         "max_grad_norm", "normalize_advantage", "net_arch", "activation", "log_std_init", "normalize_obs",
         "norm_obs_clip", "norm_obs_update", "normalize_reward", "eval_freq", "eval_episodes", "keep_best",

@@ -4,6 +4,8 @@ prioritized training phase is train.core.rainbow_hooks') ahead of their backend'
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from rl2edge.train.core.offpolicy_agent import OffPolicyAgentBase
@@ -16,6 +18,7 @@ class DQNHooks(OffPolicyAgentBase):
     cfg: DQNConfig
     n_actions: int
     """Discrete actions (the network's act_dim); the agent sets it."""
+    update_target: Callable[[], None]
 
     def act(self, obs_norm: np.ndarray, step: int, rng: np.random.Generator) -> np.ndarray:
         # greedy (Rainbow's explore draws its noisy layers' noise), then epsilon's draws: this order

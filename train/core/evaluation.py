@@ -83,4 +83,4 @@ def random_observations(env_id: str, n: int, seed: int) -> np.ndarray:
                 obs, _ = env.reset()
     finally:
         env.close()
-    return out if isinstance(out[0], dict) else np.stack(out)  # type: ignore[return-value]
+    return out if isinstance(out[0], dict) else np.stack(out)  # type: ignore[return-value, arg-type]

@@ -126,6 +126,21 @@ class NetworkSpec:
                 "written by another tool"
             )
 
+    def required(self, name: str) -> Any:
+        """A field of this network's type (its row's network writes it); a CheckpointError where it is missing."""
+        value = getattr(self, name)
+        if value is None:
+            raise CheckpointError(
+                f"checkpoint network {self.type!r} has no {name}: the checkpoint was edited or written by "
+                "another tool"
+            )
+        return value
+
+    @property
+    def is_discrete(self) -> bool:
+        """An actor-critic's action head is discrete (`discrete`, which only on-policy networks record)."""
+        return bool(self.required("discrete"))
+
     @property
     def recurrent(self) -> bool:
         return self.lstm_hidden_size is not None
@@ -141,8 +156,9 @@ class NetworkSpec:
         network (a frame stack's state is the artifact's, made at export: it is not the network's)."""
         if not self.recurrent:
             return []
-        assert self.n_lstm_layers is not None and self.lstm_hidden_size is not None
-        return rnn_state_tensors(self.rnn_kind, self.n_lstm_layers, self.lstm_hidden_size)
+        return rnn_state_tensors(
+            self.rnn_kind, self.required("n_lstm_layers"), self.required("lstm_hidden_size")
+        )
 
     def replace(self, **fields: Any) -> NetworkSpec:
         return dataclasses.replace(self, **fields)

@@ -25,7 +25,7 @@ EncoderWeights = dict[str, list[Layer]]
 def conv2d(x: np.ndarray, weight: np.ndarray, bias: np.ndarray, stride: int) -> np.ndarray:
     """A valid (unpadded) convolution of x [B, C, H, W]; [B, out, H', W']."""
     k = weight.shape[-1]
-    windows = sliding_window_view(x, (k, k), axis=(2, 3))[:, :, ::stride, ::stride]  # [B, C, H', W', k, k]
+    windows = sliding_window_view(x, (k, k), axis=(2, 3))[:, :, ::stride, ::stride]  # type: ignore[call-overload]  # numpy's stubs take one axis  # [B, C, H', W', k, k]
     out = np.tensordot(windows, weight, axes=([1, 4, 5], [1, 2, 3]))  # [B, H', W', out]
     out += bias
     return np.ascontiguousarray(out.transpose(0, 3, 1, 2))

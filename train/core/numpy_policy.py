@@ -44,7 +44,7 @@ class NumpyActorCritic:
     def __init__(self, network: NetworkSpec):
         if network.activation not in ("tanh", "relu"):
             raise ValueError(f"no numpy form of activation {network.activation!r}")
-        self.discrete = bool(network.discrete)
+        self.discrete = network.is_discrete
         self._tanh = network.activation == "tanh"
         self._w: RolloutWeights | None = None
         self._encoder = NumpyEncoder(network.encoder) if network.encoder else None

@@ -116,7 +116,7 @@ class SACConfig(OffPolicyConfig):
         """The temperature's initial value (fixed value when not learned)."""
         try:
             if self.learns_ent_coef():
-                value = float(self.ent_coef[5:]) if "_" in str(self.ent_coef) else 1.0
+                value = float(str(self.ent_coef)[5:]) if "_" in str(self.ent_coef) else 1.0
             else:
                 value = float(self.ent_coef)
         except (TypeError, ValueError):

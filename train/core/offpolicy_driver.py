@@ -218,7 +218,7 @@ def _train_offpolicy(
                     bar.set_postfix(ret=f"{row['rollout_return_mean']:.1f}", refresh=False)
                 if evaluating:
                     run.evaluate_into(row, agent, global_step)
-                run.metrics.log(global_step, row)
+                run.log(global_step, row)
                 if run.stop_requested:
                     break
     finally:

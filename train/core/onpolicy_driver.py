@@ -60,7 +60,7 @@ class OnPolicyAgent(Protocol):
 
 
 AgentFactory = Callable[[NetworkSpec, OnPolicyConfig, int, str], OnPolicyAgent]
-PoolFactory = Callable[[str, OnPolicyConfig, int, dict[str, Any], ActionSpec], "RolloutPool"]
+PoolFactory = Callable[[str, OnPolicyConfig, int, NetworkSpec, ActionSpec], "RolloutPool"]
 """(env_id, cfg, seed, network, act_spec) -> the pool the rollouts come from."""
 
 
@@ -134,8 +134,10 @@ def train_onpolicy(
     agent = make_agent(network, cfg, seed, device)
     buffer = buffer_class(cfg.n_steps, cfg.n_envs, obs_shape, discrete, act_spec.output_width)
 
+    # The update's settings: PPO's fields, which A2C's config holds as class attributes (no clip, one epoch)
+    update: Any = cfg
     batch_steps = cfg.n_envs * cfg.n_steps
-    minibatch = cfg.batch_size or batch_steps  # A2C: the whole rollout, one gradient step
+    minibatch = update.batch_size or batch_steps  # A2C: the whole rollout, one gradient step
     stat_names = getattr(agent, "stat_names", STAT_NAMES)
     n_updates = max(1, math.ceil(cfg.n_timesteps / batch_steps))
     scale = RewardScaler(cfg.n_envs, cfg.gamma) if cfg.normalize_reward else None
@@ -155,7 +157,7 @@ def train_onpolicy(
     try:
         for update in range(n_updates):
             progress_remaining = 1.0 - update / n_updates
-            clip = cfg.clip_range(progress_remaining) if cfg.clip_range is not None else 0.0
+            clip = update.clip_range(progress_remaining) if update.clip_range is not None else 0.0
             lr = cfg.learning_rate(progress_remaining)
             agent.set_learning_rate(lr)
 
@@ -171,29 +173,30 @@ def train_onpolicy(
             # chunks of one); the backend does the gradient steps. Without a target KL all epochs go to the
             # backend at once (TF runs them in one compiled call).
             epochs = [
-                list(buffer.minibatches(minibatch, rng, cfg.normalize_advantage)) for _ in range(cfg.n_epochs)
+                list(buffer.minibatches(minibatch, rng, cfg.normalize_advantage))
+                for _ in range(update.n_epochs)
             ]
             if update == 0:
                 buffer.check_minibatch(epochs[0][0])
-            if cfg.target_kl is None:
+            if update.target_kl is None:
                 stats_arr = agent.train_minibatches([mb for epoch in epochs for mb in epoch], clip)
             else:
                 done_epochs = []
                 for epoch_mbs in epochs:
                     done_epochs.append(agent.train_minibatches(epoch_mbs, clip))
-                    if done_epochs[-1][3] > 1.5 * cfg.target_kl:
+                    if done_epochs[-1][3] > 1.5 * update.target_kl:
                         break
                 stats_arr = np.mean(done_epochs, axis=0)
             stats = dict(zip(stat_names, np.asarray(stats_arr, np.float64).tolist(), strict=True))
             bar.update(batch_steps)
 
-            row = {"lr": lr, **({"clip_range": clip} if cfg.clip_range is not None else {}), **stats}
+            row = {"lr": lr, **({"clip_range": clip} if update.clip_range is not None else {}), **stats}
             if recent_returns:
                 row["rollout_return_mean"] = float(np.mean(recent_returns[-20:]))
                 bar.set_postfix(ret=f"{row['rollout_return_mean']:.1f}")
             if run.evaluation_due(global_step):
                 run.evaluate_into(row, agent, global_step)
-            run.metrics.log(global_step, row)
+            run.log(global_step, row)
             if run.stop_requested:
                 break
     finally:
@@ -216,6 +219,9 @@ def assemble(
         reward[boot] += seg.boot_values[t][boot]
         buffer.add(seg.obs[t], seg.actions[t], seg.logprobs[t], seg.values[t], reward, seg.dones[t])
         if norm is not None:
+            assert seg.raw_obs is not None, (
+                "a pool that moves the statistics per rollout returns raw observations"
+            )
             norm.update(seg.raw_obs[t])
 
 

@@ -9,13 +9,14 @@ import numpy as np
 
 from rl2edge.train.core.dqn_hooks import DQNHooks
 from rl2edge.train.core.offpolicy_config import RainbowConfig
-from rl2edge.train.core.replay import PrioritizedReplayBuffer, ReplayBuffer
+from rl2edge.train.core.replay import PrioritizedReplayBuffer, ReplayBatch, ReplayBuffer
 
 
 class RainbowHooks(DQNHooks):
     """Needs, beyond DQN's, the agent's `train_prioritized(batch) -> (mean stats, priorities [n, B])`."""
 
     cfg: RainbowConfig
+    train_prioritized: Callable[[ReplayBatch], tuple[np.ndarray, np.ndarray]]
 
     def train_phase(
         self,
@@ -37,6 +38,7 @@ class RainbowHooks(DQNHooks):
         for _ in range(n):
             batch = buffer.sample(1, batch_size, rng, normalize, beta)
             stats, priorities = self.train_prioritized(batch)
+            assert batch.indices is not None  # a prioritized sample's
             buffer.update_priorities(batch.indices, priorities)
             rows.append(stats)
         return np.mean(rows, axis=0)

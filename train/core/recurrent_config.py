@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any
 
 from rl2edge.errors import ConfigError
 from rl2edge.specs import RNN_KINDS
@@ -19,11 +19,6 @@ RECURRENT_JSON = ("rnn_type", "lstm_hidden_size", "n_lstm_layers", "shared_lstm"
 class LSTMFields:
     """The LSTM of a recurrent actor-critic, sb3-contrib's MlpLstmPolicy's policy_kwargs as flat fields (the
     Zoo's names). `policy` is set by each algorithm's config: RunConfig's own default would win here."""
-
-    if TYPE_CHECKING:  # RunConfig's, which every config that mixes this in has
-        algo: ClassVar[str]
-        policy: str
-        frame_stack: int
 
     rnn_type: str = "lstm"
     """The recurrent cell: lstm (sb3-contrib's), or gru (one state tensor per layer instead of two; the
@@ -50,7 +45,8 @@ class LSTMFields:
 
     def validate_recurrent(self, validate_rest: Callable[[], None]) -> None:
         """The LSTM's checks around `validate_rest` (RunConfig's, which knows MlpPolicy only)."""
-        algo, policy = self.algo, self.policy
+        host: Any = self  # a RunConfig, whose algo, policy and frame_stack these checks read
+        algo, policy = host.algo, host.policy
         if self.rnn_type not in RNN_KINDS:
             raise ConfigError(f"rnn_type {self.rnn_type!r}: choose one of {', '.join(RNN_KINDS)}")
         if policy not in ("MlpLstmPolicy", "MultiInputLstmPolicy"):
@@ -58,14 +54,14 @@ class LSTMFields:
                 f"policy {policy!r}: {algo} trains MlpLstmPolicy (or MultiInputLstmPolicy for a Dict "
                 "observation); CnnLstmPolicy is not implemented"
             )
-        self.policy = "MlpPolicy"
+        host.policy = "MlpPolicy"
         try:
             validate_rest()
         finally:
-            self.policy = policy
-        if self.frame_stack > 1:
+            host.policy = policy
+        if host.frame_stack > 1:
             raise ConfigError(
-                f"frame_stack {self.frame_stack} with {algo}: the LSTM is the policy's memory; choose one"
+                f"frame_stack {host.frame_stack} with {algo}: the LSTM is the policy's memory; choose one"
             )
         if self.shared_lstm and self.enable_critic_lstm:
             raise ConfigError(

@@ -59,10 +59,13 @@ class NumpyRecurrentActorCritic:
     def __init__(self, network: NetworkSpec):
         if network.activation not in ("tanh", "relu"):
             raise ValueError(f"no numpy form of activation {network.activation!r}")
-        self.discrete = bool(network.discrete)
+        self.discrete = network.is_discrete
         self._tanh = network.activation == "tanh"
-        self.shared = bool(network.shared_lstm)
-        self.layers, self.hidden = int(network.n_lstm_layers), int(network.lstm_hidden_size)
+        self.shared = bool(network.required("shared_lstm"))
+        self.layers, self.hidden = (
+            int(network.required("n_lstm_layers")),
+            int(network.required("lstm_hidden_size")),
+        )
         self.kind = network.rnn_kind
         self._w: RecurrentWeights | None = None
         self.actor_state: RNNState | None = None
@@ -76,7 +79,7 @@ class NumpyRecurrentActorCritic:
         lstm = lambda ls: None if ls is None else [tuple(f32(a) for a in layer) for layer in ls]  # noqa: E731
         self._w = RecurrentWeights(
             lstm(weights.actor_lstm),  # type: ignore[arg-type]
-            lstm(weights.critic_lstm),
+            lstm(weights.critic_lstm),  # type: ignore[arg-type]  # 4-tuples, as given
             None
             if weights.critic_linear is None
             else (f32(weights.critic_linear[0]), f32(weights.critic_linear[1])),
@@ -161,8 +164,10 @@ class NumpyRecurrentActorCritic:
 
     def state(self) -> tuple[RNNState, RNNState | None]:
         assert self.actor_state is not None
-        copy = lambda s: None if s is None else tuple(p.copy() for p in s)  # noqa: E731
-        return copy(self.actor_state), copy(self.critic_state if self._w and self._w.critic_lstm else None)
+        critic = self.critic_state if self._w and self._w.critic_lstm else None
+        return tuple(p.copy() for p in self.actor_state), None if critic is None else tuple(
+            p.copy() for p in critic
+        )
 
 
 class StatefulEvaluator:

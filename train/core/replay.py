@@ -183,8 +183,16 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         self.tree = SumTree(self.capacity)
         self.max_priority = 1.0
 
-    def add(self, *args: np.ndarray | None, **kwargs: np.ndarray | None) -> np.ndarray:
-        idx = super().add(*args, **kwargs)
+    def add(
+        self,
+        obs: np.ndarray,
+        actions: np.ndarray,
+        rewards: np.ndarray,
+        next_obs: np.ndarray,
+        terminated: np.ndarray,
+        discounts: np.ndarray | None = None,
+    ) -> np.ndarray:
+        idx = super().add(obs, actions, rewards, next_obs, terminated, discounts)
         self.tree.update(idx, np.full(len(idx), self.max_priority**self.alpha))
         return idx
 

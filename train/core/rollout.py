@@ -107,7 +107,7 @@ class RolloutBuffer:
         """The backend boundary's tensor contract, checked on the first update's first minibatch."""
         check_minibatch(mb, self.obs_shape, self.discrete, self.act_dim)
 
-    def add(self, obs, actions, logprobs, values, rewards, dones) -> None:
+    def add(self, obs: Any, actions: Any, logprobs: Any, values: Any, rewards: Any, dones: Any) -> None:
         t = self.pos
         self.obs[t], self.actions[t], self.logprobs[t] = obs, actions, logprobs
         self.values[t], self.rewards[t], self.dones[t] = values, rewards, dones

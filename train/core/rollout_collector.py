@@ -112,7 +112,7 @@ class RolloutCollector:
         self.first, self.count, self.gamma32, self.pad_to = first, count, np.float32(gamma), pad_to
         self.norm, self.live_norm, self.to_env = norm, live_norm, to_env
         self.policy: Any = self.make_policy(network)
-        self.noise = PerEnvNoise(seed, range(first, first + count), network.act_dim, network.discrete)
+        self.noise = PerEnvNoise(seed, range(first, first + count), network.act_dim, network.is_discrete)
         self.ep_returns = np.zeros(count)
         self.raw_obs, _ = self.envs.reset(seed=seed + first)  # env j of the slice: seed + first + j
         self.starts = np.ones(count, bool)  # each env's next observation is its episode's first
@@ -128,7 +128,8 @@ class RolloutCollector:
 
     def _collect(self, n_steps: int) -> Segment:
         m, norm = self.count, self.norm
-        obs_l, act_l, logp_l, val_l, rew_l, done_l, bm_l, bv_l, raw_l, start_l = ([] for _ in range(10))
+        lists: tuple[list[np.ndarray], ...] = tuple([] for _ in range(10))
+        obs_l, act_l, logp_l, val_l, rew_l, done_l, bm_l, bv_l, raw_l, start_l = lists
         episodes: list[tuple[int, int, float]] = []
         noise = self.noise.draw(n_steps)
         init_state = self._begin()

@@ -235,6 +235,11 @@ class TrainingRun:
             _logger.info("step %d: stopped early by the sweep's scheduler", global_step)
             self.stop_requested = True
 
+    def log(self, step: int, row: dict[str, float]) -> None:
+        """One row of progress.csv and TensorBoard (the metrics exist once `begin` ran)."""
+        assert self.metrics is not None, "begin() the run first"
+        self.metrics.log(step, row)
+
     def close(self, bar: tqdm | None = None) -> None:
         if bar is not None:
             bar.close()

@@ -222,7 +222,7 @@ def write_summary(
     write_json_atomic(out / "seeds.json", doc)
     lines = [markdown_table(["seed", "run", "steps", "wall s", "final eval"], summary_rows(results))]
     if finals:
-        s = doc["final_eval_across_seeds"]
+        s = spread(finals)
         lines.append(
             f"\nAcross {len(finals)} seeds: mean {s['mean']:.1f}, std {s['std']:.1f}, "
             f"min {s['min']:.1f}, max {s['max']:.1f}."

@@ -17,7 +17,9 @@ def make_a2c_loss_fn(model: Any, cfg: A2CConfig) -> Any:
     recorded log-probs and values, and the clip range: A2C's update needs neither)."""
     import tensorflow as tf
 
-    def loss_fn(obs, actions, old_logp, old_values, adv, returns, clip):
+    def loss_fn(
+        obs: Any, actions: Any, old_logp: Any, old_values: Any, adv: Any, returns: Any, clip: Any
+    ) -> Any:
         out, values = model.outputs(obs)
         logp, entropy = model.log_prob_entropy(out, actions)
         pg_loss = -tf.reduce_mean(adv * logp)
@@ -40,7 +42,7 @@ def a2c_optimizer(variables: list[Any], cfg: A2CConfig) -> Any | None:
 
 class TFA2C(TFPPO):
     stat_names = STAT_NAMES
-    cfg: A2CConfig
+    cfg: A2CConfig  # type: ignore[assignment]  # PPO's update fields are its class attributes (train.core.config)
 
     def make_optimizer(self) -> Any:
         rmsprop = a2c_optimizer(self.policy.trainable_variables, self.cfg)

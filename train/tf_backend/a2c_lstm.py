@@ -16,7 +16,18 @@ def make_a2c_lstm_loss_fn(model: Any, cfg: RecurrentA2CConfig) -> Any:
     unused: A2C's update needs none of them)."""
     import tensorflow as tf
 
-    def loss_fn(obs, actions, old_logp, old_values, adv, returns, starts, pi, vf, clip):
+    def loss_fn(
+        obs: Any,
+        actions: Any,
+        old_logp: Any,
+        old_values: Any,
+        adv: Any,
+        returns: Any,
+        starts: Any,
+        pi: Any,
+        vf: Any,
+        clip: Any,
+    ) -> Any:
         logp, entropy, values = model.evaluate_sequences(obs, actions, starts, pi, vf)
         adv, returns = tf.reshape(adv, [-1]), tf.reshape(returns, [-1])  # the (t, e) order of evaluate
         pg_loss = -tf.reduce_mean(adv * logp)

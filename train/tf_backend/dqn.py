@@ -45,16 +45,16 @@ class TFDQN(DQNHooks, TFOffPolicyBase):
     def parts(self) -> dict[str, list[Any]]:
         return {"q": self.q_vars, "q_target": self.q_target_vars}
 
-    def deterministic_graph(self, obs):
+    def deterministic_graph(self, obs: Any) -> Any:
         return self.tf.argmax(self.nets.q_net(obs), axis=-1)
 
-    def update_target_graph(self):
+    def update_target_graph(self) -> Any:
         from rl2edge.train.tf_backend.nets import polyak_update
 
         polyak_update(self.q_vars, self.q_target_vars, self.cfg.tau)
         return self.tf.constant(0)
 
-    def train_step_graph(self, obs, actions, rewards, next_obs, dones):
+    def train_step_graph(self, obs: Any, actions: Any, rewards: Any, next_obs: Any, dones: Any) -> Any:
         tf, nets, cfg = self.tf, self.nets, self.cfg
         next_q_all = nets.q_target(next_obs)
         if cfg.double_q:  # the online net picks, the target net values

@@ -85,7 +85,7 @@ class TFObsEncoder(keras.layers.Layer):
         for name, a, b, image in self._parts:
             x = flat[:, a:b]
             if image is not None:
-                x = _cnn_forward(image, x, [(lambda y, layer=layer: layer(y)) for layer in self.cnns[name]])
+                x = _cnn_forward(image, x, list(self.cnns[name]))
             feats.append(x)
         return tf.concat(feats, axis=-1)
 

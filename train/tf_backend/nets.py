@@ -24,7 +24,7 @@ import numpy as np
 import tensorflow as tf
 
 from rl2edge.train.core.encoder_spec import features_dim
-from rl2edge.train.core.network_spec import NetworkSpec
+from rl2edge.train.core.network_spec import EncoderSpec, NetworkSpec
 from rl2edge.train.tf_backend.encoder import TFObsEncoder, copy_value
 
 LOG_2PI = math.log(2 * math.pi)
@@ -88,7 +88,7 @@ class TFActorCritic(keras.Model):
         activation: str = "tanh",
         log_std_init: float = 0.0,
         seed: int = 0,
-        encoder: dict[str, Any] | None = None,
+        encoder: EncoderSpec | None = None,
     ):
         """`encoder`: image keys' CNNs (train.core.encoder_spec), shared by the actor and the critic."""
         super().__init__()
@@ -129,7 +129,7 @@ class TFActorCritic(keras.Model):
         return cls(
             spec.obs_dim,
             spec.act_dim,
-            spec.discrete,
+            spec.is_discrete,
             list(spec.net_arch),
             spec.activation,
             (spec.log_std_init or 0.0),
@@ -239,7 +239,7 @@ def frozen_dense(dense: list[keras.layers.Dense]) -> Callable[[tf.Tensor], tf.Te
     are left as variables converts to a TFLite file that reads them as zeros; constants convert exactly."""
     layers = [(tf.constant(d.kernel.numpy()), tf.constant(d.bias.numpy()), d.activation) for d in dense]
 
-    def actor(x):
+    def actor(x: Any) -> Any:
         for kernel, bias, activation in layers:
             x = activation(tf.matmul(x, kernel) + bias)
         return x
@@ -345,7 +345,10 @@ class SACNets(CriticSet, keras.Model):
         self.latent = with_encoder(spec, latent, seed * 1000 + 500)
         self.mu = mlp(hidden[-1], [], spec.activation, spec.act_dim, seeds, "actor_mu")
         self.log_std = mlp(hidden[-1], [], spec.activation, spec.act_dim, seeds, "actor_log_std")
-        self.log_std_min, self.log_std_max = float(spec.log_std_min), float(spec.log_std_max)
+        self.log_std_min, self.log_std_max = (
+            float(spec.required("log_std_min")),
+            float(spec.required("log_std_max")),
+        )
         self.critics = _critics(spec, 2, seeds, "critic")
         self.critic_targets = _critics(spec, 2, seeds, "critic_target")
         self.critic_encoder = off_policy_encoder(spec, seed * 1000 + 600, "critic_encoder")
@@ -384,8 +387,8 @@ class TD3Nets(CriticSet, keras.Model):
         self.actor_target = with_encoder(
             spec, mlp(*args, seeds, "actor_target", out_activation="tanh"), seed * 1000 + 600
         )
-        self.critics = _critics(spec, int(spec.n_critics), seeds, "critic")
-        self.critic_targets = _critics(spec, int(spec.n_critics), seeds, "critic_target")
+        self.critics = _critics(spec, int(spec.required("n_critics")), seeds, "critic")
+        self.critic_targets = _critics(spec, int(spec.required("n_critics")), seeds, "critic_target")
         self.critic_encoder = off_policy_encoder(spec, seed * 1000 + 700, "critic_encoder")
         self.critic_target_encoder = off_policy_encoder(spec, seed * 1000 + 800, "critic_target_encoder")
         copy_weights(self.actor.trainable_variables, self.actor_target.trainable_variables)
@@ -442,9 +445,15 @@ class RainbowQ(keras.Model):
         """`encoder_seed`: the first seed of its encoder's layers (image keys), as DQNNets seeds its own."""
         super().__init__(name=name)
         hidden, act = list(spec.net_arch), spec.activation
-        self.n_actions, self.n_atoms = int(spec.act_dim), int(spec.n_atoms)
-        self.distributional, self.dueling = bool(spec.distributional), bool(spec.dueling)
-        self.noisy, sigma0 = bool(spec.noisy), float(0.5 if spec.noisy_sigma0 is None else spec.noisy_sigma0)
+        self.n_actions, self.n_atoms = int(spec.act_dim), int(spec.required("n_atoms"))
+        self.distributional, self.dueling = (
+            bool(spec.required("distributional")),
+            bool(spec.required("dueling")),
+        )
+        self.noisy, sigma0 = (
+            bool(spec.required("noisy")),
+            float(0.5 if spec.noisy_sigma0 is None else spec.noisy_sigma0),
+        )
         width = obs_width(spec)
         self.trunk = mlp(width, hidden[:-1], act, None, seeds, f"{name}_trunk") if len(hidden) > 1 else None
         last = hidden[-2] if len(hidden) > 1 else width
@@ -465,7 +474,7 @@ class RainbowQ(keras.Model):
 
         self.advantage = stream(self.n_actions * self.n_atoms, "advantage")
         self.value = stream(self.n_atoms, "value") if self.dueling else []
-        self.support = tf.linspace(float(spec.v_min), float(spec.v_max), self.n_atoms)
+        self.support = tf.linspace(float(spec.required("v_min")), float(spec.required("v_max")), self.n_atoms)
         # image keys: plain layers in front of the trunk (the noise stays in the head streams)
         self.encoder = off_policy_encoder(spec, encoder_seed, f"{name}_encoder")
         self.built = True

@@ -30,7 +30,9 @@ if TYPE_CHECKING:
 def make_loss_fn(model: Any, cfg: PPOConfig) -> Any:
     """The PPO loss as a plain function of tensors (traced inside train_step; called eagerly in tests)."""
 
-    def loss_fn(obs, actions, old_logp, old_values, adv, returns, clip):
+    def loss_fn(
+        obs: Any, actions: Any, old_logp: Any, old_values: Any, adv: Any, returns: Any, clip: Any
+    ) -> Any:
         out, values = model.outputs(obs)
         logp, entropy = model.log_prob_entropy(out, actions)
         return ppo_objective(logp, entropy, values, old_logp, old_values, adv, returns, clip, cfg)
@@ -38,7 +40,17 @@ def make_loss_fn(model: Any, cfg: PPOConfig) -> Any:
     return loss_fn
 
 
-def ppo_objective(logp, entropy, values, old_logp, old_values, adv, returns, clip, cfg: PPOConfig):
+def ppo_objective(
+    logp: Any,
+    entropy: Any,
+    values: Any,
+    old_logp: Any,
+    old_values: Any,
+    adv: Any,
+    returns: Any,
+    clip: Any,
+    cfg: PPOConfig,
+) -> Any:
     """PPO's loss and its stats row from per-sample log-probs, entropies and values: what every TF agent
     of the PPO family minimizes (recurrent PPO too, on its flattened sequences)."""
     import tensorflow as tf
@@ -94,7 +106,7 @@ class TFPPO:
         self.tf, self.cfg = tf, cfg
         keras.utils.set_random_seed(seed)  # once, before the layers' initializers draw
         self.policy = TFActorCritic.from_network_spec(network, seed)
-        self.discrete, obs_dim, act_dim = network.discrete, network.obs_dim, network.act_dim
+        self.discrete, obs_dim, act_dim = network.is_discrete, network.obs_dim, network.act_dim
         self.optimizer = self.make_optimizer()
         self.updates = tf.Variable(
             0, dtype=tf.int64, trainable=False, name="updates"
@@ -143,7 +155,7 @@ class TFPPO:
         return make_loss_fn(self.policy, self.cfg)
 
     # ---------------------------------------------------------------------------------- graphs
-    def _act_graph(self, obs, noise):
+    def _act_graph(self, obs: Any, noise: Any) -> Any:
         # The sample's randomness is an input, drawn per env by the caller: Gumbel noise (argmax(logits + g)
         # samples the softmax) or standard normal, so that a split of the envs over workers samples the same.
         tf = self.tf
@@ -155,11 +167,13 @@ class TFPPO:
         logp, _ = self.policy.log_prob_entropy(out, action)
         return action, logp, value
 
-    def _deterministic_graph(self, obs):
+    def _deterministic_graph(self, obs: Any) -> Any:
         out = self.policy.actor_out(obs)
         return self.tf.argmax(out, axis=-1) if self.discrete else out
 
-    def _train_graph(self, obs, actions, old_logp, old_values, adv, returns, clip):
+    def _train_graph(
+        self, obs: Any, actions: Any, old_logp: Any, old_values: Any, adv: Any, returns: Any, clip: Any
+    ) -> Any:
         tf = self.tf
         variables = self.policy.trainable_variables
         with tf.GradientTape() as tape:
@@ -170,7 +184,9 @@ class TFPPO:
         self.updates.assign_add(1)
         return stats
 
-    def _train_many_graph(self, obs, actions, old_logp, old_values, adv, returns, clip):
+    def _train_many_graph(
+        self, obs: Any, actions: Any, old_logp: Any, old_values: Any, adv: Any, returns: Any, clip: Any
+    ) -> Any:
         tf = self.tf
         n = tf.shape(obs)[0]
         stats = tf.TensorArray(tf.float32, size=n)

@@ -29,7 +29,18 @@ def make_loss_fn(model: Any, cfg: RecurrentPPOConfig) -> Any:
     called eagerly in tests): train.tf_backend.ppo's objective on the [T * E] flattened steps."""
     import tensorflow as tf
 
-    def loss_fn(obs, actions, old_logp, old_values, adv, returns, starts, pi, vf, clip):
+    def loss_fn(
+        obs: Any,
+        actions: Any,
+        old_logp: Any,
+        old_values: Any,
+        adv: Any,
+        returns: Any,
+        starts: Any,
+        pi: Any,
+        vf: Any,
+        clip: Any,
+    ) -> Any:
         logp, entropy, values = model.evaluate_sequences(obs, actions, starts, pi, vf)
         flat = lambda x: tf.reshape(x, [-1])  # noqa: E731  the (t, e) order evaluate_sequences uses
         return ppo_objective(
@@ -63,11 +74,14 @@ class TFRecurrentPPO:
         self.tf, self.cfg = tf, cfg
         keras.utils.set_random_seed(seed)  # once, before the layers' initializers draw
         self.policy = TFRecurrentActorCritic(network, seed)
-        self.layers, self.hidden = int(network.n_lstm_layers), int(network.lstm_hidden_size)
+        self.layers, self.hidden = (
+            int(network.required("n_lstm_layers")),
+            int(network.required("lstm_hidden_size")),
+        )
         self.state_parts = state_parts(self.policy.kind)
         self.optimizer = self.make_optimizer()
         self.loss_fn = self.make_loss_fn()
-        discrete, obs_dim, act_dim = network.discrete, network.obs_dim, network.act_dim
+        discrete, obs_dim, act_dim = network.is_discrete, network.obs_dim, network.act_dim
         # [minibatches, T, E, ...]; the actor's and the critic's states, each a tuple of [minibatches, layers,
         # E, H] (an LSTM's h and c, a GRU's h)
         seq = lambda *tail, dtype=tf.float32: tf.TensorSpec([None, None, None, *tail], dtype)  # noqa: E731
@@ -86,7 +100,19 @@ class TFRecurrentPPO:
     def make_loss_fn(self) -> Any:
         return make_loss_fn(self.policy, self.cfg)
 
-    def _train_graph(self, obs, actions, old_logp, old_values, adv, returns, starts, pi, vf, clip):
+    def _train_graph(
+        self,
+        obs: Any,
+        actions: Any,
+        old_logp: Any,
+        old_values: Any,
+        adv: Any,
+        returns: Any,
+        starts: Any,
+        pi: Any,
+        vf: Any,
+        clip: Any,
+    ) -> Any:
         tf = self.tf
         variables = self.policy.trainable_variables
         with tf.GradientTape() as tape:
@@ -96,14 +122,14 @@ class TFRecurrentPPO:
         self.optimizer.apply_gradients(zip(grads, variables, strict=True))
         return stats
 
-    def _train_many_graph(self, *args):
+    def _train_many_graph(self, *args: Any) -> Any:
         tf = self.tf
         *batched, clip = args
         n = tf.shape(batched[0])[0]
         stats = tf.TensorArray(tf.float32, size=n)
         for i in tf.range(n):
             row = tf.nest.map_structure(lambda a, i=i: a[i], batched)
-            stats = stats.write(i, self._train_graph(*row, clip))
+            stats = stats.write(i, self._train_graph(*row, clip))  # type: ignore[call-arg]  # the 9 tensors of a minibatch
         return tf.reduce_mean(stats.stack(), axis=0)
 
     # ----------------------------------------------------------------------------- the agent API
@@ -140,7 +166,7 @@ class TFRecurrentPPO:
             linear,
             layers(p.heads.actor),
             layers(p.heads.critic),
-            None if p.discrete else p.heads.log_std.numpy(),
+            None if p.discrete or p.heads.log_std is None else p.heads.log_std.numpy(),
         )
 
     def set_learning_rate(self, lr: float) -> None:

@@ -44,7 +44,7 @@ class TFRainbow(RainbowHooks, TFDQN):
     def make_nets(self, network: NetworkSpec, seed: int) -> Any:
         from rl2edge.train.tf_backend.nets import RainbowNets
 
-        self.noisy = bool(network.noisy)
+        self.noisy = bool(network.required("noisy"))
         return RainbowNets(network, seed)
 
     def compile(self, obs_dim: int, act_dim: int, discrete: bool) -> None:
@@ -69,11 +69,22 @@ class TFRainbow(RainbowHooks, TFDQN):
         self._train_step_cf = self._train_step.get_concrete_function()
 
     # ------------------------------------------------------------------------------------ graphs
-    def explore_graph(self, obs):
+    def explore_graph(self, obs: Any) -> Any:
         q_net = self.nets.q_net
         return self.tf.argmax(q_net(obs, q_net.draw_noise(self.rng)), axis=-1)  # mean weights without noise
 
-    def loss(self, obs, actions, rewards, next_obs, dones, discounts, weights, online_noise, target_noise):
+    def loss(
+        self,
+        obs: Any,
+        actions: Any,
+        rewards: Any,
+        next_obs: Any,
+        dones: Any,
+        discounts: Any,
+        weights: Any,
+        online_noise: Any,
+        target_noise: Any,
+    ) -> Any:
         """(importance-weighted loss, per-sample priority, mean Q of the taken actions), as the torch twin."""
         from rl2edge.train.tf_backend.nets import project_distribution
 
@@ -104,7 +115,9 @@ class TFRainbow(RainbowHooks, TFDQN):
             priority = tf.abs(target - q)
         return tf.reduce_mean(weights * per_sample), tf.stop_gradient(priority), tf.reduce_mean(q)
 
-    def train_step_graph(self, obs, actions, rewards, next_obs, dones, discounts, weights):
+    def train_step_graph(  # type: ignore[override]  # with the n-step discounts and importance weights
+        self, obs: Any, actions: Any, rewards: Any, next_obs: Any, dones: Any, discounts: Any, weights: Any
+    ) -> Any:
         tf = self.tf
         # fresh noise for each gradient step, online and target independently (None without noisy layers)
         online_noise = self.nets.q_net.draw_noise(self.rng)
@@ -121,6 +134,7 @@ class TFRainbow(RainbowHooks, TFDQN):
     def train_prioritized(self, batch: ReplayBatch) -> tuple[np.ndarray, np.ndarray]:
         """One gradient step per stacked batch; (mean stats, priorities [n, B])."""
         const = self.tf.constant
+        assert batch.discounts is not None and batch.weights is not None  # a Rainbow buffer's batch
         stats, prios = [], []
         for i in range(batch.n):
             s, p = self._train_step_cf(

@@ -65,7 +65,7 @@ class TFRNN(keras.layers.Layer):
 
     def numpy_layers(self) -> list[RNNLayer]:
         """Per layer (kernel on x, kernel on h, b_ih, b_hh): train.core.rnn_cells' layout."""
-        return [tuple(v.numpy() for v in cell) for cell in self.cells]  # type: ignore[misc]
+        return [tuple(v.numpy() for v in cell) for cell in self.cells]
 
     def copy_from_torch(self, state: dict[str, Any], prefix: str) -> None:
         """Take torch's nn.LSTM/nn.GRU weights (weight_ih_l{k} [G*H, in], weight_hh_l{k}, bias_ih_l{k},
@@ -119,20 +119,20 @@ class TFRecurrentActorCritic(keras.Model):
         super().__init__()
         obs_dim, hidden, layers = (
             int(spec.obs_dim),
-            int(spec.lstm_hidden_size),
-            int(spec.n_lstm_layers),
+            int(spec.required("lstm_hidden_size")),
+            int(spec.required("n_lstm_layers")),
         )
         if int(spec.lstm_biases or 1) != 2:
             raise CheckpointError(
                 "this TF recurrent checkpoint's LSTM has one bias per layer (written before the TF LSTM kept "
                 "torch's two, b_ih and b_hh, which train at the speed torch's do): train it again"
             )
-        self.discrete, self.hidden, self.n_layers = bool(spec.discrete), hidden, layers
+        self.discrete, self.hidden, self.n_layers = spec.is_discrete, hidden, layers
         self.kind = spec.rnn_kind
-        self.shared = bool(spec.shared_lstm)
+        self.shared = bool(spec.required("shared_lstm"))
         cell = TFGRU if self.kind == "gru" else TFLSTM
         self.heads = TFActorCritic(
-            hidden, spec.act_dim, spec.discrete, list(spec.net_arch), spec.activation,
+            hidden, spec.act_dim, spec.is_discrete, list(spec.net_arch), spec.activation,
             (spec.log_std_init or 0.0), seed,
         )  # fmt: skip
         self.lstm_actor = cell(obs_dim, hidden, layers, seed + 3000, "lstm_actor")

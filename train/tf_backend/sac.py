@@ -55,7 +55,7 @@ class TFSAC(TFOffPolicyBase):
         self.alpha_opt = self.adam([self.nets.log_alpha], lr) if self.learn_alpha else None
         self.target_entropy = float(cfg.entropy_target(self.act_dim))
         self.n_updates = tf.Variable(0, dtype=tf.int64, trainable=False, name="n_updates")
-        sample = SquashedGaussian(seed, network.log_std_min, network.log_std_max)
+        sample = SquashedGaussian(seed, network.required("log_std_min"), network.required("log_std_max"))
         if network.encoder is None:  # image keys: the graph explores (no numpy copy of a Nature-CNN)
             self.explorer = self.numpy_explorer(network.activation, self.actor_vars, sample)
         self.compile(int(network.obs_dim), self.act_dim, discrete=False)
@@ -67,22 +67,23 @@ class TFSAC(TFOffPolicyBase):
             "critic_target": self.critic_target_vars,
         }
 
-    def deterministic_graph(self, obs):
+    def deterministic_graph(self, obs: Any) -> Any:
         return self.tf.tanh(self.nets.mean(obs))
 
-    def explore_graph(self, obs):
+    def explore_graph(self, obs: Any) -> Any:
         return self.nets.sample(obs, self.rng.normal([self.tf.shape(obs)[0], self.act_dim]))[0]
 
-    def alpha_step(self, logp):
+    def alpha_step(self, logp: Any) -> Any:
         """One temperature step; the policy enters only through the log-probs, as constants."""
         tf = self.tf
         log_alpha = self.nets.log_alpha
         with tf.GradientTape() as tape:
             loss = -tf.reduce_mean(log_alpha * tf.stop_gradient(logp + self.target_entropy))
+        assert self.alpha_opt is not None  # a learned temperature's
         self.alpha_opt.apply_gradients([(tape.gradient(loss, log_alpha), log_alpha)])
         return loss
 
-    def train_step_graph(self, obs, actions, rewards, next_obs, dones):
+    def train_step_graph(self, obs: Any, actions: Any, rewards: Any, next_obs: Any, dones: Any) -> Any:
         from rl2edge.train.tf_backend.nets import polyak_update
 
         tf, nets, cfg = self.tf, self.nets, self.cfg
@@ -114,7 +115,7 @@ class TFSAC(TFOffPolicyBase):
             polyak_update(self.critic_vars, self.critic_target_vars, cfg.tau)
         else:
 
-            def soft_update():
+            def soft_update() -> Any:
                 polyak_update(self.critic_vars, self.critic_target_vars, cfg.tau)
                 return tf.constant(True)
 

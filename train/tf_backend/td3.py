@@ -56,10 +56,10 @@ class TFTD3(TFOffPolicyBase):
             "critic_target": self.critic_target_vars,
         }
 
-    def deterministic_graph(self, obs):
+    def deterministic_graph(self, obs: Any) -> Any:
         return self.nets.actor(obs)
 
-    def actor_step(self, obs):
+    def actor_step(self, obs: Any) -> Any:
         """The delayed update: actor on Q1, then both target networks."""
         from rl2edge.train.tf_backend.nets import polyak_update
 
@@ -73,7 +73,7 @@ class TFTD3(TFOffPolicyBase):
         polyak_update(self.actor_vars, self.actor_target_vars, self.cfg.tau)
         return loss
 
-    def train_step_graph(self, obs, actions, rewards, next_obs, dones):
+    def train_step_graph(self, obs: Any, actions: Any, rewards: Any, next_obs: Any, dones: Any) -> Any:
         tf, nets, cfg = self.tf, self.nets, self.cfg
         self.n_updates.assign_add(1)
         noise = tf.clip_by_value(

@@ -45,7 +45,7 @@ def a2c_grads(
 
 class TorchA2C(TorchPPO):
     stat_names = STAT_NAMES
-    cfg: A2CConfig
+    cfg: A2CConfig  # type: ignore[assignment]  # PPO's update fields are its class attributes (train.core.config)
 
     def make_optimizer(self) -> torch.optim.Optimizer:
         if not self.cfg.use_rms_prop:

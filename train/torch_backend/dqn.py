@@ -52,7 +52,14 @@ class TorchDQN(DQNHooks, TorchOffPolicyBase):
     def update_target(self) -> None:
         polyak_update(self.q_net.parameters(), self.q_target.parameters(), self.cfg.tau)
 
-    def train_step(self, obs, actions, rewards, next_obs, dones) -> torch.Tensor:
+    def train_step(
+        self,
+        obs: torch.Tensor,
+        actions: torch.Tensor,
+        rewards: torch.Tensor,
+        next_obs: torch.Tensor,
+        dones: torch.Tensor,
+    ) -> torch.Tensor:
         cfg = self.cfg
         with torch.no_grad():
             next_q_all = self.q_target(next_obs)

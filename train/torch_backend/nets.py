@@ -17,14 +17,13 @@ import math
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 from torch import nn
 from torch.distributions import Categorical, Normal
 
 from rl2edge.train.core.encoder_spec import features_dim
-from rl2edge.train.core.network_spec import NetworkSpec
+from rl2edge.train.core.network_spec import EncoderSpec, NetworkSpec
 from rl2edge.train.torch_backend.encoder import ObsEncoder
 
 _ACTIVATIONS: dict[str, type[nn.Module]] = {"tanh": nn.Tanh, "relu": nn.ReLU}
@@ -95,7 +94,7 @@ class ActorCritic(nn.Module):
         net_arch: list[int],
         activation: str = "tanh",
         log_std_init: float = 0.0,
-        encoder: dict[str, Any] | None = None,
+        encoder: EncoderSpec | None = None,
     ):
         """`encoder`: the network spec's encoder (image keys, train.core.encoder_spec), shared by the actor
         and the critic as SB3's on-policy policies share their features extractor; None: the MLPs take
@@ -115,7 +114,7 @@ class ActorCritic(nn.Module):
         return cls(
             spec.obs_dim,
             spec.act_dim,
-            spec.discrete,
+            spec.is_discrete,
             list(spec.net_arch),
             spec.activation,
             (spec.log_std_init or 0.0),
@@ -226,7 +225,10 @@ class SACActor(nn.Module):
         self.latent = mlp(obs_width(spec), hidden, spec.activation)
         self.mu = nn.Linear(hidden[-1], spec.act_dim)
         self.log_std = nn.Linear(hidden[-1], spec.act_dim)
-        self.log_std_min, self.log_std_max = float(spec.log_std_min), float(spec.log_std_max)
+        self.log_std_min, self.log_std_max = (
+            float(spec.required("log_std_min")),
+            float(spec.required("log_std_max")),
+        )
         self.encoder = obs_encoder(spec)  # made last: the MLPs draw their weights as they always have
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
@@ -374,9 +376,15 @@ class RainbowQNetwork(nn.Module):
     def __init__(self, spec: NetworkSpec):
         super().__init__()
         hidden, activation = list(spec.net_arch), spec.activation
-        self.n_actions, self.n_atoms = int(spec.act_dim), int(spec.n_atoms)
-        self.distributional, self.dueling = bool(spec.distributional), bool(spec.dueling)
-        noisy, sigma0 = bool(spec.noisy), float(0.5 if spec.noisy_sigma0 is None else spec.noisy_sigma0)
+        self.n_actions, self.n_atoms = int(spec.act_dim), int(spec.required("n_atoms"))
+        self.distributional, self.dueling = (
+            bool(spec.required("distributional")),
+            bool(spec.required("dueling")),
+        )
+        noisy, sigma0 = (
+            bool(spec.required("noisy")),
+            float(0.5 if spec.noisy_sigma0 is None else spec.noisy_sigma0),
+        )
         self.trunk = mlp(obs_width(spec), hidden[:-1], activation)
         last = hidden[-2] if len(hidden) > 1 else obs_width(spec)
         self.advantage = _Stream(last, hidden[-1], self.n_actions * self.n_atoms, activation, noisy, sigma0)
@@ -384,7 +392,7 @@ class RainbowQNetwork(nn.Module):
             self.value = _Stream(last, hidden[-1], self.n_atoms, activation, noisy, sigma0)
         self.register_buffer(
             "support",
-            torch.linspace(float(spec.v_min), float(spec.v_max), self.n_atoms),
+            torch.linspace(float(spec.required("v_min")), float(spec.required("v_max")), self.n_atoms),
             persistent=False,
         )
         self._noisy_layers: list[NoisyLinear] | None = None

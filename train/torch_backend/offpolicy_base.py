@@ -132,7 +132,14 @@ class TorchOffPolicyBase(OffPolicyAgentBase):
     def save_weights(self, run_dir: Path) -> str:
         return save_safetensors(self.nets, run_dir)
 
-    def train_step(self, obs, actions, rewards, next_obs, dones) -> torch.Tensor:
+    def train_step(
+        self,
+        obs: torch.Tensor,
+        actions: torch.Tensor,
+        rewards: torch.Tensor,
+        next_obs: torch.Tensor,
+        dones: torch.Tensor,
+    ) -> torch.Tensor:
         """One gradient step on one batch; the stat_names values as a tensor (NaN where not computed)."""
         raise NotImplementedError
 

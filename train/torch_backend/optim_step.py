@@ -56,15 +56,15 @@ def fused_adam_step(opt: torch.optim.Optimizer) -> None:
     if any(g is None for g in grads) or any(not s or "step" not in s for s in states):
         opt.step()
         return
-    steps = [s["step"] for s in states]  # type: ignore[index]
+    steps = [s["step"] for s in states]
     beta1, beta2 = group["betas"]
     with torch.no_grad():  # as Optimizer.step: in-place updates of leaves that require grad
         torch._foreach_add_(steps, 1)
         torch._fused_adam_(
             params,
-            grads,  # type: ignore[arg-type]  # checked above: none is None
-            [s["exp_avg"] for s in states],  # type: ignore[index]
-            [s["exp_avg_sq"] for s in states],  # type: ignore[index]
+            grads,  # checked above: none is None
+            [s["exp_avg"] for s in states],
+            [s["exp_avg_sq"] for s in states],
             [],
             steps,
             amsgrad=False,

@@ -150,7 +150,9 @@ class TorchPPO:
         1187 us per gradient step through eager autograd, after 12.5 s of compiling into an empty cache;
         the written-out gradient (ActorCriticGrad, the default) took 600-660 us on a Xeon where autograd
         took 975-1088. It is meant for GPUs, where per-kernel launch costs dominate small nets."""
-        self._loss_tensors = torch.compile(self._loss_tensors, fullgraph=True, dynamic=False)
+        self._loss_tensors = torch.compile(  # type: ignore[method-assign]  # the compiled twin, per agent
+            self._loss_tensors, fullgraph=True, dynamic=False
+        )
         self.compiled = self.autograd = True
         self._clip_value: float | None = None
         self._clip_t: torch.Tensor | None = None

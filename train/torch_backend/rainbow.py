@@ -34,7 +34,7 @@ class TorchRainbow(RainbowHooks, TorchDQN):
     def __init__(self, network: NetworkSpec, cfg: RainbowConfig, seed: int, device: str):
         super().__init__(network, cfg, seed, device)
         self.cfg: RainbowConfig = cfg
-        self.noisy = bool(network.noisy)
+        self.noisy = bool(network.required("noisy"))
 
     @torch.no_grad()
     def framework_explore(self, obs: np.ndarray) -> np.ndarray:
@@ -45,7 +45,14 @@ class TorchRainbow(RainbowHooks, TorchDQN):
         return self.q_net(self._t(obs), noisy=True).argmax(-1).cpu().numpy()
 
     def loss(
-        self, obs, actions, rewards, next_obs, dones, discounts, weights
+        self,
+        obs: torch.Tensor,
+        actions: torch.Tensor,
+        rewards: torch.Tensor,
+        next_obs: torch.Tensor,
+        dones: torch.Tensor,
+        discounts: torch.Tensor,
+        weights: torch.Tensor,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(importance-weighted loss, per-sample priority, mean Q of the taken actions)."""
         cfg, noisy = self.cfg, self.noisy
@@ -74,7 +81,16 @@ class TorchRainbow(RainbowHooks, TorchDQN):
             priority = (target - q).detach().abs()
         return (weights * per_sample).mean(), priority, q.detach().mean()
 
-    def train_step(self, obs, actions, rewards, next_obs, dones, discounts, weights):
+    def train_step(  # type: ignore[override]  # with the n-step discounts and importance weights
+        self,
+        obs: torch.Tensor,
+        actions: torch.Tensor,
+        rewards: torch.Tensor,
+        next_obs: torch.Tensor,
+        dones: torch.Tensor,
+        discounts: torch.Tensor,
+        weights: torch.Tensor,
+    ) -> torch.Tensor:
         if self.noisy:  # fresh noise for each gradient step, online and target independently
             self.q_net.reset_noise()
             self.q_target.reset_noise()
@@ -90,6 +106,7 @@ class TorchRainbow(RainbowHooks, TorchDQN):
 
     def train_prioritized(self, batch: ReplayBatch) -> tuple[np.ndarray, np.ndarray]:
         """One gradient step per stacked batch; (mean stats, priorities [n, B]) in one host sync."""
+        assert batch.discounts is not None and batch.weights is not None  # a Rainbow buffer's batch
         cols = (
             batch.obs,
             batch.actions,

@@ -12,6 +12,7 @@ explicit state inputs (an LSTM's h and c, a GRU's h) that the graph zeroes where
 from __future__ import annotations
 
 import itertools
+from typing import TypeAlias
 
 import numpy as np
 import torch
@@ -23,7 +24,7 @@ from rl2edge.train.core.rnn_cells import state_parts
 from rl2edge.train.torch_backend.nets import ActorCritic, run_mlp
 
 State = tuple[torch.Tensor, ...]  # an LSTM's (h, c), a GRU's (h,): each [layers, rows, hidden]
-RNN = nn.LSTM | nn.GRU
+RNN: TypeAlias = "nn.LSTM | nn.GRU"
 
 
 def run_rnn(
@@ -49,15 +50,15 @@ class RecurrentActorCritic(nn.Module):
         super().__init__()
         obs_dim, hidden, layers = (
             int(spec.obs_dim),
-            int(spec.lstm_hidden_size),
-            int(spec.n_lstm_layers),
+            int(spec.required("lstm_hidden_size")),
+            int(spec.required("n_lstm_layers")),
         )
-        self.discrete, self.hidden, self.layers = bool(spec.discrete), hidden, layers
+        self.discrete, self.hidden, self.layers = spec.is_discrete, hidden, layers
         self.kind = spec.rnn_kind
-        self.shared = bool(spec.shared_lstm)
+        self.shared = bool(spec.required("shared_lstm"))
         cell = nn.GRU if self.kind == "gru" else nn.LSTM
         self.heads = ActorCritic(
-            hidden, spec.act_dim, spec.discrete, list(spec.net_arch), spec.activation,
+            hidden, spec.act_dim, spec.is_discrete, list(spec.net_arch), spec.activation,
             (spec.log_std_init or 0.0),
         )  # fmt: skip
         # sb3-contrib's attribute names, whichever the cell (an sb3-contrib state_dict loads as it is)

@@ -58,7 +58,7 @@ class TorchSAC(SACWrittenOut, TorchOffPolicyBase):
         self.n_updates = 0
         a = self.actor
         linears = [m for m in a.latent if isinstance(m, nn.Linear)] + [a.mu, a.log_std]
-        sample = SquashedGaussian(seed, network.log_std_min, network.log_std_max)
+        sample = SquashedGaussian(seed, network.required("log_std_min"), network.required("log_std_max"))
         # Image keys: the framework explores and autograd differentiates (a Nature-CNN has neither a numpy
         # copy here nor a written-out backward; its convolutions outweigh the per-op costs these avoid).
         self.written_out = a.encoder is None
@@ -104,12 +104,26 @@ class TorchSAC(SACWrittenOut, TorchOffPolicyBase):
         fused_adam_step(self.alpha_opt)
         return loss.detach()
 
-    def train_step(self, obs, actions, rewards, next_obs, dones) -> torch.Tensor:
+    def train_step(
+        self,
+        obs: torch.Tensor,
+        actions: torch.Tensor,
+        rewards: torch.Tensor,
+        next_obs: torch.Tensor,
+        dones: torch.Tensor,
+    ) -> torch.Tensor:
         if self.autograd:
             return self.autograd_step(obs, actions, rewards, next_obs, dones)
         return self.written_out_step(obs, actions, rewards, next_obs, dones)
 
-    def autograd_step(self, obs, actions, rewards, next_obs, dones) -> torch.Tensor:
+    def autograd_step(
+        self,
+        obs: torch.Tensor,
+        actions: torch.Tensor,
+        rewards: torch.Tensor,
+        next_obs: torch.Tensor,
+        dones: torch.Tensor,
+    ) -> torch.Tensor:
         pi, logp = self.actor.sample(obs)
         alpha = self.log_alpha.detach().exp()  # the temperature before this step's update, as SB3
         alpha_loss = self.alpha_step(logp) if self.alpha_opt is not None else torch.zeros((), device=self.dev)

@@ -5,6 +5,7 @@ tests/test_offpolicy_grad.py holds the two within float32 rounding."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -24,6 +25,10 @@ class SACWrittenOut:
     target_entropy: float
     gamma: float
     dev: torch.device
+    critic_opt_step: Callable[[], None]
+    actor_opt_step: Callable[[], None]
+    alpha_opt_step: Callable[[], None]
+    _update_targets: Callable[[], None]
 
     def init_written_out(self, obs_dim: int) -> None:
         activation = activation_of(self.actor.latent, *self.critic.qs)
@@ -64,14 +69,28 @@ class SACWrittenOut:
         g_h = torch.addmm(torch.mm(g_log_std, a.log_std.weight), g_pre, a.mu.weight)
         self.actor_grad.backward(inputs, g_h)
 
-    def written_out_step(self, obs, actions, rewards, next_obs, dones) -> torch.Tensor:
+    def written_out_step(
+        self,
+        obs: torch.Tensor,
+        actions: torch.Tensor,
+        rewards: torch.Tensor,
+        next_obs: torch.Tensor,
+        dones: torch.Tensor,
+    ) -> torch.Tensor:
         """autograd_step's update, the same draws in the same order, with the gradients written out."""
         stats = self.gradient_update(obs, actions, rewards, next_obs, dones)
         self._update_targets()
         return stats
 
     @torch.no_grad()
-    def gradient_update(self, obs, actions, rewards, next_obs, dones) -> torch.Tensor:
+    def gradient_update(
+        self,
+        obs: torch.Tensor,
+        actions: torch.Tensor,
+        rewards: torch.Tensor,
+        next_obs: torch.Tensor,
+        dones: torch.Tensor,
+    ) -> torch.Tensor:
         """The written-out step's gradients and optimizer steps (a graph under train --compile)."""
         batch = obs.shape[0]
         pi, logp, saved = self._sample(obs)

@@ -92,7 +92,14 @@ class TorchTD3(TD3WrittenOut, TorchOffPolicyBase):
         self.actor_update = self.compiled_graph(self.actor_update)
         self.autograd = False
 
-    def train_step(self, obs, actions, rewards, next_obs, dones) -> torch.Tensor:
+    def train_step(
+        self,
+        obs: torch.Tensor,
+        actions: torch.Tensor,
+        rewards: torch.Tensor,
+        next_obs: torch.Tensor,
+        dones: torch.Tensor,
+    ) -> torch.Tensor:
         if self.autograd:
             return self.autograd_step(obs, actions, rewards, next_obs, dones)
         return self.written_out_step(obs, actions, rewards, next_obs, dones)
@@ -106,7 +113,14 @@ class TorchTD3(TD3WrittenOut, TorchOffPolicyBase):
         polyak_update(self.critic.parameters(), self.critic_target.parameters(), self.cfg.tau)
         polyak_update(self.actor.parameters(), self.actor_target.parameters(), self.cfg.tau)
 
-    def autograd_step(self, obs, actions, rewards, next_obs, dones) -> torch.Tensor:
+    def autograd_step(
+        self,
+        obs: torch.Tensor,
+        actions: torch.Tensor,
+        rewards: torch.Tensor,
+        next_obs: torch.Tensor,
+        dones: torch.Tensor,
+    ) -> torch.Tensor:
         cfg = self.cfg
         self.n_updates += 1
         with torch.no_grad():

@@ -4,6 +4,7 @@ same update with the same draw, and tests/test_offpolicy_grad.py holds the two w
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -21,6 +22,10 @@ class TD3WrittenOut:
     cfg: Any
     dev: torch.device
     n_updates: int
+    critic_opt_step: Callable[[], None]
+    actor_opt_step: Callable[[], None]
+    _update_targets: Callable[[], None]
+    _smoothing_noise: Callable[[torch.Tensor], torch.Tensor]
 
     def init_written_out(self, obs_dim: int) -> None:
         activation = activation_of(self.actor.net, *self.critic.qs)
@@ -29,7 +34,14 @@ class TD3WrittenOut:
         self.critic_grad = CriticsGrad(self.critic, obs_dim, activation)
         self.target_grad = CriticsGrad(self.critic_target, obs_dim, activation)
 
-    def written_out_step(self, obs, actions, rewards, next_obs, dones) -> torch.Tensor:
+    def written_out_step(
+        self,
+        obs: torch.Tensor,
+        actions: torch.Tensor,
+        rewards: torch.Tensor,
+        next_obs: torch.Tensor,
+        dones: torch.Tensor,
+    ) -> torch.Tensor:
         """autograd_step's update, the same draw, with the gradients written out."""
         self.n_updates += 1
         critic_loss = self.critic_update(obs, actions, rewards, next_obs, dones)
@@ -40,7 +52,14 @@ class TD3WrittenOut:
         return torch.stack([actor_loss, critic_loss])
 
     @torch.no_grad()
-    def critic_update(self, obs, actions, rewards, next_obs, dones) -> torch.Tensor:
+    def critic_update(
+        self,
+        obs: torch.Tensor,
+        actions: torch.Tensor,
+        rewards: torch.Tensor,
+        next_obs: torch.Tensor,
+        dones: torch.Tensor,
+    ) -> torch.Tensor:
         """The critics' written-out gradient and optimizer step (a graph under train --compile)."""
         cfg, batch = self.cfg, obs.shape[0]
         noise = self._smoothing_noise(actions)

@@ -38,7 +38,7 @@ def _suite_rows(kind: str, tmp: Path, calls: int, thread_counts: list[int]) -> l
     from benchmarks.synthetic import synthetic_source
     from rl2edge.export.pipeline import ExportOptions, export_source
     from rl2edge.runtime.interpreters import OnnxBackend
-    from rl2edge.train.core.evaluation import random_observations
+    from testkit.observations import random_observations
 
     source = synthetic_source(kind)
     out = tmp / kind

@@ -39,9 +39,9 @@ from rl2edge.plc_bridge.hooks import CycleOutcome, NoHooks
 from rl2edge.plc_bridge.loop import DEFAULT_SPIN_MS, ControlLoop, LoopConfig
 from rl2edge.plc_bridge.nodemap import NodeMap
 from rl2edge.plc_bridge.security import SecurityConfig, make_certificate
-from rl2edge.plc_bridge.sim import free_port
 from rl2edge.plc_bridge.slot_timer import until_slot
 from rl2edge.runtime import Policy
+from testkit.plc import free_port
 from testkit.standin_plc import StandinPlc
 
 # benchmarks/reference.md: asyncua 2.1, one batched Read + one batched Write, two processes on loopback.

@@ -34,8 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.common import RESULTS, markdown_table, pyplot, save_figure, write_results
 from rl2edge.plc_bridge.realtime import may_lock_memory
-from rl2edge.plc_bridge.sim import free_port
-from testkit.plc import wait_for_server
+from testkit.plc import free_port, wait_for_server
 
 _logger = logging.getLogger("benchmarks.loop_under_load")
 EXE = str(Path(sys.executable).with_name("rl2edge"))

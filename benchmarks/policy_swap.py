@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.common import RESULTS, markdown_table, pyplot, save_figure, write_results
 from rl2edge.plc_bridge.metrics import parse_metrics
-from rl2edge.plc_bridge.sim import free_port
+from testkit.plc import free_port
 
 EXE = str(Path(sys.executable).with_name("rl2edge"))
 

@@ -50,8 +50,8 @@ def uint8_input_saved_model(saved_model: Path, out_dir: Path) -> Path:
 
     For observation spaces of dtype uint8 (image frames): the float files (fp32, fp16, dynamic) then take
     the frames as the env gives them, and the cast, exact for every uint8 value, runs inside the invoke
-    instead of in numpy before it (a 84x84x4 frame: a 28k-element float copy per call, and an invoke
-    about 7 us slower on the cold buffer it leaves). int8 files have their own integer input (scale 1,
+    instead of in numpy before it (a 84x84x4 frame: a 28k-element float copy per call, which also leaves
+    the invoke a cold buffer). int8 files have their own integer input (scale 1,
     zero point -128), which the runtime feeds from uint8 frames without a float step."""
     import tensorflow as tf
 

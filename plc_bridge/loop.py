@@ -382,7 +382,9 @@ class ControlLoop:
             self.link.connected = True
             self.guard.reset()
             # a (re)connect starts the policy's state afresh: the plant may have moved on while unobserved
-            self.state_rules.reset_before_next("connected" if self.counters.reconnects == 0 else "reconnected")
+            self.state_rules.reset_before_next(
+                "connected" if self.counters.reconnects == 0 else "reconnected"
+            )
             if self._gc is not None:  # connected: what start-up made stays out of every collection
                 self._gc.freeze()
             cycles_before = self.counters.cycles

@@ -75,13 +75,6 @@ class SimConfig:
         self.security.check("server")
 
 
-def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port free on `host` right now: where the demo, the tests and the benchmarks put a plc-sim."""
-    with socket.socket() as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
-
-
 class PlcSim:
     def __init__(self, cfg: SimConfig):
         from rl2edge.train.core.envs import make_env  # gymnasium only; no deep-learning framework

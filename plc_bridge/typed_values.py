@@ -30,10 +30,6 @@ SUPPORTED = frozenset({*INT_RANGES, *FLOAT_TYPES, V.Boolean})
 _FLOAT32_MAX = 3.4028234663852886e38
 
 
-def type_name(vtype: ua.VariantType) -> str:
-    return vtype.name
-
-
 def value_range(vtype: ua.VariantType) -> tuple[float, float]:
     """The closed range of numbers a node of this type can hold."""
     if vtype in INT_RANGES:

@@ -34,7 +34,7 @@ class Policy:
         self.action_spec = act = manifest.action
         self.obs_shape = obs.shape
         # A Dict observation: each key's slice of the vector the model is fed (predict on a mapping fills
-        # a fresh vector key by key: ~1 us a key, where a generic flatten costs several)
+        # a fresh vector key by key, cheaper than a generic flatten: benchmarks/micro_costs.py)
         self._key_parts = [(name, part) for name, part in obs.key_slices]
         self._key_shapes = [(k.name, k.shape if k.is_image else (k.size,)) for k in obs.keys]
         self._model_shape = backend.input_shape
@@ -356,7 +356,7 @@ class Policy:
         except (ValueError, RuntimeError) as exc:
             raise BackendError(f"{self._backend.name} failed to run the model: {exc}") from None
         if self.discrete:
-            return min(max(int(y.flat[0]), self._lo), self._hi)  # Python ints: np.clip costs 3 us here
+            return min(max(int(y.flat[0]), self._lo), self._hi)  # Python ints: np.clip costs more here
         a = np.asarray(y, np.float32).reshape(self.action_low.shape)
         if not np.isfinite(a).all():  # clipping would pass NaN through to the actuator
             raise BackendError(f"the model returned a non-finite action {a.tolist()}")

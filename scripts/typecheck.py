@@ -15,7 +15,14 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 SUBPACKAGES = ("train", "export", "runtime", "plc_bridge")
-CHECKED = ("rl2edge", "rl2edge.runtime", "rl2edge.plc_bridge", "rl2edge.commands", "rl2edge.train", "rl2edge.export")
+CHECKED = (
+    "rl2edge",
+    "rl2edge.runtime",
+    "rl2edge.plc_bridge",
+    "rl2edge.commands",
+    "rl2edge.train",
+    "rl2edge.export",
+)
 
 
 def installed_shape(into: Path) -> Path:

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import os
 import signal
+import socket
 import subprocess
 import time
 from collections.abc import Iterator
@@ -14,10 +15,15 @@ from typing import Any
 
 from asyncua import Client, ua
 
-from rl2edge.plc_bridge.sim import free_port
 from testkit.cli import EXE
 
-__all__ = ["free_port"]
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port free on `host` right now: where the demo, the tests and the benchmarks put a plc-sim."""
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
 
 # The edge test run (`make test-edge`) serves from the edge venv and runs plc-sim, which needs gymnasium,
 # from the workstation's.

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from rl2edge.plc_bridge.sim import free_port
 from testkit.doc_blocks import ROOT, run_walk_through
+from testkit.plc import free_port
 
 DOC = ROOT / "examples/agv/README.md"
 THIS = "tests/test_agv_example.py"

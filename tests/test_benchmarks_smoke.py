@@ -309,3 +309,15 @@ def test_fault_responses_benchmark_smoke(cartpole_all, tmp_path: Path) -> None:
         ("deadline_miss", "hold"),
     ]
     assert data["rows"][2]["held"] > 0 and data["rows"][1]["held"] == 0
+
+
+@integration
+def test_micro_costs_smoke(tmp_path: Path) -> None:
+    from benchmarks.micro_costs import main
+
+    data = main(["--repeats", "1", "--scale", "0.01", "--out", str(tmp_path)])
+    for ext in ("json", "md", "png"):
+        assert (tmp_path / f"micro_costs.{ext}").stat().st_size > 0
+    figures = data["figures"]
+    assert figures["compile_s"] > 0 and all(v > 0 for k, v in figures.items() if k.endswith("_us"))
+    assert {"ppo_step_written_out_us", "ppo_step_autograd_us", "ppo_step_compiled_us"} <= set(figures)

@@ -14,7 +14,7 @@ from rl2edge.export.pipeline import ExportOptions, export_path
 from rl2edge.export.sources.checkpoint import source_from_checkpoint
 from rl2edge.export.tolerances import Tolerances
 from rl2edge.runtime import Policy, load_manifest
-from rl2edge.train.core.evaluation import random_observations
+from testkit.observations import random_observations
 
 
 def test_all_modes_make_one_verified_artifact_each(cartpole_all) -> None:

@@ -19,7 +19,7 @@ from rl2edge.fileio import sha256_file
 from rl2edge.runtime.manifest import load_manifest
 from rl2edge.runtime.model_process import ProcessBackend
 from rl2edge.runtime.policy import Policy
-from rl2edge.train.core.evaluation import random_observations
+from testkit.observations import random_observations
 
 
 class FaultyBackend(ProcessBackend):
@@ -188,7 +188,8 @@ def test_a_crashing_model_served_for_60_s_costs_cycles_not_the_service(cartpole_
     from rl2edge.plc_bridge.metrics import HealthConfig
     from rl2edge.plc_bridge.policy_update import UpdateConfig
     from rl2edge.plc_bridge.service import ServeService, ServiceConfig
-    from rl2edge.plc_bridge.sim import PlcSim, SimConfig, free_port
+    from rl2edge.plc_bridge.sim import PlcSim, SimConfig
+    from testkit.plc import free_port
 
     art = cartpole_all[1] / "fp32"
     candidate = cartpole_all[1] / "int8"  # another artifact: a copy of the serving one would be a rollback

@@ -82,7 +82,7 @@ def test_each_algorithm_exports_int8_with_its_head(
         # top-two margin: 0.97 and 0.99 measured (AMD EPYC, AVX-512); a file that lost its head would be at chance, 0.5.
         from rl2edge.export.sources.checkpoint import source_from_checkpoint
         from rl2edge.runtime.policy import Policy
-        from rl2edge.train.core.evaluation import random_observations
+        from testkit.observations import random_observations
 
         obs = random_observations(env_id, 1000, seed=5)
         source = source_from_checkpoint(run)
@@ -112,7 +112,7 @@ def test_gaussian_noise_folded_verified_and_served_from_a_seeded_generator(
 ) -> None:
     from rl2edge.export.sources.checkpoint import source_from_checkpoint
     from rl2edge.runtime.policy import Policy
-    from rl2edge.train.core.evaluation import random_observations
+    from testkit.observations import random_observations
 
     art = tmp_path / "art"
     _export(td3_torch, art, "fp32", noise="gaussian:sigma=0.2")

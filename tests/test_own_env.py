@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rl2edge.plc_bridge.sim import free_port
 from testkit.doc_blocks import ROOT, run_walk_through
+from testkit.plc import free_port
 
 DOC = ROOT / "docs/own-env.md"
 THIS = "tests/test_own_env.py"

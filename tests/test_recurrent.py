@@ -199,7 +199,7 @@ def test_export_verified_whole_episodes_with_the_state_carried(novel_artifacts: 
 
 
 def test_the_policy_owns_its_state_and_reset_starts_an_episode_afresh(novel_artifacts: Path) -> None:
-    from rl2edge.train.core.evaluation import random_observations
+    from testkit.observations import random_observations
 
     policy = Policy.load(novel_artifacts / "fp32")
     assert set(policy.state()) == {"lstm_h_0", "lstm_c_0"}
@@ -226,7 +226,7 @@ def test_the_policy_owns_its_state_and_reset_starts_an_episode_afresh(novel_arti
 
 
 def test_in_its_own_process_the_policy_carries_the_same_state(novel_artifacts: Path) -> None:
-    from rl2edge.train.core.evaluation import random_observations
+    from testkit.observations import random_observations
 
     obs = random_observations(NOVEL, 30, seed=5)
     local = Policy.load(novel_artifacts / "int8")

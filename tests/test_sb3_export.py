@@ -12,7 +12,7 @@ from rl2edge.errors import ConfigError
 from rl2edge.export.pipeline import ExportOptions, export_source
 from rl2edge.export.sources.sb3 import source_from_sb3
 from rl2edge.runtime import Policy, load_manifest
-from rl2edge.train.core.evaluation import random_observations
+from testkit.observations import random_observations
 from testkit.tflite_ops import assert_float_until_first_conv
 
 pytest.importorskip("stable_baselines3")

@@ -15,7 +15,7 @@ from asyncua import Client, ua
 from asyncua.crypto import security_policies
 
 from rl2edge.plc_bridge.security import make_certificate
-from rl2edge.plc_bridge.sim import free_port
+from testkit.plc import free_port
 from testkit.standin_plc import StandinError, StandinPlc
 
 pytestmark = pytest.mark.timeout(120)

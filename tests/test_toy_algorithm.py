@@ -36,7 +36,6 @@ def toy_row(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> algos.Algo:
     row = algos.Algo(
         "esarsa",
         "testkit.toy_algorithm:ExpectedSarsaConfig",
-        algos.get("dqn").driver,  # the off-policy driver, as every replay-based row has
         {
             "torch": "testkit.toy_algorithm.torch_agent:TorchExpectedSarsa",
             "tf": "testkit.toy_algorithm.tf_agent:TFExpectedSarsa",
@@ -44,7 +43,7 @@ def toy_row(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> algos.Algo:
         ("discrete",),
         "argmax",
         network="esarsa_mlp",
-        on_policy=False,
+        on_policy=False,  # the off-policy driver, as every replay-based row has
         preset=str(preset),
     )
     monkeypatch.setitem(algos.ALGOS, row.name, row)

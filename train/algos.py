@@ -42,8 +42,6 @@ class Algo:
     name: str
     config: str
     """"module:Class" of its hyperparameters (SB3's names and defaults)."""
-    driver: str
-    """"module:function" of the training loop: on-policy rollouts or off-policy replay."""
     agents: dict[str, str]
     """framework -> "module:Class" of the agent the driver steps."""
     actions: tuple[str, ...]
@@ -70,6 +68,11 @@ class Algo:
     recurrent: bool = False
     """Its policy carries a state per env (a recurrent cell, the config's `network_fields`): its rollouts
     stay in the learner's process, where each env's state is (no --rollout-workers)."""
+
+    @property
+    def driver(self) -> str:
+        """ "module:function" of its training loop: on-policy rollouts or off-policy replay."""
+        return _ON_DRIVER if self.on_policy else _OFF_DRIVER
 
     @property
     def label(self) -> str:
@@ -114,133 +117,99 @@ _TORCH_OFF_COMPILED = "the gradient step with its Adam steps"
 _TF_OFF_COMPILED = "the training phase as one XLA computation"
 _TF_ON_NOTE = "TensorFlow's PPO and A2C already run their update as one XLA call (jit_compile)"
 
+
+def _agents(module: str, torch_class: str, tf_class: str) -> dict[str, str]:
+    """The agent class of each backend: train/<backend>_backend/<module>.py, the same module name in both."""
+    return {
+        "torch": f"rl2edge.train.torch_backend.{module}:{torch_class}",
+        "tf": f"rl2edge.train.tf_backend.{module}:{tf_class}",
+    }
+
+
+def _on_policy(name: str, config: str, agents: dict[str, str], network: str, **rest: Any) -> Algo:
+    """A row of the on-policy driver: Discrete and Box actions, PPO's clipped head."""
+    return Algo(
+        name, config, agents, ("discrete", "box"), "clip_unscale", network=network, on_policy=True, **rest
+    )
+
+
+def _off_policy(
+    name: str,
+    config: str,
+    agents: dict[str, str],
+    actions: tuple[str, ...],
+    head: str,
+    network: str,
+    **rest: Any,
+) -> Algo:
+    """A row of the off-policy driver, its config in train.core.offpolicy_config; every one takes image keys."""
+    return Algo(
+        name,
+        f"{_OFF_CONFIG}:{config}",
+        agents,
+        actions,
+        head,
+        network=network,
+        on_policy=False,
+        image_keys=True,
+        **rest,
+    )
+
+
+_CONFIG = "rl2edge.train.core.config"
+_RECURRENT_CONFIG = "rl2edge.train.core.recurrent_config"
+_ON_MLP = {
+    "image_keys": True,
+    "compiled": {"torch": _TORCH_ON_COMPILED},
+    "compile_notes": {"tf": _TF_ON_NOTE},
+}
+_OFF_BOTH_COMPILED = {"compiled": {"torch": _TORCH_OFF_COMPILED, "tf": _TF_OFF_COMPILED}}
+
 ALGOS: dict[str, Algo] = {
     a.name: a
     for a in (
-        Algo(
-            "ppo",
-            "rl2edge.train.core.config:PPOConfig",
-            _ON_DRIVER,
-            {"torch": "rl2edge.train.torch_backend.ppo:TorchPPO", "tf": "rl2edge.train.tf_backend.ppo:TFPPO"},
-            ("discrete", "box"),
-            "clip_unscale",
-            network="actor_critic_mlp",
-            on_policy=True,
-            image_keys=True,
-            compiled={"torch": _TORCH_ON_COMPILED},
-            compile_notes={"tf": _TF_ON_NOTE},
+        _on_policy("ppo", f"{_CONFIG}:PPOConfig", _agents("ppo", "TorchPPO", "TFPPO"), "actor_critic_mlp", **_ON_MLP),
+        # PPO's driver and networks; one gradient step per rollout, RMSprop
+        _on_policy(
+            "a2c", f"{_CONFIG}:A2CConfig", _agents("a2c", "TorchA2C", "TFA2C"), "actor_critic_mlp",
+            builds_on=("ppo",), **_ON_MLP,
         ),
-        Algo(  # PPO's driver and networks; one gradient step per rollout, RMSprop
-            "a2c",
-            "rl2edge.train.core.config:A2CConfig",
-            _ON_DRIVER,
-            {"torch": "rl2edge.train.torch_backend.a2c:TorchA2C", "tf": "rl2edge.train.tf_backend.a2c:TFA2C"},
-            ("discrete", "box"),
-            "clip_unscale",
-            network="actor_critic_mlp",
-            on_policy=True,
-            image_keys=True,
-            compiled={"torch": _TORCH_ON_COMPILED},
-            compile_notes={"tf": _TF_ON_NOTE},
-            builds_on=("ppo",),
+        _off_policy(
+            "sac", "SACConfig", _agents("sac", "TorchSAC", "TFSAC"), ("box",), "tanh_unscale", "sac_mlp",
+            **_OFF_BOTH_COMPILED,
         ),
-        Algo(
-            "sac",
-            f"{_OFF_CONFIG}:SACConfig",
-            _OFF_DRIVER,
-            {"torch": "rl2edge.train.torch_backend.sac:TorchSAC", "tf": "rl2edge.train.tf_backend.sac:TFSAC"},
-            ("box",),
-            "tanh_unscale",
-            network="sac_mlp",
-            on_policy=False,
-            image_keys=True,
-            compiled={"torch": _TORCH_OFF_COMPILED, "tf": _TF_OFF_COMPILED},
+        _off_policy(
+            "td3", "TD3Config", _agents("td3", "TorchTD3", "TFTD3"), ("box",), "unscale", "td3_mlp",
+            **_OFF_BOTH_COMPILED,
         ),
-        Algo(
-            "td3",
-            f"{_OFF_CONFIG}:TD3Config",
-            _OFF_DRIVER,
-            {"torch": "rl2edge.train.torch_backend.td3:TorchTD3", "tf": "rl2edge.train.tf_backend.td3:TFTD3"},
-            ("box",),
-            "unscale",
-            network="td3_mlp",
-            on_policy=False,
-            image_keys=True,
-            compiled={"torch": _TORCH_OFF_COMPILED, "tf": _TF_OFF_COMPILED},
+        # TD3's agent and networks with DDPG's config (one critic, no target smoothing, no delay)
+        _off_policy(
+            "ddpg", "DDPGConfig", _agents("td3", "TorchTD3", "TFTD3"), ("box",), "unscale", "td3_mlp",
+            builds_on=("td3",), **_OFF_BOTH_COMPILED,
         ),
-        Algo(  # TD3's agent and networks with DDPG's config (one critic, no target smoothing, no delay)
-            "ddpg",
-            f"{_OFF_CONFIG}:DDPGConfig",
-            _OFF_DRIVER,
-            {"torch": "rl2edge.train.torch_backend.td3:TorchTD3", "tf": "rl2edge.train.tf_backend.td3:TFTD3"},
-            ("box",),
-            "unscale",
-            network="td3_mlp",
-            on_policy=False,
-            image_keys=True,
-            compiled={"torch": _TORCH_OFF_COMPILED, "tf": _TF_OFF_COMPILED},
-            builds_on=("td3",),
-        ),
-        Algo(
-            "dqn",
-            f"{_OFF_CONFIG}:DQNConfig",
-            _OFF_DRIVER,
-            {"torch": "rl2edge.train.torch_backend.dqn:TorchDQN", "tf": "rl2edge.train.tf_backend.dqn:TFDQN"},
-            ("discrete",),
-            "argmax",
-            network="dqn_mlp",
-            on_policy=False,
-            image_keys=True,
+        _off_policy(
+            "dqn", "DQNConfig", _agents("dqn", "TorchDQN", "TFDQN"), ("discrete",), "argmax", "dqn_mlp",
             compiled={"tf": _TF_OFF_COMPILED},
         ),
-        Algo(  # DQN's agent with n-step, prioritized replay; every component switchable
-            "rainbow",
-            f"{_OFF_CONFIG}:RainbowConfig",
-            _OFF_DRIVER,
-            {
-                "torch": "rl2edge.train.torch_backend.rainbow:TorchRainbow",
-                "tf": "rl2edge.train.tf_backend.rainbow:TFRainbow",
-            },
-            ("discrete",),
-            "argmax",
-            network="rainbow_mlp",
-            on_policy=False,
-            image_keys=True,
-            compiled={"tf": _TF_OFF_COMPILED},
-            builds_on=("dqn",),
+        # DQN's agent with n-step, prioritized replay; every component switchable
+        _off_policy(
+            "rainbow", "RainbowConfig", _agents("rainbow", "TorchRainbow", "TFRainbow"), ("discrete",), "argmax",
+            "rainbow_mlp", compiled={"tf": _TF_OFF_COMPILED}, builds_on=("dqn",),
         ),
-        Algo(  # PPO with an LSTM (sb3-contrib's RecurrentPPO): the artifact carries h and c as state
-            "ppo_lstm",
-            "rl2edge.train.core.recurrent_config:RecurrentPPOConfig",
-            _ON_DRIVER,
-            {
-                "torch": "rl2edge.train.torch_backend.ppo_lstm:TorchRecurrentPPO",
-                "tf": "rl2edge.train.tf_backend.ppo_lstm:TFRecurrentPPO",
-            },
-            ("discrete", "box"),
-            "clip_unscale",
-            network="recurrent_actor_critic",
-            on_policy=True,
-            recurrent=True,
-            builds_on=("ppo",),
+        # PPO with an LSTM or GRU (sb3-contrib's RecurrentPPO): the artifact carries the cell's state
+        _on_policy(
+            "ppo_lstm", f"{_RECURRENT_CONFIG}:RecurrentPPOConfig",
+            _agents("ppo_lstm", "TorchRecurrentPPO", "TFRecurrentPPO"), "recurrent_actor_critic",
+            recurrent=True, builds_on=("ppo",),
         ),
-        Algo(  # ppo_lstm's network, rollout and export; A2C's update: one step per rollout, RMSprop
-            "a2c_lstm",
-            "rl2edge.train.core.recurrent_config:RecurrentA2CConfig",
-            _ON_DRIVER,
-            {
-                "torch": "rl2edge.train.torch_backend.a2c_lstm:TorchRecurrentA2C",
-                "tf": "rl2edge.train.tf_backend.a2c_lstm:TFRecurrentA2C",
-            },
-            ("discrete", "box"),
-            "clip_unscale",
-            network="recurrent_actor_critic",
-            on_policy=True,
-            recurrent=True,
-            builds_on=("ppo_lstm", "a2c"),
+        # ppo_lstm's network, rollout and export; A2C's update: one step per rollout, RMSprop
+        _on_policy(
+            "a2c_lstm", f"{_RECURRENT_CONFIG}:RecurrentA2CConfig",
+            _agents("a2c_lstm", "TorchRecurrentA2C", "TFRecurrentA2C"), "recurrent_actor_critic",
+            recurrent=True, builds_on=("ppo_lstm", "a2c"),
         ),
     )
-}
+}  # fmt: skip
 
 
 def get(name: str, *, in_checkpoint: bool = False) -> Algo:

@@ -130,7 +130,7 @@ class TFPPO:
         self._act_cf = self._act.get_concrete_function()
         self._deterministic_cf = self._deterministic.get_concrete_function()
         # All of an update's minibatches in one call, compiled with XLA: on a small net the per-call
-        # overhead, not the arithmetic, is what costs (a TF call is ~0.5 ms on a 2-core machine). Not with
+        # overhead, not the arithmetic, is what costs (benchmarks/micro_costs.py: a TF call). Not with
         # an image encoder: there the convolutions are the cost, and XLA's CPU convolutions are several
         # times slower than the plain graph's oneDNN ones.
         stack = lambda spec: tf.TensorSpec([None, *spec.shape], spec.dtype)  # noqa: E731

@@ -146,10 +146,9 @@ class TorchPPO:
         shapes), and through AOTAutograd its backward; the gradient clip and the optimizer step stay eager.
         The clip range goes in as a 0-d tensor, not a Python float, so that its schedule does not make a
         new graph every update (one graph per minibatch shape: tests/test_compile.py counts them).
-        Measured on one CPU core (CartPole's 64x64 nets, minibatch 256, an AMD EPYC): 930-987 against
-        1187 us per gradient step through eager autograd, after 12.5 s of compiling into an empty cache;
-        the written-out gradient (ActorCriticGrad, the default) took 600-660 us on a Xeon where autograd
-        took 975-1088. It is meant for GPUs, where per-kernel launch costs dominate small nets."""
+        On a CPU it is slower than the written-out gradient (ActorCriticGrad, the default) and costs seconds
+        of compiling first (benchmarks/micro_costs.py measures the three side by side); it is meant for
+        GPUs, where per-kernel launch costs dominate small nets."""
         self._loss_tensors = torch.compile(  # type: ignore[method-assign]  # the compiled twin, per agent
             self._loss_tensors, fullgraph=True, dynamic=False
         )
@@ -158,7 +157,7 @@ class TorchPPO:
         self._clip_t: torch.Tensor | None = None
 
     def make_optimizer(self) -> torch.optim.Optimizer:
-        # fused Adam: one kernel for all parameters; 15% more env steps/s on the small CPU nets we train.
+        # fused Adam: one kernel for all parameters instead of a few per parameter tensor.
         return torch.optim.Adam(
             self.policy.parameters(), lr=self.cfg.learning_rate(1.0), eps=1e-5, fused=True
         )

@@ -135,9 +135,9 @@ def train_onpolicy(
     buffer = buffer_class(cfg.n_steps, cfg.n_envs, obs_shape, discrete, act_spec.output_width)
 
     # The update's settings: PPO's fields, which A2C's config holds as class attributes (no clip, one epoch)
-    update: Any = cfg
+    settings: Any = cfg
     batch_steps = cfg.n_envs * cfg.n_steps
-    minibatch = update.batch_size or batch_steps  # A2C: the whole rollout, one gradient step
+    minibatch = settings.batch_size or batch_steps  # A2C: the whole rollout, one gradient step
     stat_names = getattr(agent, "stat_names", STAT_NAMES)
     n_updates = max(1, math.ceil(cfg.n_timesteps / batch_steps))
     scale = RewardScaler(cfg.n_envs, cfg.gamma) if cfg.normalize_reward else None
@@ -157,7 +157,7 @@ def train_onpolicy(
     try:
         for update in range(n_updates):
             progress_remaining = 1.0 - update / n_updates
-            clip = update.clip_range(progress_remaining) if update.clip_range is not None else 0.0
+            clip = settings.clip_range(progress_remaining) if settings.clip_range is not None else 0.0
             lr = cfg.learning_rate(progress_remaining)
             agent.set_learning_rate(lr)
 
@@ -174,23 +174,23 @@ def train_onpolicy(
             # backend at once (TF runs them in one compiled call).
             epochs = [
                 list(buffer.minibatches(minibatch, rng, cfg.normalize_advantage))
-                for _ in range(update.n_epochs)
+                for _ in range(settings.n_epochs)
             ]
             if update == 0:
                 buffer.check_minibatch(epochs[0][0])
-            if update.target_kl is None:
+            if settings.target_kl is None:
                 stats_arr = agent.train_minibatches([mb for epoch in epochs for mb in epoch], clip)
             else:
                 done_epochs = []
                 for epoch_mbs in epochs:
                     done_epochs.append(agent.train_minibatches(epoch_mbs, clip))
-                    if done_epochs[-1][3] > 1.5 * update.target_kl:
+                    if done_epochs[-1][3] > 1.5 * settings.target_kl:
                         break
                 stats_arr = np.mean(done_epochs, axis=0)
             stats = dict(zip(stat_names, np.asarray(stats_arr, np.float64).tolist(), strict=True))
             bar.update(batch_steps)
 
-            row = {"lr": lr, **({"clip_range": clip} if update.clip_range is not None else {}), **stats}
+            row = {"lr": lr, **({"clip_range": clip} if settings.clip_range is not None else {}), **stats}
             if recent_returns:
                 row["rollout_return_mean"] = float(np.mean(recent_returns[-20:]))
                 bar.set_postfix(ret=f"{row['rollout_return_mean']:.1f}")

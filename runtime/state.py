@@ -1,5 +1,7 @@
-"""The state an artifact's graph carries from one control cycle to the next (a recurrent policy's h and c),
-as the manifest's `state` section declares it (export.graph_spec.state_section writes it).
+"""The state an artifact's graph carries from one control cycle to the next (a recurrent cell's h and c, or
+h; a frame stack's older observations; a rate limit's previous action; OU noise's process), as the
+manifest's `state` section declares it: one rl2edge.specs.StateTensor each (export.graph_spec.state_section
+writes it).
 
 The contract: every state tensor is a float32 graph input whose next value is a graph output (explicit
 I/O, no hidden variable tensors), and one more input, `episode_start` ([1, 1] float32, 1.0 on an

@@ -17,7 +17,8 @@ RECURRENT_JSON = ("rnn_type", "lstm_hidden_size", "n_lstm_layers", "shared_lstm"
 
 @dataclass
 class LSTMFields:
-    """The LSTM of a recurrent actor-critic, sb3-contrib's MlpLstmPolicy's policy_kwargs as flat fields (the
+    """The recurrent cell (an LSTM or a GRU) of a recurrent actor-critic, sb3-contrib's MlpLstmPolicy's
+    policy_kwargs as flat fields (the
     Zoo's names). `policy` is set by each algorithm's config: RunConfig's own default would win here."""
 
     rnn_type: str = "lstm"
@@ -33,7 +34,7 @@ class LSTMFields:
     """The critic has an LSTM of its own; with neither this nor shared_lstm, a Linear layer stands in."""
 
     def network_fields(self) -> dict[str, Any]:
-        """The checkpoint network's fields beyond the MLP's: the LSTMs (sb3-contrib's names)."""
+        """The checkpoint network's fields beyond the MLP's: the recurrent cells (sb3-contrib's names)."""
         return {
             "rnn": self.rnn_type,
             "lstm_biases": 2,  # per layer, b_ih and b_hh, as torch's nn.LSTM/GRU (TF LSTM checkpoints before: 1)
@@ -44,7 +45,7 @@ class LSTMFields:
         }
 
     def validate_recurrent(self, validate_rest: Callable[[], None]) -> None:
-        """The LSTM's checks around `validate_rest` (RunConfig's, which knows MlpPolicy only)."""
+        """The recurrent cell's checks around `validate_rest` (RunConfig's, which knows MlpPolicy only)."""
         host: Any = self  # a RunConfig, whose algo, policy and frame_stack these checks read
         algo, policy = host.algo, host.policy
         if self.rnn_type not in RNN_KINDS:
@@ -61,7 +62,7 @@ class LSTMFields:
             host.policy = policy
         if host.frame_stack > 1:
             raise ConfigError(
-                f"frame_stack {host.frame_stack} with {algo}: the LSTM is the policy's memory; choose one"
+                f"frame_stack {host.frame_stack} with {algo}: the recurrent cell is the policy's memory; choose one"
             )
         if self.shared_lstm and self.enable_critic_lstm:
             raise ConfigError(
@@ -75,7 +76,8 @@ class LSTMFields:
 
 @dataclass
 class RecurrentPPOConfig(LSTMFields, PPOConfig):
-    """PPO with an LSTM in front of the actor's MLP (and, by default, another in front of the critic's).
+    """PPO with an LSTM (or a GRU) in front of the actor's MLP (and, by default, another in front of the
+    critic's).
 
     Minibatches are consecutive steps: `batch_size` counts steps; n_steps times a divisor of n_envs gives
     whole env sequences, a divisor of n_steps chunks of one env's sequence, each replayed from the state
@@ -109,7 +111,7 @@ class RecurrentPPOConfig(LSTMFields, PPOConfig):
 
 @dataclass
 class RecurrentA2CConfig(LSTMFields, A2CConfig):
-    """A2C with an LSTM (sb3-contrib has no recurrent A2C: RecurrentPPO's network and rollout, A2C's update):
+    """A2C with an LSTM or a GRU (sb3-contrib has no recurrent A2C: RecurrentPPO's network and rollout, A2C's update):
     one gradient step per rollout on all envs' whole sequences, each replayed from the state recorded at
     its first step, RMSprop as A2C."""
 

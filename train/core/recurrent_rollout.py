@@ -1,4 +1,4 @@
-"""Recurrent PPO's rollout and minibatches, framework-free: the recurrent (LSTM or GRU) actor-critic in numpy (what the rollout
+"""The recurrent actor-critics' (ppo_lstm's and a2c_lstm's, LSTM or GRU) rollout and minibatches, framework-free: the recurrent (LSTM or GRU) actor-critic in numpy (what the rollout
 and the periodic evaluation act with, as train.core.numpy_policy for plain PPO), the collector that carries
 each env's state and records where episodes start, and the buffer that cuts the rollout into whole env
 sequences for the update.
@@ -171,7 +171,7 @@ class NumpyRecurrentActorCritic:
 
 
 class StatefulEvaluator:
-    """The deterministic policy for evaluate(): raw observation -> env action with the actor's LSTM state
+    """The deterministic policy for evaluate(): raw observation -> env action with the actor's RNN state
     carried, `reset()` at each episode's start (evaluate calls it)."""
 
     def __init__(

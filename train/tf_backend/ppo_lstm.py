@@ -1,4 +1,4 @@
-"""Recurrent PPO's TensorFlow side: the LSTM actor-critic (train.tf_backend.recurrent_nets), PPO's clipped
+"""Recurrent PPO's TensorFlow side: the recurrent (LSTM or GRU) actor-critic (train.tf_backend.recurrent_nets), PPO's clipped
 loss over whole env sequences, the optimizer step; every epoch's minibatches in one XLA call with a fixed
 input signature (traced once: tests/test_recurrent_tf.py). The driver is train.core.onpolicy_driver."""
 

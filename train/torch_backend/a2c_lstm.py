@@ -1,4 +1,4 @@
-"""Recurrent A2C's torch side: recurrent PPO's LSTM actor-critic, rollout and sequence replay
+"""Recurrent A2C's torch side: recurrent PPO's actor-critic (LSTM or GRU), rollout and sequence replay
 (train.torch_backend.ppo_lstm), A2C's plain policy-gradient loss (train.torch_backend.a2c) as a mean over
 every step of the rollout, and RMSprop. The driver is train.core.onpolicy_driver."""
 

@@ -1,4 +1,4 @@
-"""Recurrent PPO's torch side: the LSTM actor-critic (train.torch_backend.recurrent_nets), PPO's clipped
+"""Recurrent PPO's torch side: the recurrent (LSTM or GRU) actor-critic (train.torch_backend.recurrent_nets), PPO's clipped
 loss over whole env sequences, the optimizer step. The driver is train.core.onpolicy_driver."""
 
 from __future__ import annotations

@@ -146,7 +146,7 @@ class TorchPPO:
         shapes), and through AOTAutograd its backward; the gradient clip and the optimizer step stay eager.
         The clip range goes in as a 0-d tensor, not a Python float, so that its schedule does not make a
         new graph every update (one graph per minibatch shape: tests/test_compile.py counts them).
-        On a CPU it is slower than the written-out gradient (ActorCriticGrad, the default) and costs seconds
+        On a CPU it does not beat the written-out gradient (ActorCriticGrad, the default) and costs seconds
         of compiling first (benchmarks/micro_costs.py measures the three side by side); it is meant for
         GPUs, where per-kernel launch costs dominate small nets."""
         self._loss_tensors = torch.compile(  # type: ignore[method-assign]  # the compiled twin, per agent

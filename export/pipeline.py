@@ -63,6 +63,7 @@ from rl2edge.train.core.evaluation import evaluate
 
 _logger = logging.getLogger(__name__)
 
+NO_CLOSED_LOOP = "no closed-loop check was possible: no env, recorded observations only (--observations)"
 TOOLS = ("rl2edge", "torch", "onnx", "onnxruntime", "onnx2tf", "tensorflow", "ai-edge-litert", "numpy")
 CHOICES = (*MODES, "all", "auto")
 
@@ -88,6 +89,9 @@ class ExportOptions:
     or one per component (`0.5` or `0.5,2.0`), at `period_ms`."""
     period_ms: float | None = None
     """The control period `max_action_rate` is stated at: the plant's step period."""
+    observations: Path | None = None
+    """Recorded plant observations (export.observations_file) for calibration and the held-out parity
+    check, in place of rollouts in an env; without an env no closed-loop return is measured."""
     tolerances: Tolerances = field(default_factory=lambda: DEFAULT)
     noise_spec: NoiseSpec | None = field(init=False, default=None, repr=False, compare=False)
     """`noise`, parsed: options are checked and parsed once, when they are made."""
@@ -132,7 +136,18 @@ def export_path(
 
 
 def export_source(source: ExportSource, out: Path, opts: ExportOptions) -> ExportReport:
-    check_env_id(source.env_id)
+    if source.env_id is not None:
+        check_env_id(source.env_id)
+    elif opts.observations is None:
+        raise ConfigError(
+            "no env to run the policy in: give --env ENV_ID (or env: in the policy spec), or --observations FILE "
+            "of recorded plant observations for calibration and the parity check"
+        )
+    elif opts.quantize == "auto":
+        raise ConfigError(
+            "--quantize auto keeps the fastest mode whose closed-loop return holds, and without an env there is "
+            "no return: choose a mode, or give --env"
+        )
     if opts.noise_spec is not None:
         if source.observation.layout != "flat":
             raise ExportError(
@@ -190,7 +205,8 @@ class _Collected:
     """calibration and held-out observations (export.calibration.RolloutData)"""
     source_actions: np.ndarray
     margins: np.ndarray | None
-    source_return: dict[str, Any]
+    source_return: dict[str, Any] | None
+    """None: no env, no closed loop."""
     noise_off: dict[str, Any] | None
 
 
@@ -257,16 +273,25 @@ def _export(
 
 def _collect(source: ExportSource, opts: ExportOptions) -> _Collected:
     tol = opts.tolerances
-    data = collect_rollout_data(
-        source.act,
-        source.env_id,
-        opts.calib_episodes,
-        opts.seed,
-        tol.calibration_max_samples,
-        tol.heldout_max_samples,
-        source.observation.flatten,
-        on_reset=source.reset if source.states else None,
-    )
+    if opts.observations is not None:  # recorded plant observations, in place of rollouts
+        from rl2edge.export.observations_file import read_observations, recorded_data
+
+        rows = read_observations(opts.observations, source.observation)
+        data = recorded_data(
+            opts.observations, rows, tol.calibration_max_samples, tol.heldout_max_samples, bool(source.states)
+        )
+    else:
+        assert source.env_id is not None  # export_source refuses neither
+        data = collect_rollout_data(
+            source.act,
+            source.env_id,
+            opts.calib_episodes,
+            opts.seed,
+            tol.calibration_max_samples,
+            tol.heldout_max_samples,
+            source.observation.flatten,
+            on_reset=source.reset if source.states else None,
+        )
     if source.states:  # the held-out episodes in order, the state carried: per-step actions and margins
         assert data.heldout_starts is not None
         traj = source.trajectory(data.heldout, data.heldout_starts)
@@ -274,11 +299,16 @@ def _collect(source: ExportSource, opts: ExportOptions) -> _Collected:
         margins = _top2_margins(traj.pre_head) if source.discrete else None
     else:
         actions, margins = source.reference_actions(data.heldout), source.margins(data.heldout)
+    source_return = None
+    if source.env_id is not None:
+        source_return = _ret(
+            evaluate(source.act, source.env_id, opts.eval_episodes, opts.seed, on_reset=source.reset)
+        )
     return _Collected(
         data,
         actions,
         margins,
-        _ret(evaluate(source.act, source.env_id, opts.eval_episodes, opts.seed, on_reset=source.reset)),
+        source_return,
         check_noise_off(source, data.heldout, tol.noise_off_rtol) if source.noise is not None else None,
     )
 
@@ -358,7 +388,7 @@ def _make_file(
     the float modes are made from where there is one (int8 has its own integer input)."""
     art.mkdir(parents=True, exist_ok=True)
     flat = source.observation.layout == "flat"
-    if mode == "int8" and flat and not source.norm.enabled:
+    if mode == "int8" and flat and not source.norm.enabled and not source.normalized_inside:
         _logger.warning(
             "int8 without folded observation normalization: raw observations of very different scales reach "
             "the int8 network through one per-tensor scale; train with normalize_obs (the default) for int8"
@@ -443,13 +473,16 @@ def _verify_file(
     parity = compare_actions(got.source_actions, actions, source.discrete, got.margins, tol)
     if mode == "fp32":
         require_fp32_parity(f"policy.tflite ({mode})", parity, tol)
-    closed = _ret(evaluate(served.predict, env_id, opts.eval_episodes, opts.seed, on_reset=served.reset))
+    closed = None  # no env: no closed loop (recorded observations only)
+    if env_id is not None:
+        closed = _ret(evaluate(served.predict, env_id, opts.eval_episodes, opts.seed, on_reset=served.reset))
     noise_check = None
     if source.noise is not None:  # the same loaded file, now exploring (verify_distribution turns it on)
         noise_check = verify_distribution(served, source, got.data.heldout, mode, opts.noise_seed)
-        noise_check["closed_loop_with_noise"] = _ret(
-            evaluate(served.predict, env_id, opts.eval_episodes, opts.seed)
-        )
+        if env_id is not None:
+            noise_check["closed_loop_with_noise"] = _ret(
+                evaluate(served.predict, env_id, opts.eval_episodes, opts.seed)
+            )
         if not noise_check["passed"]:
             if mode == "fp32":
                 raise ExportError(
@@ -459,33 +492,44 @@ def _verify_file(
     latency = latency_us(served.predict, got.data.heldout)
     row = FileRow(mode, shown, (art / "policy.tflite").stat().st_size, parity, closed, latency)
     fp32_closed = (fp32_row or row).closed_loop
-    kept = check_return(fp32_closed, closed, RETURN_DROP_WARNING_PCT)
-    if mode != "fp32" and not kept.within:
-        _logger.warning(
-            "%s; --quantize auto keeps the fastest mode within --max-return-drop", kept.describe(mode)
+    closed_loop: dict[str, Any] = {"checked": False, "why": NO_CLOSED_LOOP}
+    if closed is not None and fp32_closed is not None:
+        kept = check_return(fp32_closed, closed, RETURN_DROP_WARNING_PCT)
+        if mode != "fp32" and not kept.within:
+            _logger.warning(
+                "%s; --quantize auto keeps the fastest mode within --max-return-drop", kept.describe(mode)
+            )
+        _logger.info(
+            "%s: %s vs the source, return %.1f (fp32 %.1f), predict p50 %.1f us",
+            mode,
+            parity_summary(parity),
+            closed["mean_return"],
+            fp32_closed["mean_return"],
+            latency["p50_us"],
         )
-    _logger.info(
-        "%s: %s vs the source, return %.1f (fp32 %.1f), predict p50 %.1f us",
-        mode,
-        parity_summary(parity),
-        closed["mean_return"],
-        fp32_closed["mean_return"],
-        latency["p50_us"],
-    )
-    verification: dict[str, Any] = {
-        "tolerances": tol.to_json(),
-        "reference": source.reference_name,
-        "heldout": got.data.description["heldout"],
-        "onnx_vs_source": onnx_parity,
-        "tflite_vs_source": parity,
-        "closed_loop": {
+        closed_loop = {
             "env_id": env_id,
             "episodes": opts.eval_episodes,
             "seeds_from": opts.seed,
             "this_file": closed,
             "fp32": fp32_closed,
             "source": got.source_return,
-        },
+        }
+    else:
+        _logger.info(
+            "%s: %s vs the source, predict p50 %.1f us (%s)",
+            mode,
+            parity_summary(parity),
+            latency["p50_us"],
+            NO_CLOSED_LOOP,
+        )
+    verification: dict[str, Any] = {
+        "tolerances": tol.to_json(),
+        "reference": source.reference_name,
+        "heldout": got.data.description["heldout"],
+        "onnx_vs_source": onnx_parity,
+        "tflite_vs_source": parity,
+        "closed_loop": closed_loop,
         "predict_latency_us": latency,
     }
     if noise_check is not None:
@@ -503,10 +547,10 @@ def _choose(
 ) -> None:
     """--quantize auto: the fastest file whose closed-loop return is within the allowed drop of fp32's."""
     rows = {r.mode: r for r in report.rows}
-    checks = {
-        m: check_return(rows["fp32"].closed_loop, r.closed_loop, opts.max_return_drop_pct)
-        for m, r in rows.items()
-    }
+    returns = {m: r.closed_loop for m, r in rows.items() if r.closed_loop is not None}
+    if len(returns) != len(rows):  # export_source refuses auto without an env first
+        raise ExportError("--quantize auto needs every file's closed-loop return")
+    checks = {m: check_return(returns["fp32"], returns[m], opts.max_return_drop_pct) for m in rows}
     floor = checks["fp32"].floor
     # The per-file latencies were measured one file after another; the choice rests on a fresh,
     # interleaved measurement of all candidates, so that machine drift cannot pick the winner.
@@ -517,7 +561,7 @@ def _choose(
             "mode": m,
             "predict_p50_us": latency[m]["p50_us"],
             "predict_p99_us": latency[m]["p99_us"],
-            "mean_return": r.closed_loop["mean_return"],
+            "mean_return": returns[m]["mean_return"],
             "size_bytes": r.size_bytes,
             "within_drop": checks[m].within,
         }

@@ -16,7 +16,8 @@ class FileRow:
     path: Path
     size_bytes: int
     parity: dict[str, Any]
-    closed_loop: dict[str, Any]
+    closed_loop: dict[str, Any] | None
+    """None: no env, so no closed loop."""
     latency: dict[str, float]
 
     def to_json(self) -> dict[str, Any]:
@@ -33,9 +34,9 @@ class FileRow:
 @dataclass
 class ExportReport:
     out: Path
-    env_id: str
+    env_id: str | None
     modes: list[str]
-    source_return: dict[str, Any]
+    source_return: dict[str, Any] | None
     onnx_parity: dict[str, Any] | None
     rows: list[FileRow] = field(default_factory=list)
     wall_time_s: float = 0.0
@@ -68,8 +69,12 @@ class ExportReport:
         chosen = f"auto chose {self.chosen}; " if self.chosen else ""
         return (
             f"export success ({self.wall_time_s:.1f} s), {chosen}saved as {self.out}\n"
-            f"evaluate: rl2edge evaluate {first} --episodes 20 --seed 0   # in {self.env_id}\n"
-            f"serve:    rl2edge serve {first} --endpoint opc.tcp://PLC:4840 --map plant.yaml"
+            + (
+                f"evaluate: rl2edge evaluate {first} --episodes 20 --seed 0   # in {self.env_id}\n"
+                if self.env_id
+                else "no closed-loop check was possible (no env): `rl2edge evaluate ARTIFACT --env ENV_ID` once there is one\n"
+            )
+            + f"serve:    rl2edge serve {first} --endpoint opc.tcp://PLC:4840 --map plant.yaml"
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -84,5 +89,5 @@ class ExportReport:
         }
 
 
-def _ret(r: dict[str, Any]) -> str:
-    return f"{r['mean_return']:.1f} +- {r['std_return']:.1f}"
+def _ret(r: dict[str, Any] | None) -> str:
+    return "no env" if r is None else f"{r['mean_return']:.1f} +- {r['std_return']:.1f}"

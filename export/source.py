@@ -29,12 +29,14 @@ class ExportSource(Protocol):
     """What the export pipeline takes from a source, and all it takes."""
 
     # ---- what the policy is: the specs, the folded normalization and head, the state
-    env_id: str
-    """The Gymnasium env the closed-loop returns are measured in."""
+    env_id: str | None
+    """The Gymnasium env the closed-loop returns are measured in; None: none (recorded observations only)."""
     observation: ObservationSpec
     action: ActionSpec
     norm: RunningNormalizer
     """The observation normalization folded into the graph (disabled: none, or already inside it)."""
+    normalized_inside: bool
+    """The source's own graph normalizes its input (a file trained elsewhere that carries its normalizer)."""
     head: str
     """The action head (export.graph_spec.HEADS)."""
     states: list[StateTensor]
@@ -106,7 +108,7 @@ class GraphSource:
     the same way for every route. A route (export.torch_graph, export.tf_graph) adds how its framework
     runs and writes the graph; a source module fills in the specs and the description."""
 
-    env_id: str
+    env_id: str | None
     observation: ObservationSpec
     action: ActionSpec
     norm: RunningNormalizer
@@ -125,6 +127,8 @@ class GraphSource:
     """The graph's state tensors (a recurrent policy's h and c); empty for a stateless graph."""
     state_cell: str = ""
     """What the graph computes with its state, for the manifest."""
+    normalized_inside: bool = False
+    """The source's own graph normalizes its input (`norm` then disabled)."""
     rate_limit: RateLimit | None = None
     """The action-rate limit folded after the policy (its state `prev_action` last in `states`); set with
     `limit_rate`."""

@@ -26,6 +26,8 @@ class SourceOptions:
     """--env: the Gymnasium env id the policy acts in (for the closed-loop checks)."""
     vecnormalize: Path | None = None
     """--vecnormalize: SB3's VecNormalize statistics (.pkl)."""
+    spec: Path | None = None
+    """--spec: a policy spec (export.policy_spec), what a file trained elsewhere cannot say of itself."""
 
 
 @dataclass(frozen=True)
@@ -42,6 +44,13 @@ class SourceKind:
 
 
 SOURCES: tuple[SourceKind, ...] = (
+    SourceKind(
+        "onnx",
+        "an ONNX file (.onnx)",
+        lambda p: p.suffix == ".onnx",
+        "rl2edge.export.sources.onnx_file",
+        ("spec", "env"),
+    ),
     SourceKind(
         "stable-baselines3",
         "a Stable-Baselines3 model (.zip)",

@@ -25,10 +25,15 @@ def add_parser(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
         "  rl2edge export runs/cp --quantize all --out artifacts/cp   # one artifact per mode in artifacts/cp/<mode>/\n"
         "  rl2edge export ppo_pendulum.zip --env Pendulum-v1 --vecnormalize vecnormalize.pkl --quantize auto --out artifacts/pd\n"
         "  rl2edge export runs/pd-td3 --quantize int8 --noise ou:theta=0.15,sigma=0.2 --out artifacts/pd-explore\n"
-        "  rl2edge export runs/pd-td3 --quantize int8 --max-action-rate 4 --period-ms 50 --out artifacts/pd-smooth",
+        "  rl2edge export runs/pd-td3 --quantize int8 --max-action-rate 4 --period-ms 50 --out artifacts/pd-smooth\n"
+        "  rl2edge export policy.onnx --spec policy.yaml --quantize int8 --out artifacts/robot   # trained elsewhere\n"
+        "  rl2edge export policy.onnx --spec policy.yaml --observations plant_log.csv --out artifacts/plant",
     )
     e.add_argument(
-        "run_dir", help="checkpoint directory written by `rl2edge train`, or a Stable-Baselines3 model.zip"
+        "run_dir",
+        metavar="SOURCE",
+        help="a checkpoint directory written by `rl2edge train`, a Stable-Baselines3 model.zip, or an ONNX file "
+        "trained elsewhere (with --spec)",
     )
     e.add_argument(
         "--quantize",
@@ -46,7 +51,21 @@ def add_parser(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
         "return's scale, the larger of |fp32's mean| and its spread over the episodes (default: 1)",
     )
     e.add_argument(
-        "--env", help="Stable-Baselines3 models only: the Gymnasium env id the model was trained on"
+        "--env",
+        help="Stable-Baselines3 models and files trained elsewhere: the Gymnasium env id the policy acts in "
+        "(for files trained elsewhere it may come from the spec, or be left out with --observations)",
+    )
+    e.add_argument(
+        "--spec",
+        metavar="SPEC.yaml",
+        help="files trained elsewhere (.onnx): what the file cannot say, its observation, normalization and "
+        "output (docs/export.md, 'Policies trained elsewhere')",
+    )
+    e.add_argument(
+        "--observations",
+        metavar="FILE",
+        help="recorded plant observations (.npz or .csv, one row per observation) for calibration and the "
+        "parity check, where there is no simulator; without --env no closed-loop check runs",
     )
     e.add_argument("--vecnormalize", help="Stable-Baselines3 models only: the VecNormalize statistics (.pkl)")
     e.add_argument("--out", help="artifact directory (default: artifacts/<run name>)")
@@ -103,10 +122,15 @@ def run(args: argparse.Namespace) -> int:
         noise_seed=args.noise_seed,
         max_action_rate=args.max_action_rate,
         period_ms=args.period_ms,
+        observations=Path(args.observations) if args.observations else None,
     )
     src = Path(args.run_dir)
     out = Path(args.out) if args.out else default_out(src)
-    source_options = SourceOptions(args.env, Path(args.vecnormalize) if args.vecnormalize else None)
+    source_options = SourceOptions(
+        args.env,
+        Path(args.vecnormalize) if args.vecnormalize else None,
+        Path(args.spec) if args.spec else None,
+    )
     report = export_path(src, out, opts, source_options)
     print(report.table())
     print(report.footer())

@@ -1,0 +1,69 @@
+"""An ONNX file trained elsewhere (Isaac Lab's `export_policy_as_onnx`, rsl-rl's runner, any framework's
+exporter) with its policy spec (export.policy_spec), on the ONNX route (export.onnx_graph)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from rl2edge.errors import ConfigError
+from rl2edge.export.onnx_graph import OnnxFileSource
+from rl2edge.export.policy_spec import load_policy_spec
+from rl2edge.export.source import ExportSource
+from rl2edge.fileio import sha256_file
+
+if TYPE_CHECKING:
+    from rl2edge.export.sources import SourceOptions
+
+
+def from_path(path: Path, options: SourceOptions) -> ExportSource:
+    if not path.is_file():
+        raise ConfigError(f"ONNX file {path} does not exist")
+    if options.spec is None:
+        raise ConfigError(
+            f"{path}: an ONNX file needs --spec SPEC.yaml, what the file cannot say (the observation's bounds, "
+            "the normalization, what its output means): docs/export.md, 'Policies trained elsewhere'"
+        )
+    spec = load_policy_spec(options.spec)
+    env_id = options.env or spec.env_id
+    if env_id is not None:
+        from rl2edge.train.core.envs import check_env_id
+
+        check_env_id(env_id)
+    description = {
+        "kind": "onnx",
+        "file": str(path),
+        "sha256": sha256_file(path),
+        "external_data": _external_data(path),
+        "spec": spec.to_json(),
+        "env_id": env_id,
+    }
+    return OnnxFileSource(
+        env_id,
+        spec.observation,
+        spec.action.action,
+        spec.normalization,
+        spec.action.head,
+        description,
+        f"{path.name} (onnxruntime)",
+        algo=path.name,
+        normalized_inside=spec.normalization_kind == "in-graph",
+        model_path=path,
+        spec=spec,
+    )
+
+
+def _external_data(path: Path) -> dict[str, str]:
+    """The files the model keeps its weights in beside the .onnx (torch's exporter writes `<name>.data` for
+    large or dynamo-exported models), by name with their sha256: the artifact's record covers them too."""
+    import onnx
+
+    model = onnx.load(str(path), load_external_data=False)
+    names = {
+        entry.value
+        for init in model.graph.initializer
+        if init.data_location == onnx.TensorProto.EXTERNAL
+        for entry in init.external_data
+        if entry.key == "location"
+    }
+    return {name: sha256_file(path.parent / name) for name in sorted(names)}

@@ -37,6 +37,15 @@ def onnx_to_saved_model(onnx_path: Path, out_dir: Path) -> Path:
                 non_verbose=True,
                 copy_onnx_input_output_names_to_tflite=True,
             )
+    except ModuleNotFoundError as exc:  # onnx2tf keeps one module per op it converts
+        _logger.debug("onnx2tf output:\n%s", sink.getvalue())
+        op = (exc.name or "").removeprefix("onnx2tf.ops.")
+        if not exc.name or not exc.name.startswith("onnx2tf.ops."):
+            raise ExportError(f"onnx2tf could not convert {onnx_path.name}: {exc}") from exc
+        raise ExportError(
+            f"the converter (onnx2tf) has no conversion for the model's op {op} (its message: {exc}); replace the "
+            "op in the model, or export the policy without it"
+        ) from None
     except Exception as exc:
         _logger.debug("onnx2tf output:\n%s", sink.getvalue())
         raise ExportError(f"onnx2tf could not convert {onnx_path.name}: {exc}") from exc

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import signal
 import socket
@@ -114,3 +115,25 @@ def episode_start_map(directory: Path) -> Path:
     node_map = directory / "plant.yaml"
     node_map.write_text(yaml.safe_dump({k: node_id(n) for k, n in zip(keys, names, strict=True)}))
     return node_map
+
+
+def served_returns(
+    artifact: Path, env_id: str, episodes: int, seed: int, work: Path, *, episode_start: bool = False
+) -> list[float]:
+    """The episode returns of `artifact` served by `rl2edge serve` to plc-sim in lockstep on loopback (with
+    plc-sim's EpisodeStart flag mapped for a stateful artifact): what evaluate's returns on the same seeds
+    must equal."""
+    url = f"opc.tcp://127.0.0.1:{free_port()}"
+    record = work / "returns.json"
+    sim_args = ["plc-sim", "--env", env_id, "--endpoint", url, "--mode", "lockstep", "--seed", str(seed)]
+    with running(
+        [*sim_args, "--episodes", str(episodes), "--record", str(record), "--strict"], work / "sim.log"
+    ) as sim:
+        wait_for_server(url)
+        serve_args = ["serve", str(artifact), "--endpoint", url, "--period-ms", "5", *NO_MISS]
+        if episode_start:
+            serve_args += ["--map", str(episode_start_map(work))]
+        with running(serve_args, work / "serve.log") as serve:
+            assert sim.wait(timeout=300) == 0, (work / "sim.log").read_text()
+            assert stop(serve) == 0, (work / "serve.log").read_text()
+    return list(json.loads(record.read_text())["returns"])

@@ -22,3 +22,10 @@ def assert_float_until_first_conv(model: Path) -> None:
     # and the file is quantized after it: the other convolutions and dense layers take int8
     later = [op for op in ops[first_conv + 1 :] if op["op_name"] in ("CONV_2D", "FULLY_CONNECTED")]
     assert any(dtypes[op["inputs"][0]] == "int8" for op in later), "no int8 layer after the first conv"
+
+
+def op_names(model: Path) -> list[str]:
+    """The file's ops in order, by their TFLite names (FULLY_CONNECTED, LOGISTIC, WHILE, ...)."""
+    import tensorflow as tf
+
+    return [op["op_name"] for op in tf.lite.Interpreter(model_path=str(model))._get_ops_details()]

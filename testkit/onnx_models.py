@@ -1,0 +1,55 @@
+"""Small ONNX policy files built with onnx.helper, for the tests of what the import of a file trained
+elsewhere refuses (the peer files the success paths use come from rsl-rl: testkit.rsl_rl_env)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+
+def linear_policy(
+    path: Path,
+    obs: int = 3,
+    act: int = 1,
+    *,
+    obs_dims: list[int | str] | None = None,
+    scaler: bool = False,
+    state: int = 0,
+    state_out: int | None = None,
+) -> Path:
+    """obs [1, obs] -> actions = obs @ W + b [1, act]. `obs_dims`: the input's declared shape (a string is a
+    dynamic dimension); `scaler`: an ai.onnx.ml Scaler in front (onnxruntime runs it, onnx2tf has no
+    conversion for it); `state`: a state input h_in [1, state] and an output h_out [1, state_out or state]."""
+    rng = np.random.default_rng(0)
+    nodes, inits = [], []
+    x = "obs"
+    if scaler:
+        nodes.append(
+            helper.make_node(
+                "Scaler", [x], ["scaled"], domain="ai.onnx.ml", offset=[0.0] * obs, scale=[0.5] * obs
+            )
+        )
+        x = "scaled"
+    inits += [
+        numpy_helper.from_array(rng.normal(size=(obs, act)).astype(np.float32), "W"),
+        numpy_helper.from_array(np.full(act, 0.1, np.float32), "b"),
+    ]
+    nodes.append(helper.make_node("Gemm", [x, "W", "b"], ["actions"]))
+    inputs = [helper.make_tensor_value_info("obs", TensorProto.FLOAT, obs_dims or [1, obs])]
+    outputs = [helper.make_tensor_value_info("actions", TensorProto.FLOAT, [1, act])]
+    if state:
+        out_size = state_out or state
+        inits.append(numpy_helper.from_array(np.eye(state, out_size, dtype=np.float32) * 0.5, "R"))
+        nodes.append(helper.make_node("MatMul", ["h_in", "R"], ["h_out"]))
+        inputs.append(helper.make_tensor_value_info("h_in", TensorProto.FLOAT, [1, state]))
+        outputs.append(helper.make_tensor_value_info("h_out", TensorProto.FLOAT, [1, out_size]))
+    opsets = [helper.make_opsetid("", 17)] + ([helper.make_opsetid("ai.onnx.ml", 3)] if scaler else [])
+    model = helper.make_model(
+        helper.make_graph(nodes, "policy", inputs, outputs, inits), opset_imports=opsets
+    )
+    model.ir_version = 8
+    onnx.save(model, str(path))
+    return path

@@ -1,0 +1,245 @@
+"""Policies trained elsewhere: files made by another library's own code, exported with a policy spec
+(export/policy_spec.py) on the ONNX route (export/onnx_graph.py) to a verified int8 artifact that
+`evaluate` and `serve` take as they take any. The peer: rsl-rl's own PPO and exporter (the files Isaac
+Lab's policies are), testkit.rsl_rl_env; nothing of rl2edge takes part in making them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from rl2edge.cli import main
+from testkit.cli import assert_clean_failure, rl2edge
+
+ENV = "Pendulum-v1"
+SPEC = """spec: 1
+env: Pendulum-v1
+observation:
+  shape: [3]
+  low: [-1.0, -1.0, -8.0]
+  high: [1.0, 1.0, 8.0]
+  input: obs
+normalization: in-graph
+action:
+  type: box
+  low: [-2.0]
+  high: [2.0]
+  output: actions
+  scale: units
+"""
+STATE = "state:\n  - {input: h_in, output: h_out}\n  - {input: c_in, output: c_out}\n"
+
+
+def _export(source: Path, spec: Path, out: Path, *extra: str) -> None:
+    argv = ["export", str(source), "--spec", str(spec), "--out", str(out), "--no-progress", *extra]
+    assert main(argv) == 0
+
+
+def _manifest(art: Path) -> dict:
+    return json.loads((art / "manifest.json").read_text())
+
+
+def _check_exported(art: Path) -> None:
+    """fp32 within 1e-4 of the file in onnxruntime on at least 1,000 held-out observations; int8 keeps the
+    closed-loop return by export's own criterion."""
+    from rl2edge.export.return_check import check_return
+    from rl2edge.export.tolerances import RETURN_DROP_WARNING_PCT
+
+    fp32, int8 = _manifest(art / "fp32")["verification"], _manifest(art / "int8")["verification"]
+    assert fp32["heldout"]["samples"] >= 1000
+    assert fp32["tflite_vs_source"]["max_abs_error"] <= 1e-4
+    assert fp32["onnx_vs_source"]["max_abs_error"] <= 1e-4
+    loop = int8["closed_loop"]
+    assert check_return(loop["fp32"], loop["this_file"], RETURN_DROP_WARNING_PCT).within, loop
+
+
+@pytest.fixture(scope="module")
+def rsl_mlp(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    from testkit.rsl_rl_env import train_rsl_rl
+
+    out = tmp_path_factory.mktemp("rsl_mlp")
+    onnx_file, _ = train_rsl_rl(ENV, out, 10)
+    (out / "spec.yaml").write_text(SPEC)
+    return onnx_file, out / "spec.yaml"
+
+
+@pytest.fixture(scope="module")
+def rsl_lstm(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    from testkit.rsl_rl_env import train_rsl_rl
+
+    out = tmp_path_factory.mktemp("rsl_lstm")
+    rnn = {"rnn_type": "lstm", "rnn_hidden_dim": 32, "rnn_num_layers": 1}
+    onnx_file, _ = train_rsl_rl(ENV, out, 5, rnn=rnn)
+    (out / "spec.yaml").write_text(SPEC + STATE)
+    return onnx_file, out / "spec.yaml"
+
+
+@pytest.mark.integration
+def test_an_rsl_rl_policy_file_is_verified_to_int8_and_served_as_evaluated(rsl_mlp, tmp_path: Path) -> None:
+    from rl2edge.runtime import Policy
+    from rl2edge.train.core.evaluation import evaluate
+    from testkit.plc import served_returns
+
+    onnx_file, spec = rsl_mlp
+    _export(onnx_file, spec, tmp_path / "art", "--quantize", "all")
+    _check_exported(tmp_path / "art")
+    source = _manifest(tmp_path / "art" / "int8")["source"]
+    assert source["kind"] == "onnx" and source["spec"]["normalization"] == "in-graph"
+    int8 = tmp_path / "art" / "int8"
+    assert served_returns(int8, ENV, 2, 5, tmp_path) == evaluate(Policy.load(int8).predict, ENV, 2, 5).returns
+
+
+@pytest.mark.integration
+def test_a_recurrent_rsl_rl_file_keeps_its_state_on_the_contract(rsl_lstm, tmp_path: Path) -> None:
+    """The LSTM file's h_in/c_in and h_out/c_out become the artifact's state, reset by episode_start; its
+    LSTM node is exported as one step of gates (no sequence op: int8 converts), and the files equal the
+    file's own LSTM in onnxruntime over whole episodes; served with plc-sim's episode starts, every
+    episode's return is evaluate's."""
+    from rl2edge.runtime import Policy
+    from rl2edge.train.core.evaluation import evaluate
+    from testkit.plc import served_returns
+    from testkit.tflite_ops import op_names
+
+    onnx_file, spec = rsl_lstm
+    _export(onnx_file, spec, tmp_path / "art", "--quantize", "all")
+    _check_exported(tmp_path / "art")
+    int8 = tmp_path / "art" / "int8"
+    manifest = _manifest(int8)
+    assert [t["name"] for t in manifest["state"]["tensors"]] == ["h_in", "c_in"]
+    assert "sequences" in manifest["verification"]["heldout"] or manifest["state"]
+    assert not {"UNIDIRECTIONAL_SEQUENCE_LSTM", "WHILE"} & set(op_names(int8 / "policy.tflite"))
+    policy = Policy.load(int8)
+    expected = evaluate(policy.predict, ENV, 3, 7, on_reset=policy.reset).returns
+    assert served_returns(int8, ENV, 3, 7, tmp_path, episode_start=True) == expected
+
+
+@pytest.mark.integration
+def test_recorded_observations_alone_calibrate_and_verify(rsl_mlp, tmp_path: Path, capfd) -> None:
+    """No simulator: a CSV of recorded plant observations calibrates int8 and is the held-out parity set;
+    the manifest and the report say that no closed-loop check ran."""
+    from testkit.observations import random_observations
+
+    onnx_file, _ = rsl_mlp
+    no_env = tmp_path / "spec.yaml"
+    no_env.write_text(SPEC.replace("env: Pendulum-v1\n", ""))
+    log = tmp_path / "plant_log.csv"
+    np.savetxt(log, random_observations(ENV, 600, seed=3), delimiter=",", header="cos,sin,omega", comments="")
+    _export(onnx_file, no_env, tmp_path / "art", "--quantize", "int8", "--observations", str(log))
+    m = _manifest(tmp_path / "art")
+    assert m["verification"]["closed_loop"]["checked"] is False
+    assert m["quantization"]["calibration"]["calibration"]["samples"] == 400
+    assert m["verification"]["tflite_vs_source"]["samples"] == 200
+    assert "no closed-loop check was possible" in capfd.readouterr().out
+
+
+# ------------------------------------------------------------------------------------------------ bad input
+@pytest.fixture()
+def linear(tmp_path: Path) -> tuple[Path, Path]:
+    from testkit.onnx_models import linear_policy
+
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(SPEC.replace("normalization: in-graph", "normalization: none"))
+    return linear_policy(tmp_path / "policy.onnx"), spec
+
+
+def _refused(tmp_path: Path, *args: str | Path, fragments: tuple[str, ...]) -> None:
+    out = tmp_path / "art"
+    assert_clean_failure(rl2edge("export", *args, "--out", out, "--no-progress"), *fragments)
+    assert not out.exists()
+
+
+def test_a_spec_that_does_not_fit_the_file_is_one_line(linear, tmp_path: Path) -> None:
+    onnx_file, spec = linear
+    spec.write_text(spec.read_text().replace("input: obs", "input: observation"))
+    _refused(
+        tmp_path, onnx_file, "--spec", spec, fragments=("the spec names input 'observation'", "does not have")
+    )
+    spec.write_text(
+        "spec: 1\nobservation: {shape: [4], input: obs}\nnormalization: none\n"
+        "action: {type: box, low: [-2.0], high: [2.0], output: actions}\n"
+    )
+    _refused(tmp_path, onnx_file, "--spec", spec, fragments=("input 'obs' takes 3 values", "gives it 4"))
+
+
+def test_a_dynamic_dimension_other_than_the_batch_is_one_line(tmp_path: Path) -> None:
+    from testkit.onnx_models import linear_policy
+
+    onnx_file = linear_policy(tmp_path / "policy.onnx", obs_dims=["batch", "n"])
+    (tmp_path / "spec.yaml").write_text(SPEC.replace("normalization: in-graph", "normalization: none"))
+    _refused(
+        tmp_path,
+        onnx_file,
+        "--spec",
+        tmp_path / "spec.yaml",
+        fragments=("dynamic dimension other than the batch",),
+    )
+
+
+def test_an_op_the_converter_cannot_take_is_named(tmp_path: Path) -> None:
+    from testkit.onnx_models import linear_policy
+
+    onnx_file = linear_policy(tmp_path / "policy.onnx", scaler=True)
+    (tmp_path / "spec.yaml").write_text(SPEC.replace("normalization: in-graph", "normalization: none"))
+    _refused(
+        tmp_path, onnx_file, "--spec", tmp_path / "spec.yaml", "--quantize", "fp32",
+        fragments=("no conversion for the model's op Scaler", "onnx2tf.ops.Scaler"),
+    )  # fmt: skip
+
+
+def test_a_variance_that_is_not_positive_is_one_line(linear, tmp_path: Path) -> None:
+    onnx_file, spec = linear
+    spec.write_text(
+        SPEC.replace("normalization: in-graph", "normalization: {mean: [0, 0, 0], var: [1, 0, 1]}")
+    )
+    _refused(tmp_path, onnx_file, "--spec", spec, fragments=("element 1 has variance 0.0", "above 0"))
+    np.savez(tmp_path / "stats.npz", mean=np.zeros(3), var=np.array([1.0, -2.0, 1.0]))
+    spec.write_text(
+        SPEC.replace("normalization: in-graph", "normalization: {file: stats.npz, layout: rsl-rl}")
+    )
+    _refused(tmp_path, onnx_file, "--spec", spec, fragments=("from stats.npz: element 1 has variance -2.0",))
+
+
+@pytest.mark.parametrize(
+    ("rows", "suffix", "fragment"),
+    [
+        ("nan", ".csv", "row 7, column 2 is nan"),
+        ("inf", ".npz", "row 7, column 2 is inf"),
+        ("wide", ".csv", "has 4 columns; the policy's observation has 3"),
+        ("wide", ".npz", "has 4 columns; the policy's observation has 3"),
+    ],
+)
+def test_bad_recorded_observations_are_one_line(
+    linear, tmp_path: Path, rows: str, suffix: str, fragment: str
+) -> None:
+    onnx_file, spec = linear
+    data = np.ones((60, 4 if rows == "wide" else 3))
+    if rows != "wide":
+        data[6, 1] = np.nan if rows == "nan" else np.inf
+    path = tmp_path / f"log{suffix}"
+    if suffix == ".csv":
+        np.savetxt(path, data, delimiter=",")
+    else:
+        np.savez(path, observations=data)
+    _refused(tmp_path, onnx_file, "--spec", spec, "--observations", path, fragments=(fragment,))
+
+
+def test_state_outputs_that_do_not_match_their_inputs_are_one_line(tmp_path: Path) -> None:
+    from testkit.onnx_models import linear_policy
+
+    onnx_file = linear_policy(tmp_path / "policy.onnx", state=4, state_out=3)
+    (tmp_path / "spec.yaml").write_text(
+        SPEC.replace("normalization: in-graph", "normalization: none")
+        + "state:\n  - {input: h_in, output: h_out}\n"
+    )
+    _refused(
+        tmp_path, onnx_file, "--spec", tmp_path / "spec.yaml",
+        fragments=("state output 'h_out' [1, 3] does not match its input 'h_in' [1, 4]",),
+    )  # fmt: skip
+
+
+def test_a_file_without_a_spec_says_what_to_give(linear, tmp_path: Path) -> None:
+    onnx_file, _ = linear
+    _refused(tmp_path, onnx_file, fragments=("needs --spec SPEC.yaml",))

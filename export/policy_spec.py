@@ -60,6 +60,7 @@ LAYOUTS = {  # layout -> (epsilon added to the std (True) or to the var (False),
 }
 NO_CLIP = float(np.finfo(np.float32).max)
 """The clip of a layout without one: the float32 maximum, which no finite observation reaches."""
+ACTIVATIONS = ("elu", "relu", "tanh", "selu", "leaky_relu")
 SCALES = ("units", "unit-range")
 SQUASHES = ("clip", "tanh", "none")
 
@@ -106,6 +107,8 @@ class PolicySpec:
     action: ActionOutput
     state: tuple[StateIO, ...] = ()
     env_id: str | None = None
+    activation: str = "elu"
+    """A checkpoint's hidden layers' activation (a file of weights does not say it: rsl-rl's default)."""
 
     @property
     def per_key_inputs(self) -> bool:
@@ -185,10 +188,16 @@ class PolicySpec:
                 )
 
 
-def load_policy_spec(path: Path, base: Path | None = None) -> PolicySpec:
+def load_policy_spec(path: Path) -> PolicySpec:
     """The spec file at `path`; relative files it names (a statistics .npz) are read from its folder."""
     path = Path(path)
-    doc = load_yaml(path, "policy spec")
+    return policy_spec_from_dict(load_yaml(path, "policy spec"), path, sha256_file(path))
+
+
+def policy_spec_from_dict(doc: Any, where: Path, sha256: str = "", base: Path | None = None) -> PolicySpec:
+    """A spec given as the mapping the YAML file holds (the Python API takes one); `where` names it in
+    messages, `base` is where the files it names are read from (its own folder by default)."""
+    path = Path(where)
     if not isinstance(doc, dict):
         raise ConfigError(
             f"{path}: a policy spec is a YAML mapping (docs/export.md, 'Policies trained elsewhere')"
@@ -197,7 +206,7 @@ def load_policy_spec(path: Path, base: Path | None = None) -> PolicySpec:
         raise ConfigError(
             f"{path}: `spec: {SPEC_VERSION}` is missing or another version ({doc.get('spec')!r})"
         )
-    known = {"spec", "env", "observation", "normalization", "action", "state"}
+    known = {"spec", "env", "observation", "normalization", "action", "state", "activation"}
     extra = sorted(set(doc) - known)
     if extra:
         raise ConfigError(f"{path}: unknown field {extra[0]!r}; a policy spec has {', '.join(sorted(known))}")
@@ -208,9 +217,12 @@ def load_policy_spec(path: Path, base: Path | None = None) -> PolicySpec:
     env = doc.get("env")
     if env is not None and not isinstance(env, str):
         raise ConfigError(f"{path}: env must be a Gymnasium env id, got {env!r}")
+    activation = doc.get("activation", "elu")
+    if activation not in ACTIVATIONS:
+        raise ConfigError(f"{path}: activation {activation!r}: choose one of {', '.join(ACTIVATIONS)}")
     return PolicySpec(
         path,
-        sha256_file(path),
+        sha256,
         observation,
         inputs,
         normalization,
@@ -218,6 +230,7 @@ def load_policy_spec(path: Path, base: Path | None = None) -> PolicySpec:
         _action(path, doc.get("action")),
         _state(path, doc.get("state") or []),
         env,
+        activation,
     )
 
 

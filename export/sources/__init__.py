@@ -59,12 +59,40 @@ SOURCES: tuple[SourceKind, ...] = (
         ("env", "vecnormalize"),
     ),
     SourceKind(
+        "torchscript",
+        "a TorchScript file (.pt)",
+        lambda p: _torch_archive(p) == "script",
+        "rl2edge.export.sources.torch_module",
+        ("spec", "env"),
+    ),
+    SourceKind(
+        "rsl-rl-checkpoint",
+        "an rsl-rl checkpoint (.pt)",
+        lambda p: _torch_archive(p) == "data",
+        "rl2edge.export.sources.rsl_rl",
+        ("spec", "env"),
+    ),
+    SourceKind(
         "rl2edge-checkpoint",
         "a run directory written by `rl2edge train`",
         lambda p: True,
         "rl2edge.export.sources.checkpoint",
     ),
 )
+
+
+def _torch_archive(path: Path) -> str | None:
+    """A .pt/.pth file's kind: "script" (TorchScript: the module's code inside), "data" (torch.save's
+    tensors), or None (not a torch zip)."""
+    import zipfile
+
+    if path.suffix not in (".pt", ".pth") or not path.is_file() or not zipfile.is_zipfile(path):
+        return None
+    with zipfile.ZipFile(path) as z:
+        names = z.namelist()
+    if any("/code/" in n for n in names):
+        return "script"
+    return "data" if any(n.endswith("/data.pkl") for n in names) else None
 
 
 def kind_of(path: Path) -> SourceKind:

@@ -1,0 +1,107 @@
+"""A torch policy trained elsewhere, on the torch route (export.torch_graph): a module given from Python
+(`rl2edge.export.api`, CleanRL-style code), or a TorchScript file (`torch.jit.save`, as Isaac Lab's
+`export_policy_as_jit` writes `policy.pt`) with its policy spec. The module takes the observation as the
+spec says (normalized by the spec's statistics, or raw where it normalizes itself) and returns what the
+spec's action says; the deployable graph is it between the spec's normalization and head."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch import nn
+
+from rl2edge.errors import ConfigError, ExportError
+from rl2edge.export.deployable import DeployablePolicy
+from rl2edge.export.policy_spec import PolicySpec, load_policy_spec
+from rl2edge.export.torch_graph import TorchSource
+from rl2edge.fileio import sha256_file
+
+if TYPE_CHECKING:
+    from rl2edge.export.sources import SourceOptions
+
+
+class FlatActor(nn.Module):
+    """The module's output as [batch, width] (a module may return [batch, 1, width] or a tuple of which the
+    first is the action)."""
+
+    def __init__(self, module: nn.Module):
+        super().__init__()
+        self.module = module
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = self.module(x)
+        if isinstance(out, (tuple, list)):
+            out = out[0]
+        return out.reshape(x.shape[0], -1)
+
+
+def module_source(
+    module: nn.Module, spec: PolicySpec, description: dict[str, Any], reference_name: str, env_id: str | None
+) -> TorchSource:
+    """The export source of a stateless torch `module` described by `spec`."""
+    if spec.state:
+        raise ExportError(
+            "a torch module with state is exported from the file that keeps its state explicit: export the "
+            "policy to ONNX with its state inputs and outputs (Isaac Lab's policy.onnx: h_in, c_in) and pass that"
+        )
+    if spec.per_key_inputs:
+        raise ConfigError(
+            "a torch module takes one observation input: give observation.input once, not per key"
+        )
+    module.eval()
+    policy = DeployablePolicy(
+        FlatActor(module), spec.normalization, spec.action.action, spec.action.head
+    ).eval()
+    with torch.no_grad():  # the module runs on the spec's observation, and gives the spec's action width
+        try:
+            out = policy.pre_head(torch.zeros((1, spec.observation.size)))
+        except Exception as exc:  # a module raises whatever its own code raises
+            raise ConfigError(
+                f"{reference_name}: the module does not run on a [1, {spec.observation.size}] observation: {exc}"
+            ) from None
+    if out.shape[-1] != spec.action.action.output_width:
+        raise ConfigError(
+            f"{reference_name}: the module returns {out.shape[-1]} values; the spec's action needs "
+            f"{spec.action.action.output_width}"
+        )
+    return TorchSource(
+        env_id,
+        spec.observation,
+        spec.action.action,
+        spec.normalization,
+        spec.action.head,
+        description,
+        reference_name,
+        algo=reference_name,
+        normalized_inside=spec.normalization_kind == "in-graph",
+        policy=policy,
+    )
+
+
+def from_path(path: Path, options: SourceOptions) -> TorchSource:
+    """export.sources' entry point for a TorchScript file."""
+    if options.spec is None:
+        raise ConfigError(
+            f"{path}: a TorchScript file needs --spec SPEC.yaml (docs/export.md, 'Policies trained elsewhere')"
+        )
+    spec = load_policy_spec(options.spec)
+    try:
+        module = torch.jit.load(str(path), map_location="cpu")
+    except Exception as exc:  # torch raises several types for a file that is no TorchScript archive
+        raise ConfigError(f"{path} is not a TorchScript file: {exc}") from None
+    if any(name in ("hidden_state", "cell_state") for name, _ in module.named_buffers()):
+        raise ConfigError(
+            f"{path} keeps a recurrent state inside the module (Isaac Lab's JIT export does): export the ONNX file, "
+            "whose state is explicit (h_in, c_in), instead"
+        )
+    env_id = options.env or spec.env_id
+    description = {
+        "kind": "torchscript",
+        "file": str(path),
+        "sha256": sha256_file(path),
+        "spec": spec.to_json(),
+        "env_id": env_id,
+    }
+    return module_source(module, spec, description, f"{path.name} (torch)", env_id)

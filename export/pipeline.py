@@ -390,8 +390,9 @@ def _make_file(
     flat = source.observation.layout == "flat"
     if mode == "int8" and flat and not source.norm.enabled and not source.normalized_inside:
         _logger.warning(
-            "int8 without folded observation normalization: raw observations of very different scales reach "
-            "the int8 network through one per-tensor scale; train with normalize_obs (the default) for int8"
+            "int8 without observation normalization, folded or inside the model: raw observations of very different "
+            "scales reach the int8 network through one per-tensor scale; normalize them (rl2edge train: normalize_obs, "
+            "the default; a policy trained elsewhere: its statistics in the policy spec)"
         )
     calibration = got.data.calibration if flat else pin_uint8_range(got.data.calibration, source.observation)
     model = convert(

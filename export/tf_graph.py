@@ -247,6 +247,9 @@ class TFDeployable(tf.Module):
     # ---- step 4: the head
     def head_of(self, out: tf.Tensor) -> dict[str, tf.Tensor]:
         transform = self._c.transform
+        if self._parts.head == "clip":  # values in action units, held to the bounds (min/max, as ONNX's)
+            low, high = (np.asarray(b, np.float32) for b in (self._parts.action.low, self._parts.action.high))
+            return {"action": tf.maximum(tf.minimum(out, tf.constant(high)), tf.constant(low))}
         if transform.discrete:
             action = tf.argmax(out, axis=-1)
             return {"action": action + transform.start if transform.start else action}

@@ -73,6 +73,13 @@ SOURCES: tuple[SourceKind, ...] = (
         ("spec", "env"),
     ),
     SourceKind(
+        "saved-model",
+        "a TensorFlow SavedModel (a folder with saved_model.pb)",
+        lambda p: p.is_dir() and (p / "saved_model.pb").is_file(),
+        "rl2edge.export.sources.saved_model",
+        ("spec", "env"),
+    ),
+    SourceKind(
         "rl2edge-checkpoint",
         "a run directory written by `rl2edge train`",
         lambda p: True,

@@ -75,6 +75,8 @@ class OnnxFileSource(GraphSource):
     _session: Any = field(default=None, repr=False)
     _inputs: dict[str, tuple[int, ...]] = field(default_factory=dict, repr=False)
     _outputs: dict[str, tuple[int, ...]] = field(default_factory=dict, repr=False)
+    _workdir: Any = field(default=None, repr=False)
+    """A temporary folder the file lives in, where the source wrote it itself (a TorchScript file's ONNX)."""
 
     def __post_init__(self) -> None:
         import onnx

@@ -97,3 +97,21 @@ def train_rsl_rl(
     checkpoint = out / "model.pt"
     runner.save(str(checkpoint))
     return out / "policy.onnx", checkpoint
+
+
+def main(argv: list[str] | None = None) -> None:
+    """`python -m testkit.rsl_rl_env --out DIR`: a policy made as an Isaac Lab run makes one (rsl-rl's PPO and
+    exporter), for docs/export.md's walk-through: DIR/policy.onnx and DIR/model.pt."""
+    import argparse
+
+    p = argparse.ArgumentParser(description=main.__doc__)
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--env", default="Pendulum-v1")
+    p.add_argument("--iterations", type=int, default=10)
+    args = p.parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    train_rsl_rl(args.env, args.out, args.iterations)
+
+
+if __name__ == "__main__":
+    main()

@@ -250,6 +250,20 @@ def test_a_torchscript_file_exports(tmp_path: Path) -> None:
     )
 
 
+@pytest.mark.integration
+def test_the_export_page_walks_through_a_policy_trained_elsewhere(tmp_path: Path) -> None:
+    """docs/export.md's "Policies trained elsewhere" blocks, as written: rsl-rl's files, the spec, the
+    ONNX file and the checkpoint to int8, evaluate, and recorded observations without an env."""
+    from testkit.doc_blocks import ROOT, run_walk_through
+
+    run_walk_through(ROOT / "docs/export.md", "tests/test_trained_elsewhere.py", tmp_path, {}, 4)
+    robot = tmp_path / "robot"
+    for art in ("robot", "robot-checkpoint", "plant"):
+        assert _manifest(robot / "artifacts" / art)["quantization"]["mode"] == "int8"
+    assert _manifest(robot / "artifacts/plant")["verification"]["closed_loop"]["checked"] is False
+    assert _manifest(robot / "artifacts/robot-checkpoint")["source"]["kind"] == "rsl-rl-checkpoint"
+
+
 # ------------------------------------------------------------------------------------------------ bad input
 @pytest.fixture()
 def linear(tmp_path: Path) -> tuple[Path, Path]:

@@ -321,3 +321,14 @@ def test_micro_costs_smoke(tmp_path: Path) -> None:
     figures = data["figures"]
     assert figures["compile_s"] > 0 and all(v > 0 for k, v in figures.items() if k.endswith("_us"))
     assert {"ppo_step_written_out_us", "ppo_step_autograd_us", "ppo_step_compiled_us"} <= set(figures)
+
+
+@integration
+def test_trained_elsewhere_benchmark_smoke(tmp_path: Path) -> None:
+    from benchmarks.trained_elsewhere import main
+
+    data = main(["--iterations", "1", "--out", str(tmp_path)])
+    for ext in ("json", "md", "png"):
+        assert (tmp_path / f"trained_elsewhere.{ext}").stat().st_size > 0
+    assert len(data["results"]) == 5
+    assert all(r["fp32"]["max_abs_error"] <= 1e-4 for r in data["results"].values())

@@ -53,3 +53,28 @@ def linear_policy(
     model.ir_version = 8
     onnx.save(model, str(path))
     return path
+
+
+def keyed_policy(path: Path, keys: dict[str, int], act: int) -> Path:
+    """One input per Dict key (named `<key>_in`, [1, size]), concatenated in the given order, then a linear
+    layer: actions = concat(keys) @ W + b [1, act]."""
+    rng = np.random.default_rng(1)
+    size = sum(keys.values())
+    inits = [
+        numpy_helper.from_array(rng.normal(size=(size, act)).astype(np.float32) * 0.5, "W"),
+        numpy_helper.from_array(np.zeros(act, np.float32), "b"),
+    ]
+    names = [f"{k}_in" for k in keys]
+    nodes = [
+        helper.make_node("Concat", names, ["x"], axis=-1),
+        helper.make_node("Gemm", ["x", "W", "b"], ["actions"]),
+    ]
+    inputs = [helper.make_tensor_value_info(f"{k}_in", TensorProto.FLOAT, [1, n]) for k, n in keys.items()]
+    outputs = [helper.make_tensor_value_info("actions", TensorProto.FLOAT, [1, act])]
+    model = helper.make_model(
+        helper.make_graph(nodes, "policy", inputs, outputs, inits),
+        opset_imports=[helper.make_opsetid("", 17)],
+    )
+    model.ir_version = 8
+    onnx.save(model, str(path))
+    return path

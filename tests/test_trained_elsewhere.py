@@ -264,6 +264,45 @@ def test_the_export_page_walks_through_a_policy_trained_elsewhere(tmp_path: Path
     assert _manifest(robot / "artifacts/robot-checkpoint")["source"]["kind"] == "rsl-rl-checkpoint"
 
 
+@pytest.mark.integration
+def test_discrete_logits_and_a_dict_of_inputs(tmp_path: Path) -> None:
+    """A file of logits on CartPole: argmax, evaluate equals the file's own argmax; a file with one input per
+    Dict key (named otherwise than the keys): the artifact takes the keys, and each reaches its input."""
+    import onnxruntime as ort
+
+    from rl2edge.runtime import Policy
+    from testkit.observations import random_observations
+    from testkit.onnx_models import keyed_policy, linear_policy
+
+    logits = linear_policy(tmp_path / "logits.onnx", obs=4, act=2)
+    (tmp_path / "cart.yaml").write_text(
+        "spec: 1\nenv: CartPole-v1\nobservation: {shape: [4], input: obs}\nnormalization: none\n"
+        "action: {type: discrete, n: 2, output: actions}\n"
+    )
+    _export(logits, tmp_path / "cart.yaml", tmp_path / "cart", "--quantize", "fp32")
+    session, policy = ort.InferenceSession(str(logits)), Policy.load(tmp_path / "cart")
+    for obs in random_observations("CartPole-v1", 50, seed=2):
+        assert policy.predict(obs) == int(
+            session.run(None, {"obs": obs[None].astype(np.float32)})[0].argmax()
+        )
+
+    env = "testkit.dict_envs:DictPendulum"  # keys rate [1] then angle [2]
+    keyed = keyed_policy(tmp_path / "keyed.onnx", {"rate": 1, "angle": 2}, 1)
+    (tmp_path / "keyed.yaml").write_text(
+        f"spec: 1\nenv: {env}\nobservation:\n  keys:\n"
+        "    - {name: rate, shape: [1], low: -8.0, high: 8.0, input: rate_in}\n"
+        "    - {name: angle, shape: [2], low: -1.0, high: 1.0, input: angle_in}\n"
+        "normalization: none\naction: {type: box, low: [-2.0], high: [2.0], output: actions}\n"
+    )
+    _export(keyed, tmp_path / "keyed.yaml", tmp_path / "keyed", "--quantize", "fp32")
+    m = _manifest(tmp_path / "keyed")
+    assert [k["name"] for k in m["model"]["input"]["keys"]] == ["rate", "angle"]
+    session, policy = ort.InferenceSession(str(keyed)), Policy.load(tmp_path / "keyed")
+    obs = {"rate": np.array([1.5], np.float32), "angle": np.array([0.6, -0.8], np.float32)}
+    expected = session.run(None, {"rate_in": obs["rate"][None], "angle_in": obs["angle"][None]})[0][0]
+    np.testing.assert_allclose(policy.predict(obs), np.clip(expected, -2, 2), atol=1e-5)
+
+
 # ------------------------------------------------------------------------------------------------ bad input
 @pytest.fixture()
 def linear(tmp_path: Path) -> tuple[Path, Path]:

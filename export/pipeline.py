@@ -122,10 +122,10 @@ def _ret(result: Any) -> dict[str, Any]:
 
 
 def default_out(source_path: Path) -> Path:
-    """artifacts/<run name>: the run directory's name, or the SB3 model file's without .zip (a run named
-    runs/cp.v2 keeps its .v2)."""
-    name = Path(source_path).resolve().name
-    return Path("artifacts") / (name[: -len(".zip")] if name.endswith(".zip") else name)
+    """artifacts/<name>: a directory's name (a run named runs/cp.v2 keeps its .v2; a SavedModel's folder), or
+    a model file's without its suffix (model.zip, policy.onnx, model_1500.pt)."""
+    path = Path(source_path).resolve()
+    return Path("artifacts") / (path.stem if path.is_file() else path.name)
 
 
 def export_path(

@@ -128,6 +128,34 @@ class PolicySpec:
             "env_id": self.env_id,
         }
 
+    def source_fields(
+        self, env_id: str | None, description: dict[str, Any], reference_name: str
+    ) -> dict[str, Any]:
+        """The fields of an export source (export.source.GraphSource) that every source described by a spec
+        fills alike: the specs, the normalization and head, what it is called."""
+        return {
+            "env_id": env_id,
+            "observation": self.observation,
+            "action": self.action.action,
+            "norm": self.normalization,
+            "head": self.action.head,
+            "description": description,
+            "reference_name": reference_name,
+            "algo": reference_name,
+            "normalized_inside": self.normalization_kind == "in-graph",
+        }
+
+    def describe(self, kind: str, path: Path, sha256: str, env_id: str | None, **more: Any) -> dict[str, Any]:
+        """The manifest's `source` section of a file described by this spec."""
+        return {
+            "kind": kind,
+            "file": str(path),
+            "sha256": sha256,
+            **more,
+            "spec": self.to_json(),
+            "env_id": env_id,
+        }
+
     def check_against(self, inputs: dict[str, tuple[int, ...]], outputs: dict[str, tuple[int, ...]]) -> None:
         """The file's own names and shapes (batch 1; -1 for a dynamic dimension) against the spec: every
         contradiction is a ConfigError naming the tensor."""

@@ -20,7 +20,7 @@ def test_an_option_a_source_does_not_take_is_one_line(cartpole_run: Path, tmp_pa
         rl2edge("export", cartpole_run, "--env", "CartPole-v1", "--out", out),
         "--env:",
         "a run directory written by `rl2edge train`, which does not take it",
-        "--env is for a Stable-Baselines3 model (.zip)",
+        "; --env is for an ONNX file (.onnx), a Stable-Baselines3 model (.zip),",
     )
     assert not out.exists()
 

@@ -115,9 +115,10 @@ def open_source(path: Path, options: SourceOptions | None = None) -> ExportSourc
     if extra:
         flags = " and ".join(f"--{name}" for name in extra)
         takers = [k.what for k in SOURCES if set(extra) <= set(k.options)]
+        listed = ", ".join(takers[:-1]) + (" or " if len(takers) > 1 else "") + takers[-1] if takers else ""
         raise ConfigError(
             f"{flags}: {path} is {kind.what}, which does not take {'it' if len(extra) == 1 else 'them'}"
-            + (f" ({flags} {'is' if len(extra) == 1 else 'are'} for {' or '.join(takers)})" if takers else "")
+            + (f"; {flags} {'is' if len(extra) == 1 else 'are'} for {listed}" if takers else "")
         )
     source: ExportSource = importlib.import_module(kind.module).from_path(Path(path), options)
     return source

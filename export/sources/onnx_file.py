@@ -30,26 +30,9 @@ def from_path(path: Path, options: SourceOptions) -> ExportSource:
         from rl2edge.train.core.envs import check_env_id
 
         check_env_id(env_id)
-    description = {
-        "kind": "onnx",
-        "file": str(path),
-        "sha256": sha256_file(path),
-        "external_data": _external_data(path),
-        "spec": spec.to_json(),
-        "env_id": env_id,
-    }
+    description = spec.describe("onnx", path, sha256_file(path), env_id, external_data=_external_data(path))
     return OnnxFileSource(
-        env_id,
-        spec.observation,
-        spec.action.action,
-        spec.normalization,
-        spec.action.head,
-        description,
-        f"{path.name} (onnxruntime)",
-        algo=path.name,
-        normalized_inside=spec.normalization_kind == "in-graph",
-        model_path=path,
-        spec=spec,
+        **spec.source_fields(env_id, description, f"{path.name} (onnxruntime)"), model_path=path, spec=spec
     )
 
 

@@ -152,16 +152,9 @@ def from_path(path: Path, options: SourceOptions) -> TorchSource:
         actor = (LSTMCellActor if isinstance(rnn, nn.LSTM) else GRUCellActor)(view)  # type: ignore[arg-type]
     policy = DeployablePolicy(actor, norm, action, spec.action.head).eval()
     env_id = options.env or spec.env_id
-    description = {
-        "kind": "rsl-rl-checkpoint",
-        "file": str(path),
-        "sha256": sha256_file(path),
-        "iteration": data.get("iter"),
-        "spec": spec.to_json(),
-        "env_id": env_id,
-        "recurrent": None if rnn is None else type(rnn).__name__,
-    }
-    return TorchSource(
-        env_id, spec.observation, action, norm, spec.action.head, description, f"{path.name} (torch)",
-        algo="rsl-rl", policy=policy,
+    description = spec.describe(
+        "rsl-rl-checkpoint", path, sha256_file(path), env_id,
+        iteration=data.get("iter"), recurrent=None if rnn is None else type(rnn).__name__,
     )  # fmt: skip
+    fields = spec.source_fields(env_id, description, f"{path.name} (torch)")
+    return TorchSource(**{**fields, "norm": norm, "normalized_inside": False}, policy=policy)

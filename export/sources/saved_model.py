@@ -78,18 +78,7 @@ def saved_model_source(
 
     net = DeployParts(dense=[], actor_fn=signature_actor(fn, spec, reference_name))
     parts = GraphParts(net, spec.normalization, spec.action.action, spec.observation.size, spec.action.head)
-    return SavedModelSource(
-        env_id,
-        spec.observation,
-        spec.action.action,
-        spec.normalization,
-        spec.action.head,
-        description,
-        reference_name,
-        algo=reference_name,
-        normalized_inside=spec.normalization_kind == "in-graph",
-        parts=parts,
-    )
+    return SavedModelSource(**spec.source_fields(env_id, description, reference_name), parts=parts)
 
 
 def from_path(path: Path, options: SourceOptions) -> SavedModelSource:
@@ -110,13 +99,7 @@ def from_path(path: Path, options: SourceOptions) -> SavedModelSource:
         raise ConfigError(f"{path}: no serving_default signature among {sorted(signatures)}")
     fn = signatures.get("serving_default") or next(iter(signatures.values()))
     env_id = options.env or spec.env_id
-    description = {
-        "kind": "saved-model",
-        "file": str(path),
-        "sha256": _tree_sha256(path),
-        "spec": spec.to_json(),
-        "env_id": env_id,
-    }
+    description = spec.describe("saved-model", path, _tree_sha256(path), env_id)
     return saved_model_source(fn, spec, description, f"{path.name} (tensorflow)", env_id)
 
 

@@ -69,18 +69,7 @@ def module_source(
             f"{reference_name}: the module returns {out.shape[-1]} values; the spec's action needs "
             f"{spec.action.action.output_width}"
         )
-    return TorchSource(
-        env_id,
-        spec.observation,
-        spec.action.action,
-        spec.normalization,
-        spec.action.head,
-        description,
-        reference_name,
-        algo=reference_name,
-        normalized_inside=spec.normalization_kind == "in-graph",
-        policy=policy,
-    )
+    return TorchSource(**spec.source_fields(env_id, description, reference_name), policy=policy)
 
 
 def from_path(path: Path, options: SourceOptions) -> ExportSource:
@@ -125,18 +114,12 @@ def from_path(path: Path, options: SourceOptions) -> ExportSource:
         raise ExportError(f"{path}: torch's ONNX exporter could not write the module: {exc}") from None
     spec = dataclasses.replace(spec, action=dataclasses.replace(spec.action, output=output))
     env_id = options.env or spec.env_id
-    description = {
-        "kind": "torchscript",
-        "file": str(path),
-        "sha256": sha256_file(path),
-        "spec": spec.to_json(),
-        "env_id": env_id,
-    }
+    description = spec.describe("torchscript", path, sha256_file(path), env_id)
     source = OnnxFileSource(
-        env_id, spec.observation, spec.action.action, spec.normalization, spec.action.head, description,
-        f"{path.name} (torch, as ONNX)", algo=path.name,
-        normalized_inside=spec.normalization_kind == "in-graph", model_path=onnx_path, spec=spec,
-    )  # fmt: skip
+        **spec.source_fields(env_id, description, f"{path.name} (torch, as ONNX)"),
+        model_path=onnx_path,
+        spec=spec,
+    )
     source._workdir = work  # kept with the source: the ONNX file lives as long as the export
     probe = np.random.default_rng(0).normal(size=(16, spec.observation.size)).astype(np.float32)
     with torch.no_grad():

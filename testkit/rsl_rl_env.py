@@ -84,7 +84,8 @@ def train_rsl_rl(
     rnn: dict[str, Any] | None = None,
     seed: int = 0,
 ) -> tuple[Path, Path]:
-    """Train with rsl-rl's runner and export with its exporter: (policy.onnx, the checkpoint model_<it>.pt)."""
+    """Train with rsl-rl's runner and export with its exporter: (policy.onnx, the checkpoint model.pt); also
+    out/policy_opset11.onnx, the same policy as Isaac Lab's exporter writes it (`export_as_isaac_lab`)."""
     from rsl_rl.runners import OnPolicyRunner
 
     torch.manual_seed(seed)
@@ -94,9 +95,21 @@ def train_rsl_rl(
     )
     runner.learn(iterations)
     runner.export_policy_to_onnx(str(out), "policy.onnx")
+    export_as_isaac_lab(runner, out / "policy_opset11.onnx")
     checkpoint = out / "model.pt"
     runner.save(str(checkpoint))
     return out / "policy.onnx", checkpoint
+
+
+def export_as_isaac_lab(runner: Any, path: Path) -> None:
+    """The policy's own ONNX wrapper (rsl-rl's `as_onnx`: the normalizer inside, `obs` -> `actions`, a
+    recurrent one's `h_in`/`c_in` -> `h_out`/`c_out` of shape [layers, 1, hidden]) written as Isaac Lab's
+    `export_policy_as_onnx` writes it: the TorchScript exporter, opset 11, batch 1, no dynamic axes."""
+    model = runner.alg.get_policy().as_onnx(verbose=False).to("cpu").eval()
+    torch.onnx.export(
+        model, model.get_dummy_inputs(), str(path), opset_version=11, input_names=model.input_names,
+        output_names=model.output_names, dynamic_axes={}, dynamo=False,
+    )  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -79,12 +79,18 @@ def rsl_lstm(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 
 
 @pytest.mark.integration
-def test_an_rsl_rl_policy_file_is_verified_to_int8_and_served_as_evaluated(rsl_mlp, tmp_path: Path) -> None:
+@pytest.mark.parametrize("exporter", ["policy.onnx", "policy_opset11.onnx"])
+def test_an_rsl_rl_policy_file_is_verified_to_int8_and_served_as_evaluated(
+    rsl_mlp, exporter: str, tmp_path: Path
+) -> None:
+    """rsl-rl's runner's own file (opset 18) and the same policy as Isaac Lab's exporter writes it (opset 11,
+    the TorchScript exporter)."""
     from rl2edge.runtime import Policy
     from rl2edge.train.core.evaluation import evaluate
     from testkit.plc import served_returns
 
     onnx_file, spec = rsl_mlp
+    onnx_file = onnx_file.with_name(exporter)
     _export(onnx_file, spec, tmp_path / "art", "--quantize", "all")
     _check_exported(tmp_path / "art")
     source = _manifest(tmp_path / "art" / "int8")["source"]
@@ -105,6 +111,7 @@ def test_a_recurrent_rsl_rl_file_keeps_its_state_on_the_contract(rsl_lstm, tmp_p
     from testkit.tflite_ops import op_names
 
     onnx_file, spec = rsl_lstm
+    onnx_file = onnx_file.with_name("policy_opset11.onnx")  # as Isaac Lab writes a recurrent policy
     _export(onnx_file, spec, tmp_path / "art", "--quantize", "all")
     _check_exported(tmp_path / "art")
     int8 = tmp_path / "art" / "int8"

@@ -66,7 +66,7 @@ def test_the_stack_is_sb3s_vecframestack() -> None:
 def test_frame_stack_settings_are_checked() -> None:
     with pytest.raises(ConfigError, match="frame_stack must be from 1"):
         build_config(NOVEL, overrides={"frame_stack": 0}, algo="ppo")
-    with pytest.raises(ConfigError, match="the LSTM is the policy's memory"):
+    with pytest.raises(ConfigError, match="the recurrent cell is the policy's memory"):
         build_config(NOVEL, overrides={"frame_stack": 4}, algo="ppo_lstm")
 
 
@@ -99,11 +99,12 @@ def _served_equals_training(run: Path, art: Path) -> None:
     import torch
     from safetensors.torch import load_file
 
+    from rl2edge.train.core.network_spec import NetworkSpec
     from rl2edge.train.core.normalization import RunningNormalizer
     from rl2edge.train.torch_backend.nets import ActorCritic
 
     ckpt = json.loads((run / "checkpoint.json").read_text())
-    net = ActorCritic.from_network_spec(ckpt["network"])
+    net = ActorCritic.from_network_spec(NetworkSpec.from_json(ckpt["network"]))
     net.load_state_dict(load_file(str(run / "policy.safetensors")))
     norm = RunningNormalizer.from_dict((8,), ckpt["normalization"])
     served = Policy.load(art)

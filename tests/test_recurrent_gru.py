@@ -131,7 +131,9 @@ def test_the_exported_gru_cell_is_the_gru_that_was_trained(framework: str, tmp_p
     ops = {op["op_name"] for op in it._get_ops_details()}
     assert not ops & SEQUENCE_OPS and {"LOGISTIC", "TANH", "FULLY_CONNECTED"} <= ops, ops
 
-    network = json.loads((run / "checkpoint.json").read_text())["network"]
+    from rl2edge.train.core.network_spec import NetworkSpec
+
+    network = NetworkSpec.from_json(json.loads((run / "checkpoint.json").read_text())["network"])
     trained = NumpyRecurrentActorCritic(network)
     trained.load(agents[0].rollout_weights())
     trained.reset(1)

@@ -193,7 +193,7 @@ class NetworkSpec:
             fields["net_arch"] = tuple(int(w) for w in d["net_arch"])
             for name in ("obs_dim", "act_dim"):
                 fields[name] = int(d[name])
-            if d.get("encoder") is not None:
+            if d.get("encoder") is not None and not isinstance(d["encoder"], EncoderSpec):
                 fields["encoder"] = EncoderSpec.from_json(d["encoder"])
             return cls(**fields)
         except CheckpointError:

@@ -66,14 +66,14 @@ def _peers(work: Path, iterations: int) -> dict[str, Any]:
     keras.utils.set_random_seed(0)
     obs = random_observations(ENV, 2000, seed=1).astype(np.float32)
     model = keras.Sequential(
-        [keras.Input((3,)), keras.layers.Dense(32, activation="tanh"), keras.layers.Dense(1)]
+        [keras.Input((3,), name="obs"), keras.layers.Dense(32, activation="tanh"), keras.layers.Dense(1)]
     )
     model.compile("adam", "mse")
     model.fit(obs, np.clip(-0.25 * obs[:, 2:3] - 0.5 * obs[:, 1:2], -1, 1), epochs=20, verbose=0)
     model.export(str(work / "keras_saved"), verbose=False)
     peers["Keras SavedModel"] = (
         work / "keras_saved",
-        _spec(work, "keras", {"observation": {**BOX, "input": "keras_tensor"}, "normalization": "none",
+        _spec(work, "keras", {"observation": {**BOX, "input": "obs"}, "normalization": "none",
                               "action": {**ACTION, "output": "output_0", "scale": "unit-range", "squash": "clip"}}),
     )  # fmt: skip
     return peers

@@ -222,13 +222,13 @@ def test_a_keras_policy_saved_as_a_savedmodel_exports_and_serves(tmp_path: Path)
     obs = random_observations(ENV, 2000, seed=1).astype(np.float32)
     target = np.clip(-0.25 * obs[:, 2:3] - 0.5 * obs[:, 1:2], -1, 1)
     model = keras.Sequential(
-        [keras.Input((3,)), keras.layers.Dense(32, activation="tanh"), keras.layers.Dense(1)]
+        [keras.Input((3,), name="obs"), keras.layers.Dense(32, activation="tanh"), keras.layers.Dense(1)]
     )
     model.compile("adam", "mse")
     model.fit(obs, target, epochs=20, batch_size=64, verbose=0)
     model.export(str(tmp_path / "saved"), verbose=False)
     (tmp_path / "spec.yaml").write_text(
-        SPEC.replace("input: obs", "input: keras_tensor").replace("normalization: in-graph", "normalization: none")
+        SPEC.replace("normalization: in-graph", "normalization: none")
         .replace("scale: units", "scale: unit-range\n  squash: clip").replace("output: actions", "output: output_0")
     )  # fmt: skip
     _export(tmp_path / "saved", tmp_path / "spec.yaml", tmp_path / "art", "--quantize", "all")

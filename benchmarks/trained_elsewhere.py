@@ -37,7 +37,7 @@ def _spec(work: Path, name: str, doc: dict[str, Any]) -> Path:
     return path
 
 
-def _peers(work: Path, iterations: int) -> dict[str, Any]:
+def _peers(work: Path, iterations: int, quick: bool = False) -> dict[str, Any]:
     """name -> (a source path and spec path for the CLI) or a callable exporting through the API."""
     import keras
 
@@ -50,6 +50,8 @@ def _peers(work: Path, iterations: int) -> dict[str, Any]:
     spec = _spec(work, "rsl", {"observation": {**BOX, "input": "obs"}, "normalization": "in-graph",
                                "action": {**ACTION, "output": "actions"}})  # fmt: skip
     peers["rsl-rl MLP policy.onnx"] = (onnx_mlp, spec)
+    if quick:
+        return peers
     peers["rsl-rl MLP model.pt"] = (ckpt, spec)
     rnn = {"rnn_type": "lstm", "rnn_hidden_dim": 32, "rnn_num_layers": 1}
     onnx_lstm, _ = train_rsl_rl(ENV, work / "rsl_lstm", iterations, rnn=rnn)
@@ -82,6 +84,7 @@ def _peers(work: Path, iterations: int) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--iterations", type=int, default=10, help="rsl-rl training iterations")
+    p.add_argument("--quick", action="store_true", help="rsl-rl's MLP file alone (the smoke test's)")
     p.add_argument("--out", type=Path, default=RESULTS)
     args = p.parse_args(argv)
     from rl2edge.cli import main as cli
@@ -90,7 +93,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     rows, results = [], {}
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        for name, (source, spec) in _peers(work, args.iterations).items():
+        peers = _peers(work, args.iterations, args.quick)
+        for name, (source, spec) in peers.items():
             art = work / f"art-{len(results)}"
             if isinstance(spec, dict):
                 export_policy(source, spec, art, quantize="all", progress=False)

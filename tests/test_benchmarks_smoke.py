@@ -327,8 +327,8 @@ def test_micro_costs_smoke(tmp_path: Path) -> None:
 def test_trained_elsewhere_benchmark_smoke(tmp_path: Path) -> None:
     from benchmarks.trained_elsewhere import main
 
-    data = main(["--iterations", "1", "--out", str(tmp_path)])
+    data = main(["--iterations", "1", "--quick", "--out", str(tmp_path)])
     for ext in ("json", "md", "png"):
         assert (tmp_path / f"trained_elsewhere.{ext}").stat().st_size > 0
-    assert len(data["results"]) == 5
+    assert list(data["results"]) == ["rsl-rl MLP policy.onnx"]
     assert all(r["fp32"]["max_abs_error"] <= 1e-4 for r in data["results"].values())

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -107,7 +108,6 @@ def test_one_import_style_everywhere() -> None:
     rl2edge.plc_bridge (no collision with a user's own `train`); from a source checkout the bare names
     would import a second copy of each module, so no file may use them."""
     import re
-    from pathlib import Path
 
     root = Path(__file__).resolve().parents[1]
     bare = re.compile(r"^\s*(from|import) (train|export|runtime|plc_bridge)\b", re.M)
@@ -119,3 +119,17 @@ def test_one_import_style_everywhere() -> None:
         for m in bare.finditer(text)
     ]
     assert offenders == []
+
+
+def test_the_wheel_lists_every_package() -> None:
+    """pyproject's package list is written by hand: a new subpackage left out of it imports from a source
+    checkout (the editable install finds it) and is missing from the wheel a workstation or device gets."""
+    import tomllib
+
+    root = Path(__file__).resolve().parents[1]
+    listed = set(tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    found = {"rl2edge", "rl2edge.commands"}
+    for top in ("train", "export", "runtime", "plc_bridge"):
+        for init in (root / top).rglob("__init__.py"):
+            found.add(".".join(("rl2edge", *init.parent.relative_to(root).parts)))
+    assert found == listed

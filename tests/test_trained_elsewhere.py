@@ -78,6 +78,18 @@ def rsl_lstm(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     return onnx_file, out / "spec.yaml"
 
 
+@pytest.fixture(scope="module")
+def rsl_gru(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """rsl-rl's GRU: one state pair, h_in/h_out."""
+    from testkit.rsl_rl_env import train_rsl_rl
+
+    out = tmp_path_factory.mktemp("rsl_gru")
+    rnn = {"rnn_type": "gru", "rnn_hidden_dim": 32, "rnn_num_layers": 1}
+    onnx_file, _ = train_rsl_rl(ENV, out, 5, rnn=rnn)
+    (out / "spec.yaml").write_text(SPEC + "state:\n  - {input: h_in, output: h_out}\n")
+    return onnx_file, out / "spec.yaml"
+
+
 @pytest.mark.integration
 @pytest.mark.parametrize("exporter", ["policy.onnx", "policy_opset11.onnx"])
 def test_an_rsl_rl_policy_file_is_verified_to_int8_and_served_as_evaluated(
@@ -100,24 +112,26 @@ def test_an_rsl_rl_policy_file_is_verified_to_int8_and_served_as_evaluated(
 
 
 @pytest.mark.integration
-def test_a_recurrent_rsl_rl_file_keeps_its_state_on_the_contract(rsl_lstm, tmp_path: Path) -> None:
-    """The LSTM file's h_in/c_in and h_out/c_out become the artifact's state, reset by episode_start; its
-    LSTM node is exported as one step of gates (no sequence op: int8 converts), and the files equal the
-    file's own LSTM in onnxruntime over whole episodes; served with plc-sim's episode starts, every
-    episode's return is evaluate's."""
+@pytest.mark.parametrize(("which", "state"), [("rsl_lstm", ["h_in", "c_in"]), ("rsl_gru", ["h_in"])])
+def test_a_recurrent_rsl_rl_file_keeps_its_state_on_the_contract(
+    which: str, state: list[str], request, tmp_path: Path
+) -> None:
+    """The LSTM file's h_in/c_in and h_out/c_out (the GRU's h_in/h_out) become the artifact's state, reset
+    by episode_start; its LSTM or GRU node is exported as one step of gates (no sequence op: int8 converts),
+    and the files equal the file's own cell in onnxruntime over whole episodes; served with plc-sim's
+    episode starts, every episode's return is evaluate's."""
     from rl2edge.runtime import Policy
     from rl2edge.train.core.evaluation import evaluate
     from testkit.plc import served_returns
     from testkit.tflite_ops import op_names
 
-    onnx_file, spec = rsl_lstm
+    onnx_file, spec = request.getfixturevalue(which)
     onnx_file = onnx_file.with_name("policy_opset11.onnx")  # as Isaac Lab writes a recurrent policy
     _export(onnx_file, spec, tmp_path / "art", "--quantize", "all")
     _check_exported(tmp_path / "art")
     int8 = tmp_path / "art" / "int8"
     manifest = _manifest(int8)
-    assert [t["name"] for t in manifest["state"]["tensors"]] == ["h_in", "c_in"]
-    assert "sequences" in manifest["verification"]["heldout"] or manifest["state"]
+    assert [t["name"] for t in manifest["state"]["tensors"]] == state
     assert not {"UNIDIRECTIONAL_SEQUENCE_LSTM", "WHILE"} & set(op_names(int8 / "policy.tflite"))
     policy = Policy.load(int8)
     expected = evaluate(policy.predict, ENV, 3, 7, on_reset=policy.reset).returns
@@ -144,7 +158,7 @@ def test_recorded_observations_alone_calibrate_and_verify(rsl_mlp, tmp_path: Pat
 
 
 @pytest.mark.integration
-@pytest.mark.parametrize("which", ["rsl_mlp", "rsl_lstm"])
+@pytest.mark.parametrize("which", ["rsl_mlp", "rsl_lstm", "rsl_gru"])
 def test_an_rsl_rl_checkpoint_gives_the_policy_its_own_exporter_writes(
     which: str, request, tmp_path: Path
 ) -> None:

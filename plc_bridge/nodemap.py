@@ -62,6 +62,10 @@ class NodeMap:
     episode_start: str | None = None
     """A Boolean (or integer) node the PLC sets with the first observation of each episode; read with the
     observation, it resets a stateful policy's state (docs/serving.md, 'Stateful artifacts')."""
+    state_across_episodes: bool = False
+    """The map's rule for a stateful artifact with no episode_start node: True lets its state run on from one
+    episode into the next (a plant without episodes); False refuses to serve it (`serve
+    --allow-state-across-episodes` sets it True)."""
 
     def check(self) -> None:
         """Every reference parses (resolving it needs the server: the client does that at connect)."""
@@ -108,7 +112,8 @@ def observation_groups(node_map: NodeMap, keys: Sequence[str]) -> tuple[tuple[st
 
 
 def default_node_map() -> NodeMap:
-    """plc-sim's layout (its `Observation` holds a Dict env's keys concatenated, too)."""
+    """plc-sim's layout, every node it publishes (its `Observation` holds a Dict env's keys concatenated,
+    too; its `EpisodeStart` resets a stateful artifact's state)."""
     return NodeMap(
         observation=(node_id("Observation"),),
         observation_seq=node_id("ObservationSeq"),
@@ -116,6 +121,7 @@ def default_node_map() -> NodeMap:
         action_seq=node_id("ActionSeq"),
         heartbeat=node_id("Heartbeat"),
         status=node_id("Status"),
+        episode_start=node_id("EpisodeStart"),
     )
 
 
@@ -186,6 +192,7 @@ def load_node_map(path: str | Path | None) -> NodeMap:
         "obs_low",
         "obs_high",
         "episode_start",
+        "state_across_episodes",
     }
     unknown = sorted(short_repr(k) for k in data if k not in known)
     if unknown:
@@ -197,6 +204,14 @@ def load_node_map(path: str | Path | None) -> NodeMap:
             raise ConfigError(f"{path}: {key} must be one node reference")
     if "episode_start" in data and not isinstance(data["episode_start"], str):
         raise ConfigError(f"{path}: episode_start must be one node reference (a Boolean the PLC sets)")
+    across = data.get("state_across_episodes", False)
+    if not isinstance(across, bool):
+        raise ConfigError(f"{path}: state_across_episodes must be true or false, got {short_repr(across)}")
+    if across and "episode_start" in data:
+        raise ConfigError(
+            f"{path}: state_across_episodes: true and an episode_start node contradict each other; keep the "
+            "node (the state resets at each episode start) or the rule (it never does)"
+        )
     stale = data.get("stale_cycles")
     if stale is not None and (isinstance(stale, bool) or not isinstance(stale, int) or stale < 1):
         raise ConfigError(f"{path}: stale_cycles must be a positive integer, got {short_repr(stale)}")
@@ -234,6 +249,7 @@ def load_node_map(path: str | Path | None) -> NodeMap:
         obs_low=_floats(data.get("obs_low"), "obs_low", path, allow_none=True),
         obs_high=_floats(data.get("obs_high"), "obs_high", path, allow_none=True),
         episode_start=data.get("episode_start"),
+        state_across_episodes=across,
     )
     if node_map.obs_low is not None and node_map.obs_high is not None:
         for i, (lo, hi) in enumerate(

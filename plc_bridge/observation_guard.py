@@ -202,6 +202,20 @@ def resolve_safe_action(policy: Policy, configured: tuple[float, ...] | None) ->
     return safe.tolist()
 
 
+def check_state_rule(policy: Policy, node_map: NodeMap) -> None:
+    """A stateful artifact needs a rule for the plant's episodes: the node that flags their starts (its state
+    resets there, as in `evaluate`), or the map's word that the state runs on across them. Without either,
+    served returns would silently differ from evaluated ones: refused, at start and for an update."""
+    if not policy.states or node_map.episode_start is not None or node_map.state_across_episodes:
+        return
+    names = ", ".join(policy.state())
+    raise ConfigError(
+        f"the artifact carries state ({names}) and the node map names no episode_start node: add "
+        "episode_start: <the Boolean the PLC sets with each episode's first observation> to the map, or, "
+        "for a plant without episodes, state_across_episodes: true (serve --allow-state-across-episodes)"
+    )
+
+
 @dataclass(frozen=True)
 class Serving:
     """A policy with what the loop needs to serve it."""
@@ -215,6 +229,7 @@ class Serving:
     def of(cls, policy: Policy, node_map: NodeMap) -> Serving:
         """The guard, safe action and fault responses of `policy` under `node_map` (ConfigError if they do
         not fit it)."""
+        check_state_rule(policy, node_map)
         safe = resolve_safe_action(policy, node_map.safe_action)
         faults = FaultResponder(node_map.fault_responses, safe, policy.discrete)
         return cls(policy, ObservationGuard(policy, node_map), safe, faults)

@@ -38,16 +38,16 @@ class PolicyStateRules:
         """The PLC flagged an episode start on an observation that could not be served (invalid, stale)."""
 
     def bind(self, policy: Policy, episode_start_node: Any) -> None:
-        """The policy served from now on; logs its state and the rules that apply to it."""
+        """The policy served from now on; logs its state and the rules that apply to it (a map with neither
+        an episode_start node nor state_across_episodes was refused by observation_guard.check_state_rule)."""
         self.stateful = bool(policy.states)
         if not self.stateful:
             return
         names = ", ".join(policy.state())
         if episode_start_node is None:
             _logger.warning(
-                "the artifact carries state (%s): it %s; the node map names no episode_start node, so an "
-                "episodic plant's state runs on from one episode into the next (docs/serving.md, "
-                "'Stateful artifacts')",
+                "the artifact carries state (%s): it %s; the node map names no episode_start node and says "
+                "state_across_episodes: true, so its state runs on from one episode into the next",
                 names,
                 RULES,
             )

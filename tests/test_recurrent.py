@@ -325,27 +325,86 @@ def test_noise_is_refused_for_a_stateful_graph(tmp_path: Path) -> None:
     assert not (tmp_path / "art").exists()
 
 
-def test_served_over_opc_ua_the_first_episode_equals_evaluate(weak_artifact: Path, tmp_path: Path) -> None:
-    """plc-sim (lockstep) and `rl2edge serve` on loopback: the state starts afresh at connect, so the first
-    episode's return is evaluate's on the same seed; serve says in its log how far its reset rule goes."""
+def test_served_with_serves_default_map_every_episode_equals_evaluate(
+    weak_artifact: Path, tmp_path: Path
+) -> None:
+    """plc-sim (lockstep) and `rl2edge serve` with no --map on loopback: the default map reads plc-sim's
+    EpisodeStart, so the state starts afresh with every episode and each of 5 served episodes returns what
+    evaluate returns on its seed (one engine on both sides: equal, not close)."""
     from rl2edge.train.core.evaluation import evaluate
     from testkit.plc import NO_MISS, free_port, running, stop, wait_for_server
 
     url = f"opc.tcp://127.0.0.1:{free_port()}"
-    record = tmp_path / "returns.json"
+    record, summary = tmp_path / "returns.json", tmp_path / "serve.json"
     sim_args = ["plc-sim", "--env", NOVEL, "--endpoint", url, "--mode", "lockstep", "--seed", "3"]
     with running(
-        [*sim_args, "--episodes", "1", "--record", str(record), "--strict"], tmp_path / "sim.log"
+        [*sim_args, "--episodes", "5", "--record", str(record), "--strict"], tmp_path / "sim.log"
     ) as sim:
         wait_for_server(url)
-        serve_args = ["serve", str(weak_artifact), "--endpoint", url, "--period-ms", "5", *NO_MISS]
+        serve_args = ["serve", str(weak_artifact), "--endpoint", url, "--period-ms", "5",
+                      "--summary", str(summary), *NO_MISS]  # fmt: skip
         with running(serve_args, tmp_path / "serve.log") as serve:
-            assert sim.wait(timeout=120) == 0, (tmp_path / "sim.log").read_text()
+            assert sim.wait(timeout=180) == 0, (tmp_path / "sim.log").read_text()
             assert stop(serve) == 0, (tmp_path / "serve.log").read_text()
     served = json.loads(record.read_text())["returns"]
-    assert served == evaluate(Policy.load(weak_artifact).predict, NOVEL, 1, 3).returns
-    log = (tmp_path / "serve.log").read_text()
-    assert "names no episode_start node" in log and "policy state reset: connected" in log
+    assert served == evaluate(Policy.load(weak_artifact).predict, NOVEL, 5, 3).returns
+    assert (
+        json.loads(summary.read_text())["state_resets"] == 1
+    )  # the connect; episodes are not serve's resets
+    assert "with each episode start ns=2;s=rl2edge.EpisodeStart flags" in (tmp_path / "serve.log").read_text()
+
+
+def _map_without_episode_start(directory: Path) -> Path:
+    import yaml
+
+    from testkit.plc import episode_start_map
+
+    data = yaml.safe_load(episode_start_map(directory).read_text())
+    del data["episode_start"]
+    path = directory / "no_episodes.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def test_a_stateful_artifact_with_no_episode_rule_is_refused_at_start(
+    weak_artifact: Path, tmp_path: Path
+) -> None:
+    """A map with no episode_start node and no state_across_episodes: refused in one line before any
+    connect (the endpoint is never dialled), saying what to add; the option and the map key contradicting a
+    mapped node are refused too."""
+    bare = _map_without_episode_start(tmp_path)
+    serve = ["serve", weak_artifact, "--endpoint", "opc.tcp://127.0.0.1:1", "--cycles", "1"]
+    assert_clean_failure(
+        rl2edge(*serve, "--map", bare),
+        "names no episode_start node",
+        "state_across_episodes: true",
+        "--allow-state-across-episodes",
+    )
+    from testkit.plc import episode_start_map
+
+    assert_clean_failure(
+        rl2edge(*serve, "--map", episode_start_map(tmp_path), "--allow-state-across-episodes"),
+        "contradict",
+    )
+    both = tmp_path / "both.yaml"
+    both.write_text(episode_start_map(tmp_path).read_text() + "state_across_episodes: true\n")
+    assert_clean_failure(rl2edge(*serve, "--map", both), "contradict")
+
+
+def test_a_policy_update_to_a_stateful_artifact_is_refused_without_an_episode_rule(
+    weak_artifact: Path,
+) -> None:
+    """The rule holds for an update too: prepare_serving (what the updater runs on a candidate) refuses it."""
+    from dataclasses import replace
+
+    from rl2edge.plc_bridge.nodemap import default_node_map
+    from rl2edge.plc_bridge.observation_guard import prepare_serving
+
+    policy = Policy.load(weak_artifact)
+    bare = replace(default_node_map(), episode_start=None)
+    with pytest.raises(ConfigError, match="names no episode_start node"):
+        prepare_serving(policy, policy, bare)
+    assert prepare_serving(policy, policy, replace(bare, state_across_episodes=True)).policy is policy
 
 
 def test_the_loop_advances_the_state_once_per_plant_step_and_resets_after_stale(weak_artifact: Path) -> None:
@@ -448,32 +507,33 @@ def test_the_plc_restarting_mid_episode_resets_the_state_and_later_episodes_equa
     assert "policy state reset: reconnected" in (tmp_path / "serve.log").read_text()
 
 
-def test_with_the_plcs_episode_start_node_every_served_episode_equals_evaluate(
+def test_allowed_across_episodes_the_first_served_episode_equals_evaluate(
     weak_artifact: Path, tmp_path: Path
 ) -> None:
-    """A node map naming plc-sim's EpisodeStart flag: serve resets the state with each episode's first
-    observation, so every episode over OPC UA returns what evaluate returns on its seed."""
+    """`--allow-state-across-episodes` with the default map: EpisodeStart is not read, the state starts
+    afresh at connect only, so the first episode returns evaluate's on its seed; the log says how far the
+    reset rule goes."""
     from rl2edge.train.core.evaluation import evaluate
-    from testkit.plc import NO_MISS, episode_start_map, free_port, running, stop, wait_for_server
+    from testkit.plc import NO_MISS, free_port, running, stop, wait_for_server
 
-    node_map = episode_start_map(tmp_path)
     url = f"opc.tcp://127.0.0.1:{free_port()}"
-    record, summary = tmp_path / "returns.json", tmp_path / "serve.json"
+    record = tmp_path / "returns.json"
     sim_args = ["plc-sim", "--env", NOVEL, "--endpoint", url, "--mode", "lockstep", "--seed", "3"]
     with running(
-        [*sim_args, "--episodes", "4", "--record", str(record), "--strict"], tmp_path / "sim.log"
+        [*sim_args, "--episodes", "1", "--record", str(record), "--strict"], tmp_path / "sim.log"
     ) as sim:
         wait_for_server(url)
-        serve_args = ["serve", str(weak_artifact), "--endpoint", url, "--map", str(node_map), "--period-ms", "5",
-                      "--summary", str(summary), *NO_MISS]  # fmt: skip
+        serve_args = ["serve", str(weak_artifact), "--endpoint", url, "--period-ms", "5",
+                      "--allow-state-across-episodes", *NO_MISS]  # fmt: skip
         with running(serve_args, tmp_path / "serve.log") as serve:
-            assert sim.wait(timeout=180) == 0, (tmp_path / "sim.log").read_text()
+            assert sim.wait(timeout=120) == 0, (tmp_path / "sim.log").read_text()
             assert stop(serve) == 0, (tmp_path / "serve.log").read_text()
     served = json.loads(record.read_text())["returns"]
-    assert served == evaluate(Policy.load(weak_artifact).predict, NOVEL, 4, 3).returns
+    assert served == evaluate(Policy.load(weak_artifact).predict, NOVEL, 1, 3).returns
+    log = (tmp_path / "serve.log").read_text()
     assert (
-        json.loads(summary.read_text())["state_resets"] == 1
-    )  # the connect; episodes are not serve's resets
+        "state_across_episodes: true, so its state runs on" in log and "policy state reset: connected" in log
+    )
 
 
 def test_the_node_opcua_stand_in_serves_the_recurrent_int8_artifact_as_evaluate_acts(

@@ -29,6 +29,7 @@ from rl2edge.plc_bridge.realtime import (
 )
 
 if TYPE_CHECKING:
+    from rl2edge.plc_bridge.nodemap import NodeMap
     from rl2edge.runtime.policy import Policy
 
 _logger = logging.getLogger("rl2edge")
@@ -87,6 +88,13 @@ def add_parser(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
         help="artifacts with folded noise: feed zero noise (deterministic)",
     )
     s.add_argument("--noise-seed", type=int, help="artifacts with folded noise: override the manifest's seed")
+    s.add_argument(
+        "--allow-state-across-episodes",
+        action="store_true",
+        help="stateful artifacts (memory, frame stack, rate limit, OU noise) on a plant without episodes: "
+        "serve with no episode_start node, the state never reset at an episode start (the map's "
+        "state_across_episodes: true); without it such a map is refused",
+    )
 
     r = s.add_argument_group("real time (docs/serving.md, 'A loop a busy CPU cannot make late')")
     r.add_argument(
@@ -168,6 +176,8 @@ def run(args: argparse.Namespace) -> int:
     check_output_file(args.summary, "--summary")
     check_seed(args.noise_seed, "--noise-seed", MAX_NOISE_SEED)
     node_map = load_node_map(args.map)  # before the artifact: a mistake in it shows at once
+    if args.allow_state_across_episodes:
+        node_map = _state_across_episodes(node_map, args.map)
     # before the model process and serve's threads start: they inherit the scheduler
     realtime = RealtimeConfig(
         priority=args.realtime, cpus=parse_cpus(args.cpu_affinity) if args.cpu_affinity else None
@@ -263,6 +273,18 @@ def run(args: argparse.Namespace) -> int:
         write_json_atomic(args.summary, summary)
     print(summary_table(summary))
     return 0
+
+
+def _state_across_episodes(node_map: NodeMap, map_path: str | None) -> NodeMap:
+    """--allow-state-across-episodes: the default map reads no EpisodeStart; a map naming one contradicts it."""
+    from dataclasses import replace
+
+    if node_map.episode_start is not None and map_path is not None:
+        raise ConfigError(
+            f"--allow-state-across-episodes and {map_path}'s episode_start node contradict each other: drop "
+            "the option (the state resets at each episode start) or the node (it never does)"
+        )
+    return replace(node_map, episode_start=None, state_across_episodes=True)
 
 
 def summary_table(summary: dict[str, Any]) -> str:

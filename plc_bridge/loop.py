@@ -209,7 +209,7 @@ class ControlLoop:
         as an episode's first (the node map's episode_start node): a stateful policy starts afresh."""
         stale, why = self.guard.is_stale(seq, time.monotonic() if now is None else now)
         rules = self.state_rules
-        rules.note_episode_start(episode_start, seq)
+        rules.note_reading(seq, episode_start)
         obs, problem = self.guard.check(values)
         if obs is not None:
             self._cycle_state.warm_obs = obs
@@ -304,7 +304,7 @@ class ControlLoop:
         """One cycle's I/O and decision: what was read, the status, the action written, the latency in ms."""
         reading: Reading = await plc.read()
         if reading.problem:
-            self.state_rules.note_episode_start(reading.episode_start, reading.sequence)
+            self.state_rules.note_reading(reading.sequence, reading.episode_start)
             self.guard.is_stale(reading.sequence, loop.time())
             self.counters.bad_quality += 1
             status, action, detail = CycleStatus.INVALID_OBSERVATION, self.safe_action, reading.problem

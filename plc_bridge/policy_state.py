@@ -28,8 +28,11 @@ class PolicyStateRules:
     def __init__(self, counters: Counters):
         self.counters = counters
         self.stateful = False
+        self.read_seq: Any = None
+        """The sequence number the last cycle read (Bad ones aside)."""
         self.served_seq: Any = None
-        """The sequence number whose observation last advanced the state (None: none since the last reset)."""
+        """The sequence number whose observation last advanced the state, while it is still the one read
+        (None: none since the last reset or the last new number)."""
         self.served_action: list[float] | None = None
         """The action decided then, which a cycle re-reading that observation writes again."""
         self.reset_due = ""
@@ -67,9 +70,15 @@ class PolicyStateRules:
         self.reset_due = ""
         self.reset_before_next("a policy update took over")
 
-    def note_episode_start(self, flagged: bool, seq: Any) -> None:
-        """The PLC's episode-start flag on an observation not served yet: kept until one is (a flag raised
-        for one step is not lost to an invalid or stale cycle); a re-read of the served step adds nothing."""
+    def note_reading(self, seq: Any, flagged: bool) -> None:
+        """A cycle read `seq` (None: the PLC marked it Bad) with the PLC's episode-start flag. A number other
+        than the last one read is a new plant step, whatever its value: a number that comes back (a PLC
+        program restarted, a counter that wrapped) is not the step served under it before. The flag, on
+        an observation not served yet, is kept until one is (a flag raised for one step is not lost to an
+        invalid or stale cycle); a re-read of the served step adds nothing."""
+        if seq is not None and seq != self.read_seq:
+            self.read_seq = seq
+            self.served_seq = self.served_action = None
         if flagged and seq != self.served_seq:
             self.episode_start_due = True
 

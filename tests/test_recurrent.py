@@ -454,6 +454,27 @@ def test_the_loop_advances_the_state_once_per_plant_step_and_resets_after_stale(
     assert any(np.abs(v).max() > 0 for v in loop.policy.state().values())
 
 
+def test_a_sequence_number_that_comes_back_is_a_new_plant_step(weak_artifact: Path) -> None:
+    """Found by the property suite's generator (a sequence number stepping back onto the one served last):
+    served 7, an invalid 8, then 7 again with another observation (a PLC program restarted, a counter
+    wrapped) is a new step: the policy runs on it, where the loop used to write the old step's action."""
+    from rl2edge.plc_bridge.client import BridgeConfig
+    from rl2edge.plc_bridge.loop import ControlLoop, LoopConfig
+    from rl2edge.plc_bridge.status import CycleStatus
+
+    policy = Policy.load(weak_artifact)
+    loop = ControlLoop(policy, BridgeConfig("opc.tcp://127.0.0.1:1"), LoopConfig())
+    reference = Policy.load(weak_artifact)
+    first, second = [0.05, -0.1], [-0.3, 0.2]
+    assert loop.decide(first, 7, 0.00)[0] == CycleStatus.OK
+    reference.predict(np.asarray(first))
+    assert loop.decide([float("nan"), 0.0], 8, 0.01)[0] == CycleStatus.INVALID_OBSERVATION
+    status, action, _ = loop.decide(second, 7, 0.02)
+    assert status == CycleStatus.OK and action == [float(reference.predict(np.asarray(second)))]
+    for k, v in policy.state().items():
+        assert np.array_equal(v, reference.state()[k])
+
+
 def test_the_plc_restarting_mid_episode_resets_the_state_and_later_episodes_equal_evaluate(
     weak_artifact: Path, tmp_path: Path
 ) -> None:
@@ -560,3 +581,24 @@ def test_the_node_opcua_stand_in_serves_the_recurrent_int8_artifact_as_evaluate_
     assert returns == evaluate(Policy.load(weak_artifact).predict, NOVEL, 3, 3).returns
     s = json.loads(summary.read_text())
     assert s["deadline_misses"] == 0 and s["state_resets"] == 1  # the connect; episodes are not serve's
+
+
+@pytest.mark.parametrize("seed", [0, 1, *(pytest.param(s, marks=pytest.mark.slow) for s in range(2, 22))])
+def test_the_loop_keeps_its_promises_to_a_stateful_policy(
+    seed: int, weak_artifact: Path, tmp_path: Path
+) -> None:
+    """testkit.loop_properties with the LSTM artifact: besides the stateless invariants, its state is reset
+    exactly at connect, at each flagged episode start, after STALE and INFERENCE_ERROR and at an update,
+    and advances once per new sequence number (a reference Policy stepped by those rules agrees on every
+    OK cycle)."""
+    import asyncio
+
+    from testkit.loop_properties import CaseSpec, check_case, run_case
+
+    responses = {"deadline_miss": "hold", "invalid": "hold", "stale": "safe", "inference_error": "safe"}
+    spec = CaseSpec(seed=seed, cycles=200, fault_response=responses)
+    artifacts = (weak_artifact, weak_artifact)
+    run, node_map = asyncio.run(run_case(spec, artifacts, tmp_path))
+    verdict = check_case(run, node_map, artifacts)
+    assert not verdict.violations, "\n".join(verdict.violations[:20])
+    assert verdict.ok_compared > spec.cycles // 4, verdict

@@ -201,6 +201,21 @@ def test_returns_memory_suite_smoke(tmp_path: Path) -> None:
 
 
 @integration
+def test_recurrent_returns_seed_by_seed_next_to_sb3_contrib(tmp_path: Path) -> None:
+    from benchmarks.returns_recurrent import main
+
+    argv = ["--seeds", "0", "--steps", "2048", "--episodes", "2", "--only", "ppo_lstm:torch,sb3"]
+    data = main([*argv, "--out", str(tmp_path)])
+    for ext in ("json", "md", "png"):
+        assert (tmp_path / f"returns_recurrent.{ext}").stat().st_size > 0
+    assert [r["contender"] for r in data["rows"]] == [
+        "rl2edge ppo_lstm (torch), int8",
+        "sb3-contrib RecurrentPPO (torch, fp32)",
+    ]
+    assert all(len(r["returns"]) == 1 and r["returns"][0] > 0 for r in data["rows"])
+
+
+@integration
 def test_recurrent_throughput_next_to_sb3_contrib(tmp_path: Path) -> None:
     from benchmarks.train_throughput import main
 

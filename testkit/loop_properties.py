@@ -31,12 +31,11 @@ from asyncua import Server, ua
 from rl2edge.plc_bridge.binding import plant_io_of
 from rl2edge.plc_bridge.client import BridgeConfig
 from rl2edge.plc_bridge.fault_response import HELD, RAMPING
-from rl2edge.plc_bridge.hooks import CycleOutcome
+from rl2edge.plc_bridge.hooks import CycleOutcome, NoHooks
 from rl2edge.plc_bridge.layout import build_plc_nodes
 from rl2edge.plc_bridge.loop import ControlLoop, LoopConfig
 from rl2edge.plc_bridge.nodemap import NodeMap, load_node_map
 from rl2edge.plc_bridge.observation_guard import ObservationGuard, Serving
-from rl2edge.plc_bridge.snapshot import UpdateState
 from rl2edge.plc_bridge.status import CycleStatus
 from rl2edge.runtime.policy import Policy
 from testkit.plc import free_port
@@ -235,7 +234,7 @@ class _Plant:
         return self.server.iserver.aspace.read_attribute_value(node.nodeid, ua.AttributeIds.Value).Value.Value
 
 
-class _Script:
+class _Script(NoHooks):
     """The loop's hooks: the policy updates the script asks for, and the step applied after each write."""
 
     def __init__(self, run: CaseRun, plant: _Plant, servings: list[Serving]):
@@ -274,15 +273,6 @@ class _Script:
                 _kill_model_process(self.servings[self.serving_index].policy)
                 self.run.killed[k + 1] = self.serving_index
             p.apply(nxt)
-
-    def on_stats(self, summary: dict[str, Any]) -> None:
-        return None
-
-    def update_state(self) -> UpdateState | None:
-        return None
-
-    def update_summary(self) -> dict[str, Any] | None:
-        return None
 
 
 def _kill_model_process(policy: Policy) -> None:

@@ -6,7 +6,7 @@ keeps its `NormalizeObservation` statistics apart) or a Keras model / `tf.Module
 
     report = export_policy(agent.actor_mean, {"spec": 1, "env": "Pendulum-v1", ...}, "artifacts/pd",
                            quantize="int8")
-    print(report.table())
+    report.table()  # the summary table `rl2edge export` shows; report.to_json() for the figures
 
 The module maps the observation (normalized by the spec's statistics, or raw) to what the spec's action
 says; for a stateful policy export a file whose state is explicit (ONNX).

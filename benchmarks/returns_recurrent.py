@@ -87,8 +87,7 @@ def table(rows: list[dict[str, Any]], seeds: list[int], episodes: int) -> str:
     return (
         f"CartPoleNoVel-v1, {episodes} evaluation episodes per seed (env seeds 0..{episodes - 1}; sb3-contrib: "
         "always 20, its runner's in benchmarks/train_throughput.py), the ppo_lstm / a2c_lstm presets "
-        "(sb3-contrib: the ppo_lstm preset, VecNormalize on the observations).\n\n"
-        + "\n".join(lines)
+        "(sb3-contrib: the ppo_lstm preset, VecNormalize on the observations).\n\n" + "\n".join(lines)
     )
 
 

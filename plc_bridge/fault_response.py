@@ -15,6 +15,7 @@ serve's loop and for `evaluate --inject-faults`, which replays the same rules on
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -34,6 +35,9 @@ FAULT_CLASSES: Mapping[str, CycleStatus] = {
     "inference_error": CycleStatus.INFERENCE_ERROR,
 }
 DEFAULT_HOLD_MS = 100.0
+MAX_FAULT_RESPONSE_MS = 60_000.0
+"""The longest a fault may be answered with anything but the safe action: hold_ms's cap, and the time a
+ramp has to reach the safe action from anywhere in the action range."""
 """Five cycles at serve's default 20 ms period: long enough to ride through a late cycle or two, short
 enough that a plant stopped by a real fault gets the safe action within 0.1 s."""
 
@@ -76,19 +80,24 @@ def parse_fault_responses(data: Mapping[str, Any], where: str) -> FaultResponses
             )
         by_class[fault] = response
     hold_ms = data.get("hold_ms", DEFAULT_HOLD_MS)
-    if isinstance(hold_ms, bool) or not isinstance(hold_ms, int | float) or not 0 < hold_ms <= 60_000:
+    if (
+        isinstance(hold_ms, bool)
+        or not isinstance(hold_ms, int | float)
+        or not 0 < hold_ms <= MAX_FAULT_RESPONSE_MS
+    ):
         raise ConfigError(
-            f"{where}: hold_ms must be a time from above 0 to 60000 ms, got {short_repr(hold_ms)}"
+            f"{where}: hold_ms must be a time from above 0 to {MAX_FAULT_RESPONSE_MS:g} ms, got {short_repr(hold_ms)}"
         )
     rate = data.get("ramp_rate")
     ramp_rate: tuple[float, ...] | None = None
     if rate is not None:
         values = rate if isinstance(rate, list) else [rate]
         if not values or any(
-            isinstance(v, bool) or not isinstance(v, int | float) or not v > 0 for v in values
+            isinstance(v, bool) or not isinstance(v, int | float) or not (v > 0 and math.isfinite(v))
+            for v in values
         ):
             raise ConfigError(
-                f"{where}: ramp_rate must be a positive number or a list of them (action units per second), got "
+                f"{where}: ramp_rate must be a finite positive number or a list of them (action units per second), got "
                 f"{short_repr(rate)}"
             )
         ramp_rate = tuple(float(v) for v in values)
@@ -103,7 +112,15 @@ class FaultResponder:
     """Decides what goes out on each cycle from its status, the policy's action and the time (monotonic
     seconds: the loop's clock, or the plant's in `evaluate --inject-faults`)."""
 
-    def __init__(self, responses: FaultResponses, safe_action: Sequence[float], discrete: bool):
+    def __init__(
+        self,
+        responses: FaultResponses,
+        safe_action: Sequence[float],
+        discrete: bool,
+        action_span: Sequence[float] | np.ndarray | None = None,
+    ):
+        """`action_span`: each Box component's high - low; with it a ramp too slow to cross the range
+        within MAX_FAULT_RESPONSE_MS is refused (without it, the ramp still ends there)."""
         self.safe = np.asarray(safe_action, np.float64)
         self.discrete = discrete
         self.by_status = {code: responses.response(name, discrete) for name, code in FAULT_CLASSES.items()}
@@ -118,6 +135,17 @@ class FaultResponder:
                     f"ramp_rate has {rate.size} values; the action has {self.safe.size} components (or give one)"
                 )
             self.rate = np.broadcast_to(rate, self.safe.shape).copy()
+            if action_span is not None:
+                need = np.asarray(action_span, np.float64) / (MAX_FAULT_RESPONSE_MS / 1e3)
+                slow = np.flatnonzero(np.isfinite(need) & (self.rate < need))
+                if slow.size:
+                    i = int(slow[0])
+                    raise ConfigError(
+                        f"ramp_rate {self.rate[i]:g} units/s for action component {i} crosses its range of "
+                        f"{float(np.asarray(action_span).reshape(-1)[i]):g} in more than "
+                        f"{MAX_FAULT_RESPONSE_MS / 1e3:g} s (the hold cap); give at least {need[i]:.4g} units/s"
+                    )
+        self.ramp_cap_s = MAX_FAULT_RESPONSE_MS / 1e3
         self.last: np.ndarray | None = None
         """The action last written (None: nothing known, e.g. after a reconnect)."""
         self.fault_since: float | None = None
@@ -165,6 +193,8 @@ class FaultResponder:
         if self.last is not None:
             if response == "hold" and now - self.fault_since <= self.hold_s:
                 out, code = self.last, int(status) + HELD
+            elif response == "ramp" and self.rate is not None and now - self.fault_since > self.ramp_cap_s:
+                pass  # a ramp never outlasts the cap: the safe action from here
             elif response == "ramp" and self.rate is not None:
                 dt = max(0.0, now - (self._last_t if self._last_t is not None else now))
                 step = self.rate * dt

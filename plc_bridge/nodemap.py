@@ -15,7 +15,7 @@ concatenation) serves a Dict artifact as well.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -67,8 +67,28 @@ class NodeMap:
     episode into the next (a plant without episodes); False refuses to serve it (`serve
     --allow-state-across-episodes` sets it True)."""
 
+    def roles(self) -> list[tuple[str, str]]:
+        """(role, reference) of every node the map names, inputs first: what messages call each node."""
+        out: list[tuple[str, str]] = []
+        if self.observation_keys:
+            for name, refs in self.observation_keys:
+                out += key_roles(name, refs)
+        else:
+            many = len(self.observation) > 1
+            out += [
+                (f"observation[{i}]" if many else "observation", r) for i, r in enumerate(self.observation)
+            ]
+        out.append(("observation_seq", self.observation_seq))
+        if self.episode_start is not None:
+            out.append(("episode_start", self.episode_start))
+        many = len(self.action) > 1
+        out += [(f"action[{i}]" if many else "action", r) for i, r in enumerate(self.action)]
+        out += [("action_seq", self.action_seq), ("heartbeat", self.heartbeat), ("status", self.status)]
+        return out
+
     def check(self) -> None:
-        """Every reference parses (resolving it needs the server: the client does that at connect)."""
+        """Every reference parses, and no node has two roles (resolving a reference needs the server: the
+        client does that at connect, and checks the resolved nodes the same way)."""
         for key in ("observation", "observation_seq", "action", "action_seq", "heartbeat", "status"):
             value = getattr(self, key)
             if value is None:
@@ -80,6 +100,33 @@ class NodeMap:
         for name, refs in self.observation_keys:
             for role, ref in key_roles(name, refs):
                 parse_ref(ref, role)
+        check_distinct_roles(
+            [(role, parse_ref(ref, role).same_node_key(), ref) for role, ref in self.roles()]
+        )
+
+
+SERVE_WRITES = ("action", "action_seq", "heartbeat", "status")
+
+
+def check_distinct_roles(nodes: Sequence[tuple[str, Hashable, str]]) -> None:
+    """ConfigError naming both roles when two roles of the map are one node: a node serve writes that is
+    also an input feeds serve its own outputs (its heartbeat as a sequence number never goes stale), and two
+    inputs on one node are a copy-paste slip. `nodes`: (role, the node's identity, its reference as written)."""
+    seen: dict[Hashable, tuple[str, str]] = {}
+    for role, key, ref in nodes:
+        if key in seen:
+            first, first_ref = seen[key]
+            shown = ref if ref == first_ref else f"{first_ref} and {ref}"
+            writes = [r for r in (first, role) if r.split("[")[0] in SERVE_WRITES]
+            why = (
+                f"serve writes {writes[0]}, so the input would read serve's own output"
+                if writes and len(writes) < 2
+                else "each role needs a node of its own"
+            )
+            raise ConfigError(
+                f"{first} and {role} are the same node ({short_repr(shown, 120)}): {why}; give each its own node"
+            )
+        seen[key] = (role, ref)
 
 
 def key_roles(name: str, refs: tuple[str, ...]) -> list[tuple[str, str]]:

@@ -13,6 +13,7 @@ against the server's NamespaceArray at every connect.
 from __future__ import annotations
 
 import re
+from collections.abc import Hashable
 from dataclasses import dataclass
 
 from asyncua import ua
@@ -53,6 +54,15 @@ class NodeRef:
     """NodeId: the identifier part (`s=...`, `i=...`); None for a browse path."""
     path: tuple[tuple[Namespace, str], ...] = ()
     """Browse path: (namespace, BrowseName) steps from the Objects folder."""
+
+    def same_node_key(self) -> Hashable:
+        """What two references to one node share when written alike up to spelling (`ns=2;s=X` and
+        `ns=2;s=X ` or `ns=2;i=7` and `ns=2;i=0007`); `nsu=` against `ns=` forms, and browse paths against
+        NodeIds, are compared once resolved at connect (plc_bridge.binding)."""
+        if self.identifier is not None:
+            parsed = ua.NodeId.from_string(self.identifier)
+            return ("id", self.namespace, type(parsed.Identifier).__name__, parsed.Identifier)
+        return ("path", self.path)
 
     def node_id(self, namespaces: list[str]) -> ua.NodeId:
         assert self.identifier is not None

@@ -231,7 +231,8 @@ class Serving:
         not fit it)."""
         check_state_rule(policy, node_map)
         safe = resolve_safe_action(policy, node_map.safe_action)
-        faults = FaultResponder(node_map.fault_responses, safe, policy.discrete)
+        span = None if policy.discrete else (policy.action_high - policy.action_low).reshape(-1)
+        faults = FaultResponder(node_map.fault_responses, safe, policy.discrete, span)
         return cls(policy, ObservationGuard(policy, node_map), safe, faults)
 
 

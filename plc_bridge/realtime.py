@@ -16,6 +16,7 @@ in force, as the summary records it (a unit's own SCHED_FIFO shows there as inhe
 
 from __future__ import annotations
 
+import argparse
 import ctypes
 import ctypes.util
 import errno
@@ -24,6 +25,7 @@ import logging
 import os
 from dataclasses import asdict, dataclass
 
+from rl2edge.bounded import cpu_list
 from rl2edge.errors import ConfigError
 
 _logger = logging.getLogger(__name__)
@@ -68,15 +70,11 @@ class RealtimeState:
 
 
 def parse_cpus(text: str) -> tuple[int, ...]:
-    """`3` or `2,3` or `2-3`: the CPUs of --cpu-affinity."""
-    cpus: set[int] = set()
+    """`3` or `2,3` or `2-3`: the CPUs of --cpu-affinity, among those this process may use (rl2edge.bounded)."""
     try:
-        for part in text.split(","):
-            lo, _, hi = part.strip().partition("-")
-            cpus.update(range(int(lo), int(hi or lo) + 1))
-    except ValueError:
-        raise ConfigError(f"--cpu-affinity {text!r}: give CPU numbers, e.g. 3 or 2,3 or 2-3") from None
-    return tuple(sorted(cpus))
+        return cpu_list(text)
+    except argparse.ArgumentTypeError as exc:
+        raise ConfigError(f"--cpu-affinity {exc}") from None
 
 
 def apply_realtime(cfg: RealtimeConfig) -> RealtimeState:

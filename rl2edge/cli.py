@@ -10,6 +10,7 @@ import os
 import signal
 import sys
 from collections.abc import Callable, Sequence
+from typing import NoReturn
 
 from rl2edge.commands import COMMANDS
 from rl2edge.errors import Rl2EdgeError
@@ -17,10 +18,18 @@ from rl2edge.interrupts import Interrupted, interruptible
 from rl2edge.native_output import native_output_hidden
 
 
+class OneLineErrors(argparse.ArgumentParser):
+    """A wrong option is one line and exit 2 (argparse's default prints the whole usage first, which pushes
+    the reason off a journal's line); subcommands' parsers inherit the class."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     import importlib
 
-    p = argparse.ArgumentParser(
+    p = OneLineErrors(
         prog="rl2edge",
         description="Train RL policies, export them to verified quantized TFLite artifacts, serve them to a PLC.",
         formatter_class=argparse.RawDescriptionHelpFormatter,

@@ -186,16 +186,19 @@ def test_bad_values_are_one_line_errors_before_anything_runs(cartpole_all, tmp_p
         (["serve", art, "--endpoint", "opc.tcp://:4840"], "has no host"),
         ([*serve, "--summary", tmp_path], "is a directory"),
         ([*serve, "--summary", tmp_path / "no" / "s.json"], "does not exist"),
-        ([*serve, "--timeout-ms", "0"], "choose a timeout above 0"),
+        ([*serve, "--timeout-ms", "0"], "--timeout-ms: '0' is out of range"),
         ([*serve, "--map", bad_map], "obs_range_tolerance must be a number"),
-        (["plc-sim", "--env", "CartPole-v1", "--period-ms", "0"], "choose a period from 1 to 60000 ms"),
-        (["evaluate", art, "--env", "CartPole-v1", "--episodes", "0"], "at least 1 episode"),
+        (
+            ["plc-sim", "--env", "CartPole-v1", "--period-ms", "0"],
+            "--period-ms: '0' is out of range: give a finite number from 1 to 60000 ms",
+        ),
+        (["evaluate", art, "--env", "CartPole-v1", "--episodes", "0"], "--episodes: '0' is out of range"),
         (["certs", "--out", tmp_path, "--name", ""], "a plain name"),
         (["certs", "--out", tmp_path, "--name", "../../x"], "a plain name"),
-        (["certs", "--out", tmp_path, "--name", "plc", "--days", "-5"], "at least 1 day"),
+        (["certs", "--out", tmp_path, "--name", "plc", "--days", "-5"], "--days: '-5' is out of range"),
         (
             ["train", "--algo", "sac", "--env", "Pendulum-v1", "--threads", "0", "--out", tmp_path / "t"],
-            "--threads 0",
+            "--threads: '0' is out of range",
         ),
     ]
     for args, fragment in cases:

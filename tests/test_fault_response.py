@@ -95,7 +95,10 @@ def test_defaults_hold_a_box_action_through_a_deadline_miss_and_go_safe_otherwis
         ("fault_response: {stale: brake}", "fault_response.stale is 'brake'; choose safe, hold, ramp"),
         ("fault_response: {stale: ramp}", "a ramp response needs ramp_rate"),
         ("hold_ms: 0", "hold_ms must be a time from above 0 to 60000 ms"),
-        ("ramp_rate: [1, -2]", "ramp_rate must be a positive number or a list of them"),
+        ("ramp_rate: [1, -2]", "ramp_rate must be a finite positive number or a list of them"),
+        ("ramp_rate: .inf", "ramp_rate must be a finite positive number"),
+        ("ramp_rate: .nan", "ramp_rate must be a finite positive number"),
+        ("hold_ms: .nan", "hold_ms must be a time from above 0 to 60000 ms"),
     ],
 )
 def test_a_wrong_fault_response_in_the_map_is_one_line(tmp_path: Path, extra: str, message: str) -> None:
@@ -151,6 +154,21 @@ def test_evaluate_injects_faults_and_answers_them_as_the_map_says(cartpole_all, 
     assert "faults" not in clean and len(clean["returns"]) == 3
     assert_clean_failure(rl2edge(*args, "--inject-faults", "late:0.1"), "give CLASS:RATE pairs")
     assert_clean_failure(rl2edge(*args, "--map", node_map), "--map applies with --inject-faults")
+
+
+def test_a_ramp_too_slow_to_cross_the_action_range_within_the_cap_is_refused() -> None:
+    """A ramp of 0.01 units/s across a range of 2 takes 200 s, past the 60 s cap a hold has: refused where
+    the action's range is known; where it is not, the ramp still ends at the cap (the safe action)."""
+    slow = parse_fault_responses({"fault_response": {"stale": "ramp"}, "ramp_rate": 0.01}, "map.yaml")
+    with pytest.raises(ConfigError, match=r"crosses its range of 2 in more than 60 s .* at least 0.0333"):
+        FaultResponder(slow, [0.0], discrete=False, action_span=[2.0])
+    FaultResponder(slow, [0.0], discrete=False, action_span=[0.5])  # 50 s: within the cap
+    responder = FaultResponder(slow, [0.0], discrete=False)
+    responder.respond(OK, [1.0], 0.0)
+    responder.respond(STALE, [1.0], 1.0)  # the fault begins
+    out, code = responder.respond(STALE, [1.0], 31.0)
+    assert 0.0 < out[0] < 1.0 and code == int(STALE) + RAMPING
+    assert responder.respond(STALE, [1.0], 61.5) == ([0.0], int(STALE))
 
 
 def test_a_hold_counts_from_the_deadline_not_from_the_late_reply() -> None:

@@ -29,9 +29,21 @@ def _may_use_fifo() -> bool:
 
 
 def test_cpu_lists_parse_and_a_wrong_one_is_one_line() -> None:
-    assert parse_cpus("3") == (3,) and parse_cpus("2,3") == (2, 3) and parse_cpus("0-2,5") == (0, 1, 2, 5)
+    usable = sorted(os.sched_getaffinity(0))
+    first, last = usable[0], usable[-1]
+    assert parse_cpus(str(first)) == (first,)
+    assert parse_cpus(f"{first}-{first},{first}") == (first,)
+    if usable == list(range(first, last + 1)):
+        assert parse_cpus(f"{first}-{last}") == tuple(usable)
     with pytest.raises(ConfigError, match=r"give CPU numbers, e\.g\. 3 or 2,3 or 2-3"):
         parse_cpus("all")
+    # a CPU this process may not use, and a range 10**12 wide, judged by its ends: no set is built
+    with pytest.raises(ConfigError, match=rf"CPU {last + 1} is not one this process may use"):
+        parse_cpus(str(last + 1))
+    with pytest.raises(ConfigError, match=r"CPU 1000000000000 is not one this process may use"):
+        parse_cpus("0-1000000000000")
+    with pytest.raises(ConfigError, match=r"'3-1' is not a CPU range low-high"):
+        parse_cpus("3-1")
 
 
 def test_the_pacer_collects_after_the_write_what_the_automatic_collector_would_have() -> None:

@@ -6,6 +6,8 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from rl2edge import bounded
+
 
 def add_parser(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
     c = sub.add_parser(
@@ -20,7 +22,7 @@ def add_parser(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
     c.add_argument("--name", required=True, help="application name (the certificate's CN)")
     c.add_argument("--uri", help="application URI (default: urn:rl2edge:NAME)")
     c.add_argument("--host", help="host name in subjectAltName (default: this host)")
-    c.add_argument("--days", type=int, default=365, help="validity (default: 365)")
+    c.add_argument("--days", type=bounded.DAYS, default=365, help="validity (default: 365)")
     c.set_defaults(func=run)
 
 

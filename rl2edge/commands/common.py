@@ -9,22 +9,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from rl2edge.errors import ConfigError, short_repr
+from rl2edge.errors import ConfigError
 from rl2edge.tables import markdown_table
 
 QUANT_MODES = ("fp32", "fp16", "dynamic", "int8")
-
-MAX_SEED = 2**32 - 1
-"""Seeds go to numpy's legacy generator (through Keras and Optuna) and to torch: 0 .. 2**32 - 1 fits all."""
-MAX_NOISE_SEED = 2**64 - 1
-"""A folded noise's seed (numpy's default_rng; the manifest schema's bound)."""
-
-
-def check_seed(seed: int | None, option: str, high: int = MAX_SEED) -> None:
-    """A ConfigError before anything starts unless `seed` is None or an integer from 0 to `high`."""
-    if seed is not None and not 0 <= seed <= high:
-        shown = "2**32 - 1" if high == MAX_SEED else "2**64 - 1" if high == MAX_NOISE_SEED else str(high)
-        raise ConfigError(f"{option} {short_repr(seed)}: a seed is an integer from 0 to {high} ({shown})")
 
 
 def table(headers: Sequence[object], rows: Sequence[Sequence[object]]) -> str:

@@ -85,6 +85,8 @@ def _scalar(where: str, value: Any, action: argparse.Action) -> Any:
     convert = action.type if callable(action.type) else str
     try:
         out = convert(str(value))
+    except argparse.ArgumentTypeError as exc:  # a bounded option (rl2edge.bounded) says what it allows
+        raise ConfigError(f"{where}: {exc}") from None
     except (TypeError, ValueError):
         raise ConfigError(f"{where} must be {_kind(action)}, not {short_repr(value)}") from None
     if action.choices is not None and out not in action.choices:

@@ -6,7 +6,8 @@ import argparse
 import json
 from typing import Any
 
-from rl2edge.commands.common import MAX_NOISE_SEED, check_seed, table
+from rl2edge import bounded
+from rl2edge.commands.common import table
 from rl2edge.errors import ConfigError
 
 
@@ -26,14 +27,18 @@ def add_parser(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
         help="Gymnasium id or package.module:EnvClass (default: the env the artifact was trained on, from its "
         "manifest)",
     )
-    v.add_argument("--episodes", type=int, default=20, help="episodes (default: 20)")
-    v.add_argument("--seed", type=int, default=0, help="seed of the first episode (default: 0)")
+    v.add_argument("--episodes", type=bounded.EPISODES, default=20, help="episodes (default: 20)")
+    v.add_argument("--seed", type=bounded.SEED, default=0, help="seed of the first episode (default: 0)")
     v.add_argument(
         "--explore",
         action="store_true",
         help="artifacts with folded noise: sample it (default: deterministic)",
     )
-    v.add_argument("--noise-seed", type=int, help="artifacts with folded noise: override the manifest's seed")
+    v.add_argument(
+        "--noise-seed",
+        type=bounded.NOISE_SEED,
+        help="artifacts with folded noise: override the manifest's seed",
+    )
     v.add_argument(
         "--backend", default="auto", help="auto, litert, tflite-runtime, tensorflow or onnxruntime"
     )
@@ -49,11 +54,13 @@ def add_parser(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
     f.add_argument("--map", help="node map whose fault_response, hold_ms, ramp_rate and safe_action apply")
     f.add_argument(
         "--period-ms",
-        type=float,
+        type=bounded.PERIOD_MS,
         default=20.0,
         help="the plant's step, the clock of hold_ms and ramp_rate (20)",
     )
-    f.add_argument("--fault-seed", type=int, default=0, help="seed of the injected faults (default: 0)")
+    f.add_argument(
+        "--fault-seed", type=bounded.SEED, default=0, help="seed of the injected faults (default: 0)"
+    )
     v.set_defaults(func=run)
 
 
@@ -62,12 +69,8 @@ def run(args: argparse.Namespace) -> int:
     from rl2edge.train.core.envs import check_env_id
     from rl2edge.train.core.evaluation import evaluate
 
-    check_seed(args.seed, "--seed")
-    check_seed(args.noise_seed, "--noise-seed", MAX_NOISE_SEED)
     if args.env is not None:
         check_env_id(args.env)
-    if args.episodes < 1:
-        raise ConfigError(f"--episodes {args.episodes}: evaluate at least 1 episode")
     policy = Policy.load(
         args.artifact, backend=args.backend, explore=args.explore, noise_seed=args.noise_seed
     )
@@ -142,7 +145,8 @@ def _injected(policy: Any, args: argparse.Namespace) -> Any:
         raise ConfigError(f"--period-ms {args.period_ms:g}: choose a period from 1 to 60000 ms")
     node_map = load_node_map(args.map) if args.map else default_node_map()
     safe = resolve_safe_action(policy, node_map.safe_action)
-    responder = FaultResponder(node_map.fault_responses, safe, policy.discrete)
+    span = None if policy.discrete else (policy.action_high - policy.action_low).reshape(-1)
+    responder = FaultResponder(node_map.fault_responses, safe, policy.discrete, span)
     injector = FaultInjector(parse_injection(args.inject_faults, args.fault_seed))
     return InjectedFaults(policy.predict, responder, injector, args.period_ms / 1e3)
 

@@ -6,7 +6,8 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from rl2edge.commands.common import MAX_NOISE_SEED, QUANT_MODES, check_seed
+from rl2edge import bounded
+from rl2edge.commands.common import QUANT_MODES
 
 
 def add_parser(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
@@ -44,7 +45,7 @@ def add_parser(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
     )
     e.add_argument(
         "--max-return-drop",
-        type=float,
+        type=bounded.PERCENT,
         default=1.0,
         metavar="PCT",
         help="--quantize auto: allowed drop of the mean return below fp32's on the same seeds, in %% of the "
@@ -71,12 +72,16 @@ def add_parser(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
     e.add_argument("--out", help="artifact directory (default: artifacts/<run name>)")
     e.add_argument(
         "--calib-episodes",
-        type=int,
+        type=bounded.EPISODES,
         default=10,
         help="episodes of the trained policy for calibration and parity data",
     )
-    e.add_argument("--eval-episodes", type=int, default=10, help="episodes of closed-loop return per file")
-    e.add_argument("--seed", type=int, default=0, help="seed of the calibration and evaluation episodes")
+    e.add_argument(
+        "--eval-episodes", type=bounded.EPISODES, default=10, help="episodes of closed-loop return per file"
+    )
+    e.add_argument(
+        "--seed", type=bounded.SEED, default=0, help="seed of the calibration and evaluation episodes"
+    )
     e.add_argument(
         "--noise",
         help="fold exploration noise into the graph (Box actions): gaussian:sigma=0.1 | "
@@ -84,7 +89,7 @@ def add_parser(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
     )
     e.add_argument(
         "--noise-seed",
-        type=int,
+        type=bounded.NOISE_SEED,
         default=0,
         help="seed of the runtime's noise draws, recorded in the manifest",
     )
@@ -96,7 +101,7 @@ def add_parser(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
     )
     e.add_argument(
         "--period-ms",
-        type=float,
+        type=bounded.PERIOD_MS,
         help="the control period --max-action-rate is stated at: the plant's step period (serve's --period-ms)",
     )
     e.add_argument("--force", action="store_true", help="replace a non-empty --out directory")
@@ -108,8 +113,6 @@ def run(args: argparse.Namespace) -> int:
     from rl2edge.export.pipeline import ExportOptions, default_out, export_path
     from rl2edge.export.sources import SourceOptions
 
-    check_seed(args.seed, "--seed")
-    check_seed(args.noise_seed, "--noise-seed", MAX_NOISE_SEED)
     opts = ExportOptions(
         quantize=args.quantize,
         calib_episodes=args.calib_episodes,

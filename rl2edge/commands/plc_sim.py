@@ -6,10 +6,10 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from rl2edge import bounded
 from rl2edge.commands.common import (
     add_security_options,
     check_output_file,
-    check_seed,
     run_until_signal,
     security_config,
     table,
@@ -28,18 +28,20 @@ def add_parser(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
         "--episodes 5 --record returns.json",
     )
     ps.add_argument("--env", required=True, help="Gymnasium id or package.module:EnvClass")
-    ps.add_argument("--seed", type=int, default=0, help="seed of the first episode (default: 0)")
+    ps.add_argument("--seed", type=bounded.SEED, default=0, help="seed of the first episode (default: 0)")
     ps.add_argument("--endpoint", default="opc.tcp://127.0.0.1:4840", help="where to listen")
     ps.add_argument("--mode", default="lockstep", choices=["lockstep", "realtime"])
-    ps.add_argument("--period-ms", type=float, default=20.0, help="realtime mode: plant step period")
-    ps.add_argument("--episodes", type=int, help="stop after N episodes")
+    ps.add_argument(
+        "--period-ms", type=bounded.PERIOD_MS, default=20.0, help="realtime mode: plant step period"
+    )
+    ps.add_argument("--episodes", type=bounded.EPISODES, help="stop after N episodes")
     ps.add_argument("--record", help='write {"returns": [...]} here when stopping')
     ps.add_argument(
         "--trace", help="write one JSON line per plant step here: seq, observation, applied action, status"
     )
     ps.add_argument(
         "--invalid-rate",
-        type=float,
+        type=bounded.SHARE,
         default=0.0,
         help="publish a NaN in this share of the observations (a failing sensor), seeded by --seed",
     )
@@ -55,7 +57,6 @@ def add_parser(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
 def run(args: argparse.Namespace) -> int:
     from rl2edge.plc_bridge.sim import PlcSim, SimConfig
 
-    check_seed(args.seed, "--seed")
     check_output_file(args.record, "--record")
     check_output_file(args.trace, "--trace")
     cfg = SimConfig(

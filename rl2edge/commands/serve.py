@@ -8,11 +8,10 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rl2edge import bounded
 from rl2edge.commands.common import (
-    MAX_NOISE_SEED,
     add_security_options,
     check_output_file,
-    check_seed,
     run_until_signal,
     security_config,
     table,
@@ -25,7 +24,6 @@ from rl2edge.plc_bridge.realtime import (
     RealtimeConfig,
     apply_realtime,
     current_state,
-    parse_cpus,
 )
 
 if TYPE_CHECKING:
@@ -53,7 +51,7 @@ def add_parser(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
     s.add_argument("artifact", nargs="?", help="artifact directory (a symlink such as current/ for --watch)")
     s.add_argument("--endpoint", help="the PLC's OPC UA endpoint, opc.tcp://host:port (required)")
     s.add_argument("--map", help="node map YAML (default: the plc-sim layout)")
-    s.add_argument("--period-ms", type=float, default=20.0, help="control period (default: 20)")
+    s.add_argument("--period-ms", type=bounded.PERIOD_MS, default=20.0, help="control period (default: 20)")
     s.add_argument(
         "--mode",
         default="cyclic",
@@ -61,10 +59,12 @@ def add_parser(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
         help="cyclic (default): a cycle every period; subscription: a cycle on each new PLC sequence "
         "number, and at least one per period",
     )
-    s.add_argument("--deadline-ms", type=float, default=50.0, help="latency budget per cycle (default: 50)")
+    s.add_argument(
+        "--deadline-ms", type=bounded.DEADLINE_MS, default=50.0, help="latency budget per cycle (default: 50)"
+    )
     s.add_argument(
         "--spin-ms",
-        type=float,
+        type=bounded.SPIN_MS,
         default=None,
         help="cyclic mode: wake from the event loop this long before each slot, warm the decision up, then "
         "sleep in the kernel and spin the last 0.15 ms, for a punctual start (0: the event loop's timer "
@@ -72,22 +72,32 @@ def add_parser(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
     )
     s.add_argument("--summary", help="JSON summary, rewritten at every stats interval and on exit")
     s.add_argument(
-        "--timeout-ms", type=float, default=1000.0, help="bound on every OPC UA request (default: 1000)"
+        "--timeout-ms",
+        type=bounded.TIMEOUT_MS,
+        default=1000.0,
+        help="bound on every OPC UA request (default: 1000)",
     )
     s.add_argument(
-        "--stats-interval", type=float, default=10.0, help="seconds between stats lines and summary rewrites"
+        "--stats-interval",
+        type=bounded.STATS_INTERVAL_S,
+        default=10.0,
+        help="seconds between stats lines and summary rewrites",
     )
-    s.add_argument("--cycles", type=int, help="stop after this many cycles (benchmarks)")
+    s.add_argument("--cycles", type=bounded.CYCLES, help="stop after this many cycles (benchmarks)")
     s.add_argument(
         "--backend", default="auto", help="interpreter: auto, litert, tflite-runtime, tensorflow, onnxruntime"
     )
-    s.add_argument("--threads", type=int, default=1, help="interpreter threads (default: 1)")
+    s.add_argument("--threads", type=bounded.THREADS, default=1, help="interpreter threads (default: 1)")
     s.add_argument(
         "--no-explore",
         action="store_true",
         help="artifacts with folded noise: feed zero noise (deterministic)",
     )
-    s.add_argument("--noise-seed", type=int, help="artifacts with folded noise: override the manifest's seed")
+    s.add_argument(
+        "--noise-seed",
+        type=bounded.NOISE_SEED,
+        help="artifacts with folded noise: override the manifest's seed",
+    )
     s.add_argument(
         "--allow-state-across-episodes",
         action="store_true",
@@ -100,19 +110,21 @@ def add_parser(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
     r.add_argument(
         "--realtime",
         nargs="?",
-        type=int,
+        type=bounded.RT_PRIORITY,
         const=DEFAULT_PRIORITY,
         metavar="PRIORITY",
         help=f"SCHED_FIFO at PRIORITY (default {DEFAULT_PRIORITY}), memory locked, the garbage collector frozen "
         "after start-up and run after each write; needs CAP_SYS_NICE or an rtprio limit, and a memlock limit",
     )
-    r.add_argument("--cpu-affinity", metavar="CPUS", help="run on these CPUs only: 3, 2,3 or 2-3")
+    r.add_argument(
+        "--cpu-affinity", type=bounded.cpu_list, metavar="CPUS", help="run on these CPUs only: 3, 2,3 or 2-3"
+    )
     r.add_argument(
         "--inject-faults",
         metavar="CLASS:RATE,...",
         help="commissioning only: inject faults per cycle (e.g. deadline_miss:0.05), answered as the map says",
     )
-    r.add_argument("--fault-seed", type=int, default=0, help="seed of --inject-faults (default: 0)")
+    r.add_argument("--fault-seed", type=bounded.SEED, default=0, help="seed of --inject-faults (default: 0)")
 
     u = s.add_argument_group("policy updates (SIGHUP, --watch)")
     u.add_argument(
@@ -120,34 +132,41 @@ def add_parser(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
         action="store_true",
         help="poll the artifact path (e.g. a symlink the deployer swaps atomically) and update when it changes",
     )
-    u.add_argument("--watch-interval", type=float, default=1.0, help="seconds between polls (default: 1)")
+    u.add_argument(
+        "--watch-interval",
+        type=bounded.WATCH_INTERVAL_S,
+        default=1.0,
+        help="seconds between polls (default: 1)",
+    )
     u.add_argument(
         "--shadow-cycles",
-        type=int,
+        type=bounded.SHADOW_CYCLES,
         default=50,
         help="OK cycles a new policy runs beside the serving one, its actions compared, not written (default: 50)",
     )
     u.add_argument(
         "--shadow-min-agreement",
-        type=float,
+        type=bounded.SHARE,
         default=0.9,
         help="discrete actions: least share of equal actions to take over (default: 0.9)",
     )
     u.add_argument(
         "--shadow-max-diff",
-        type=float,
+        type=bounded.SHARE,
         default=0.1,
         help="Box actions: largest mean action difference, as a share of the range, to take over (default: 0.1)",
     )
 
     m = s.add_argument_group("metrics and health")
     m.add_argument(
-        "--metrics-port", type=int, help="serve /metrics, /healthz and /readyz on this port (default: off)"
+        "--metrics-port",
+        type=bounded.PORT,
+        help="serve /metrics, /healthz and /readyz on this port (default: off)",
     )
     m.add_argument("--metrics-host", default="127.0.0.1", help="address to bind (default: 127.0.0.1)")
     m.add_argument(
         "--health-periods",
-        type=int,
+        type=bounded.HEALTH_PERIODS,
         default=10,
         help="/readyz: the last cycle completed within this many periods (default: 10)",
     )
@@ -169,19 +188,12 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("serve needs an artifact: give its folder, or artifact: in the --config file")
     if not args.endpoint:
         raise ConfigError("serve needs --endpoint opc.tcp://host:port (or endpoint: in the --config file)")
-    if args.metrics_port is not None and not 0 < args.metrics_port < 65536:
-        raise ConfigError(f"--metrics-port {args.metrics_port}: choose a port from 1 to 65535")
-    if args.health_periods < 1:
-        raise ConfigError(f"--health-periods {args.health_periods}: choose 1 or more")
     check_output_file(args.summary, "--summary")
-    check_seed(args.noise_seed, "--noise-seed", MAX_NOISE_SEED)
     node_map = load_node_map(args.map)  # before the artifact: a mistake in it shows at once
     if args.allow_state_across_episodes:
         node_map = _state_across_episodes(node_map, args.map)
     # before the model process and serve's threads start: they inherit the scheduler
-    realtime = RealtimeConfig(
-        priority=args.realtime, cpus=parse_cpus(args.cpu_affinity) if args.cpu_affinity else None
-    )
+    realtime = RealtimeConfig(priority=args.realtime, cpus=args.cpu_affinity)
     rt_state = apply_realtime(realtime) if realtime.requested else current_state()
 
     # The model runs in its own process: a crash or a hang costs that process (INFERENCE_ERROR, the safe

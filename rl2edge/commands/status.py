@@ -13,6 +13,7 @@ import time
 from typing import Any
 from urllib.parse import SplitResult, urlsplit
 
+from rl2edge import bounded
 from rl2edge.commands.common import table
 from rl2edge.errors import ConfigError, printable, short_repr
 
@@ -46,7 +47,7 @@ def add_parser(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
     s.add_argument("--metrics-url", default=DEFAULT_URL, help=f"serve's metrics URL (default: {DEFAULT_URL})")
     s.add_argument(
         "--timeout",
-        type=float,
+        type=bounded.STATUS_TIMEOUT_S,
         default=3.0,
         help="seconds the whole command may take, all answers together (default: 3)",
     )

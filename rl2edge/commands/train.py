@@ -7,8 +7,9 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rl2edge.commands.common import check_seed, table
-from rl2edge.errors import ConfigError, short_repr
+from rl2edge import bounded
+from rl2edge.commands.common import table
+from rl2edge.errors import ConfigError
 from rl2edge.interrupts import check_interrupted, stop_request
 
 if TYPE_CHECKING:
@@ -42,21 +43,22 @@ def add_parser(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
     t.add_argument("--algo", default=DEFAULT, choices=list(ALGOS), help=f"algorithm (default: {DEFAULT})")
     t.add_argument("--framework", default="torch", choices=FRAMEWORKS, help="backend (default: torch)")
     t.add_argument("--env", required=True, help="Gymnasium id (CartPole-v1) or package.module:EnvClass")
-    t.add_argument("--steps", type=int, help="total env steps (default: the preset's n_timesteps)")
+    t.add_argument("--steps", type=bounded.STEPS, help="total env steps (default: the preset's n_timesteps)")
     t.add_argument(
         "--seed",
-        type=int,
+        type=bounded.SEED,
         default=0,
         help="seed, 0 to 2**32-1; the same seed gives the same checkpoint (default: 0)",
     )
     t.add_argument(
         "--seeds",
+        type=bounded.seed_list,
         help="comma-separated seeds, trained in parallel on Ray (pip install 'rl2edge[ray]'); each run goes to "
         "<out>/s<seed>, with the mean and spread of their final evaluations in <out>/seeds.md",
     )
     t.add_argument(
         "--rollout-workers",
-        type=int,
+        type=bounded.WORKERS,
         default=0,
         metavar="N",
         help=f"{'/'.join(on_policy_names())}: spread the n_envs environments over N Ray actors, each stepping its share with a copy "
@@ -77,7 +79,7 @@ def add_parser(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
     )
     t.add_argument(
         "--threads",
-        type=int,
+        type=bounded.THREADS,
         default=1,
         metavar="N",
         help="CPU threads per op for torch/TensorFlow (default 1: fastest for 64-wide nets such as PPO's "
@@ -103,22 +105,6 @@ def add_parser(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
     t.set_defaults(func=run)
 
 
-def parse_seeds(text: str, option: str = "--seeds") -> list[int]:
-    try:
-        seeds = [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise ConfigError(
-            f"{option} {short_repr(text)}: give comma-separated integers, such as 0,1,2"
-        ) from None
-    if not seeds or len(set(seeds)) != len(seeds):
-        raise ConfigError(
-            f"{option} {short_repr(text)}: give distinct comma-separated integers, such as 0,1,2"
-        )
-    for seed in seeds:
-        check_seed(seed, option)
-    return seeds
-
-
 def run(args: argparse.Namespace) -> int:
     from rl2edge.fileio import check_output_dir
     from rl2edge.train.algos import (
@@ -131,14 +117,11 @@ def run(args: argparse.Namespace) -> int:
     from rl2edge.train.core.envs import check_env_id
     from rl2edge.train.core.threads import set_cpu_threads
 
-    seeds = parse_seeds(args.seeds) if args.seeds else None
-    check_seed(args.seed, "--seed")
+    seeds = list(args.seeds) if args.seeds else None
     check_env_id(args.env)
     overrides = {"n_timesteps": args.steps} if args.steps is not None else {}
     cfg = build_config(args.env, args.config, overrides, algo=args.algo)
     check_env(args.algo, args.env)
-    if args.rollout_workers < 0:
-        raise ConfigError(f"--rollout-workers must be 0 or more, got {args.rollout_workers}")
     set_cpu_threads(args.threads)  # checks it before anything starts
     if args.compile:
         check_compile(args.algo, args.framework)

@@ -6,8 +6,8 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from rl2edge import bounded
 from rl2edge.commands.common import table
-from rl2edge.errors import ConfigError
 
 
 def add_parser(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
@@ -41,25 +41,40 @@ def add_parser(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
     t.add_argument(
         "--config", help="YAML hyperparameters applied before the space (as rl2edge train --config)"
     )
-    t.add_argument("--trials", type=int, default=16, help="number of configurations to try (default: 16)")
     t.add_argument(
-        "--seeds", default="0", help="comma-separated seeds each configuration trains on (default: 0)"
+        "--trials", type=bounded.TRIALS, default=16, help="number of configurations to try (default: 16)"
     )
     t.add_argument(
-        "--max-concurrent", type=int, help="trials running at once (default: as many as the CPUs allow)"
+        "--seeds",
+        type=bounded.seed_list,
+        default="0",
+        help="comma-separated seeds each configuration trains on (default: 0)",
+    )
+    t.add_argument(
+        "--max-concurrent",
+        type=bounded.CONCURRENT,
+        help="trials running at once (default: as many as the CPUs allow)",
     )
     t.add_argument(
         "--grace-steps",
-        type=int,
+        type=bounded.STEPS,
         help="env steps every trial runs before ASHA may stop it (default: one evaluation period)",
     )
-    t.add_argument("--reduction-factor", type=int, default=2, help="ASHA's reduction factor (default: 2)")
     t.add_argument(
-        "--search-seed", type=int, default=0, help="seed of Optuna's sampler, 0 to 2**32-1 (default: 0)"
+        "--reduction-factor",
+        type=bounded.REDUCTION_FACTOR,
+        default=2,
+        help="ASHA's reduction factor (default: 2)",
+    )
+    t.add_argument(
+        "--search-seed",
+        type=bounded.SEED,
+        default=0,
+        help="seed of Optuna's sampler, 0 to 2**32-1 (default: 0)",
     )
     t.add_argument(
         "--max-failures",
-        type=int,
+        type=bounded.FAILURES,
         default=1,
         help="retries of a trial that crashes or loses its node (default: 1)",
     )
@@ -74,21 +89,15 @@ def add_parser(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
 def run(args: argparse.Namespace) -> int:
     import shutil
 
-    from rl2edge.commands.common import check_seed
-    from rl2edge.commands.train import parse_seeds
     from rl2edge.fileio import check_output_dir
     from rl2edge.train.algos import check_env
     from rl2edge.train.core.envs import check_env_id
     from rl2edge.train.distributed.cluster import ray_session, require_ray
     from rl2edge.train.distributed.search_space import load_search_space
 
-    seeds = tuple(parse_seeds(args.seeds))
-    check_seed(args.search_seed, "--search-seed")
+    seeds = tuple(args.seeds)
     check_env_id(args.env)
     check_env(args.algo, args.env)
-    for name in ("trials", "reduction_factor"):
-        if getattr(args, name) < 1 + (name == "reduction_factor"):
-            raise ConfigError(f"--{name.replace('_', '-')} is too small: {getattr(args, name)}")
     space = load_search_space(args.space, args.algo, args.env, args.config)
     out = Path(
         args.out or f"sweeps/{args.env.replace('/', '_').replace(':', '_')}_{args.algo}_{args.framework}"

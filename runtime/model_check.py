@@ -6,10 +6,10 @@ builds the model without `tflite::Verifier`), so a corrupt file whose hash was r
 bounds and kill the process with SIGSEGV. A signal in the child is an answer (refuse the artifact with one
 line); in the service it would be an outage with no message.
 
-The structural check walks the flatbuffer's offsets (the root table, its vectors, every buffer's data and
-every subgraph's vectors) without trusting any of them: a truncated or overwritten file usually fails here
-with a clear message, before a child is started. It is not a full verifier (operator tables are not
-walked); the child is the backstop.
+The structural check (runtime.flatbuffer_verify) walks the whole flatbuffer without trusting any offset:
+every table, vector and string inside the file, strings UTF-8, indices in range, buffers apart from the
+tables. A corrupt file fails there with a clear message, the same way every run, before a child is
+started; the child is the backstop for what structure cannot show (a kernel that crashes on its values).
 
     python -m rl2edge.runtime.model_check MODEL [--backend auto] [--threads 1]   # the child's entry point
 """
@@ -19,120 +19,28 @@ from __future__ import annotations
 import argparse
 import logging
 import signal
-import struct
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 from rl2edge.errors import BackendError, ManifestError
+from rl2edge.runtime.flatbuffer_verify import verify_tflite
 
 _logger = logging.getLogger(__name__)
 
 PROBE_TIMEOUT_S = 120.0
 """Loading the largest policies (a Nature-CNN) takes well under a second; a child that takes minutes is
 stuck, and the artifact is refused rather than waited on forever."""
-_TFLITE_IDENTIFIER = b"TFL3"
 _probed: set[tuple[str, str, int]] = set()
 """(sha256, backend, threads) already run in a child by this process: a test session or a benchmark
 loads the same artifact many times, the service once."""
 
 
-class _Flatbuffer:
-    """Bounds-checked reads of a flatbuffer (little-endian offsets, per the flatbuffers spec)."""
-
-    def __init__(self, data: bytes, name: str):
-        self.data, self.name = data, name
-
-    def _u32(self, pos: int, what: str) -> int:
-        self._need(pos, 4, what)
-        return struct.unpack_from("<I", self.data, pos)[0]
-
-    def _need(self, pos: int, size: int, what: str) -> None:
-        if pos < 0 or size < 0 or pos + size > len(self.data):
-            raise ManifestError(
-                f"{self.name} is corrupt or truncated: its {what} lies at bytes {pos}..{pos + size} of a "
-                f"{len(self.data)}-byte file; re-copy or re-export the artifact"
-            )
-
-    def table(self, pos: int, what: str) -> tuple[int, list[int]]:
-        """The table at `pos` and the offsets of its fields (0: absent)."""
-        self._need(pos, 4, what)
-        vtable = pos - struct.unpack_from("<i", self.data, pos)[0]
-        self._need(vtable, 4, f"{what}'s vtable")
-        vsize, tsize = struct.unpack_from("<HH", self.data, vtable)
-        if vsize < 4 or vsize % 2:
-            raise ManifestError(
-                f"{self.name} is corrupt: {what} has a malformed vtable; re-export the artifact"
-            )
-        self._need(vtable, vsize, f"{what}'s vtable")
-        self._need(pos, tsize, what)
-        fields = list(struct.unpack_from(f"<{(vsize - 4) // 2}H", self.data, vtable + 4))
-        for i, off in enumerate(fields):
-            if off and off >= tsize:
-                raise ManifestError(
-                    f"{self.name} is corrupt: field {i} of {what} lies outside the table; re-export the artifact"
-                )
-        return pos, fields
-
-    def field_ref(self, table: tuple[int, list[int]], index: int, what: str) -> int | None:
-        """Where an offset field (vector, string, table) points; None if the field is absent."""
-        pos, fields = table
-        if index >= len(fields) or not fields[index]:
-            return None
-        at = pos + fields[index]
-        return at + self._u32(at, what)
-
-    def vector(self, table: tuple[int, list[int]], index: int, elem: int, what: str) -> tuple[int, int]:
-        """(start of the elements, length); (0, 0) if absent."""
-        at = self.field_ref(table, index, what)
-        if at is None:
-            return 0, 0
-        n = self._u32(at, f"{what}'s length")
-        self._need(at + 4, n * elem, what)
-        return at + 4, n
-
-    def tables(self, table: tuple[int, list[int]], index: int, what: str) -> list[tuple[int, list[int]]]:
-        start, n = self.vector(table, index, 4, what)
-        return [
-            self.table(start + 4 * i + self._u32(start + 4 * i, f"{what}[{i}]"), f"{what}[{i}]")
-            for i in range(n)
-        ]
-
-    def u64(self, table: tuple[int, list[int]], index: int) -> int:
-        pos, fields = table
-        if index >= len(fields) or not fields[index]:
-            return 0
-        self._need(pos + fields[index], 8, "a 64-bit field")
-        return struct.unpack_from("<Q", self.data, pos + fields[index])[0]
-
-
 def check_tflite_structure(path: Path) -> None:
-    """ManifestError if the .tflite file is not a well-formed TFLite flatbuffer at the level walked here
-    (schema.fbs: Model{version, operator_codes, subgraphs, description, buffers, ...},
-    SubGraph{tensors, inputs, outputs, operators, name}, Buffer{data, offset, size})."""
-    data = path.read_bytes()
-    fb = _Flatbuffer(data, path.name)
-    if len(data) < 8 or data[4:8] != _TFLITE_IDENTIFIER:
-        raise ManifestError(
-            f"{path.name} is not a TFLite model (no {_TFLITE_IDENTIFIER.decode()} identifier); re-export the artifact"
-        )
-    model = fb.table(fb._u32(0, "root offset"), "model table")
-    subgraphs = fb.tables(model, 2, "subgraphs")
-    if not subgraphs:
-        raise ManifestError(f"{path.name} holds no subgraph; re-export the artifact")
-    buffers = fb.tables(model, 4, "buffers")
-    fb.tables(model, 1, "operator_codes")
-    for i, sg in enumerate(subgraphs):
-        fb.tables(sg, 0, f"subgraph {i} tensors")
-        fb.vector(sg, 1, 4, f"subgraph {i} inputs")
-        fb.vector(sg, 2, 4, f"subgraph {i} outputs")
-        fb.tables(sg, 3, f"subgraph {i} operators")
-    for i, buf in enumerate(buffers):
-        fb.vector(buf, 0, 1, f"buffer {i} data")
-        offset, size = fb.u64(buf, 1), fb.u64(buf, 2)
-        if offset > 1:  # data kept after the flatbuffer (models over 2 GB); 1 marks an empty buffer
-            fb._need(offset, size, f"buffer {i} data")
+    """ManifestError (one line) unless the .tflite file's whole flatbuffer structure checks out
+    (runtime.flatbuffer_verify): the same verdict for the same bytes, every run."""
+    verify_tflite(path.read_bytes(), path.name)
 
 
 def probe_in_child(

@@ -202,13 +202,19 @@ def test_a_key_whose_node_has_the_wrong_length_is_refused_at_connect(agv_art: Pa
     )
 
 
+SPARE = ("spare0", "spare1", "spare2", "spare3")
+
+
 def test_each_keys_nodes_are_checked_at_connect_in_one_line(agv_art: Path, tmp_path: Path) -> None:
     """The bridge's connect-time checks per key, in this process (serve maps them to exit 2)."""
     policy = Policy.load(agv_art)
 
-    def refusal(plc: StandinPlc, key: str, nodes: Any) -> str:
+    def refusal(plc: StandinPlc, key: str, nodes: Any, **others: Any) -> str:
         m = plc.node_map(nsu=True)
+        for spare in SPARE:  # scalar nodes of the data block the artifact has no key for
+            m["observation"].pop(spare)
         m["observation"][key] = nodes
+        m["observation"].update(others)  # a node given to two keys is refused first (plc_bridge.nodemap)
         path = tmp_path / "map.yaml"
         path.write_text(yaml.safe_dump(m))
 
@@ -224,17 +230,22 @@ def test_each_keys_nodes_are_checked_at_connect_in_one_line(agv_art: Path, tmp_p
         return str(info.value)
 
     with StandinPlc(
-        None, layout="keys", obs_keys=KEYS, types={"Act": "Float"}, workdir=tmp_path / "plc"
+        None,
+        layout="keys",
+        obs_keys=[*KEYS, *((s, 1) for s in SPARE)],
+        types={"Act": "Float"},
+        workdir=tmp_path / "plc",
     ) as plc:
         speed, goal = plc.node_id("Obs_speed", nsu=True), plc.node_id("Obs_goal", nsu=True)
-        assert refusal(plc, "goal", speed) == (
+        spares = [plc.node_id(f"Obs_{s}", nsu=True) for s in SPARE]
+        assert refusal(plc, "goal", speed, speed=goal) == (
             f"observation key 'goal': node {speed} is a scalar, the artifact's key has 3 values: "
             "map one array node of length 3 or 3 scalar nodes"
         )
-        assert refusal(plc, "imu", [speed] * 3).startswith(
+        assert refusal(plc, "imu", spares[:3]).startswith(
             "observation key 'imu': 3 scalar nodes, the artifact's key has 2 values"
         )
-        assert refusal(plc, "imu", [goal, speed]).startswith(
+        assert refusal(plc, "imu", [goal, spares[0]], goal=spares[1:]).startswith(
             f"observation key 'imu'[0] {goal} is an array of 3: list 2 scalar nodes or one array node"
         )
         nope = plc.node_id("Nope", nsu=True)

@@ -113,4 +113,4 @@ def test_a_process_that_may_not_use_sched_fifo_is_told_what_to_grant() -> None:
 
 def test_serve_refuses_a_priority_out_of_range_before_connecting() -> None:
     proc = rl2edge("serve", "no-artifact", "--endpoint", "opc.tcp://127.0.0.1:1", "--realtime", "120")
-    assert_clean_failure(proc, "--realtime 120: choose a SCHED_FIFO priority from 1 to 99")
+    assert_clean_failure(proc, "--realtime: '120' is out of range: give a whole number from 1 to 99")

@@ -13,6 +13,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from rl2edge import bounded
 from rl2edge.errors import ConfigError, short_repr
 from rl2edge.fileio import load_yaml
 
@@ -95,9 +96,9 @@ def _scalar(where: str, value: Any, action: argparse.Action) -> Any:
 
 
 def _kind(action: argparse.Action) -> str:
-    if action.type is int:
+    if action.type is int or isinstance(action.type, bounded.Integer):
         return "an integer"
-    return "a number" if action.type is float else "a string"
+    return "a number" if action.type is float or isinstance(action.type, bounded.Number) else "a string"
 
 
 def _relative_to(folder: Path, value: Any) -> Any:

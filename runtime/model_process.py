@@ -55,6 +55,26 @@ _RUN, _WARM = 1, 2  # ops: run, then sleep until the next request; run, then sta
 _OK, _ERROR = 0, 1
 
 
+CRASH_SIGNALS = frozenset({"SIGSEGV", "SIGBUS", "SIGILL", "SIGFPE", "SIGABRT", "SIGSYS"})
+"""Signals a process raises on itself when its code faults: the model (or its interpreter) is to blame.
+Any other signal (SIGKILL from the OOM killer or an operator, SIGTERM, SIGHUP...) came from outside."""
+
+
+def death_by_signal(name: str) -> str:
+    """A child's death by the signal `name`, in words that blame whom it should."""
+    if name in CRASH_SIGNALS:
+        return f"the model process died from {name}"
+    return f"the model process was killed by {name} from outside (not a fault of the model file)"
+
+
+class _StartFailed(ManifestError):
+    """A child that did not load and run the model once; `signal_name`: the signal it died from, if any."""
+
+    def __init__(self, message: str, signal_name: str | None):
+        super().__init__(message)
+        self.signal_name = signal_name
+
+
 @dataclass
 class ProcessStats:
     """What the service reports about its model process (summary and metrics)."""
@@ -151,9 +171,14 @@ class _Child:
         except BackendError as exc:
             why = self.death(str(exc), timeout_s)
             self.kill()
-            raise ManifestError(
+            code = self.proc.returncode
+            sig = signal.Signals(-code).name if code is not None and code < 0 else None
+            if sig is not None and sig not in CRASH_SIGNALS:
+                raise _StartFailed(f"{name}: {why} while it loaded the model; start again", sig) from None
+            raise _StartFailed(
                 f"{name}: {why} when loading and running it once; the file is corrupt or not a model this "
-                "interpreter can run: re-copy or re-export the artifact"
+                "interpreter can run: re-copy or re-export the artifact",
+                sig,
             ) from None
         if status != _OK:
             self.kill()
@@ -186,7 +211,7 @@ class _Child:
         except subprocess.TimeoutExpired:
             code = None
         if code is not None and code < 0:
-            return f"the model process died from {signal.Signals(-code).name}"
+            return death_by_signal(signal.Signals(-code).name)
         if code is not None:
             return f"the model process exited with status {code}"
         return f"the model process stopped answering ({how})"
@@ -288,6 +313,10 @@ class ProcessBackend:
                 child = self._start()
             except (BackendError, ManifestError, OSError) as exc:
                 with self._lock:
+                    if isinstance(exc, _StartFailed):  # a death during the restart is a death too
+                        self.stats.crashes += 1
+                        if exc.signal_name is not None:
+                            self.stats.signals[exc.signal_name] = self.stats.signals.get(exc.signal_name, 0) + 1
                     self._failures_in_a_row += 1
                     delay = min(BACKOFF_S[0] * 2 ** (self._failures_in_a_row - 1), BACKOFF_S[1])
                     self.stats.last_failure = str(exc)

@@ -97,7 +97,7 @@ def test_calls_fail_fast_while_the_child_restarts(cartpole_all) -> None:
     o = random_observations("CartPole-v1", 1, seed=8)[0]
     try:
         os.kill(policy.backend._child.proc.pid, signal.SIGKILL)
-        with pytest.raises(BackendError, match="died from SIGKILL"):
+        with pytest.raises(BackendError, match="was killed by SIGKILL from outside"):
             policy.predict(o)
         t0 = time.perf_counter()
         with pytest.raises(BackendError, match="restarting"):
@@ -242,3 +242,53 @@ def test_a_crashing_model_served_for_60_s_costs_cycles_not_the_service(cartpole_
     # the plant's own trace: every step the plant took was on the policy's action or the safe one (0)
     steps = [json.loads(line) for line in trace.read_text().splitlines()]
     assert len(steps) > 1000 and {int(r["action"][0]) for r in steps} <= {0, 1}
+
+
+def _model_children() -> set[int]:
+    """This process's children that run a model process."""
+    me, out = os.getpid(), set()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            cmdline = (entry / "cmdline").read_bytes()
+        except (OSError, IndexError, ValueError):
+            continue
+        if ppid == me and b"rl2edge.runtime.model_process" in cmdline:
+            out.add(int(entry.name))
+    return out
+
+
+@pytest.mark.integration  # 10 kills with the restart backoff between them: about 25 s
+def test_a_kill_storm_counts_every_death_and_blames_no_file(cartpole_all, caplog) -> None:
+    """Every model process killed from outside is counted, including the ones killed while they restart,
+    and the log names the signal, not the file. Before: a storm of 10 SIGKILLs counted 4, and the log said
+    the file was corrupt."""
+    import logging
+
+    caplog.set_level(logging.INFO, logger="rl2edge")
+    policy = Policy.load(cartpole_all[1] / "fp32", isolate=True)
+    backend = policy.backend
+    o = random_observations("CartPole-v1", 1, seed=8)[0]
+    killed: set[int] = set()
+    try:
+        deadline = time.monotonic() + 120
+        while len(killed) < 10:
+            assert time.monotonic() < deadline, f"{len(killed)} kills in 120 s"
+            for pid in _model_children() - killed:  # a fresh child: most are still loading the model
+                os.kill(pid, signal.SIGKILL)
+                killed.add(pid)
+            try:
+                policy.predict(o)  # a call finds a running child that died
+            except BackendError:
+                pass
+            time.sleep(0.005)
+        _until(lambda: backend._child is not None and policy.predict(o) in (0, 1), within_s=60)
+        stats = backend.stats.to_json()
+        assert stats["crashes"] == 10 and stats["signals"] == {"SIGKILL": 10}, stats
+        failures = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+        assert failures and all("SIGKILL from outside" in m for m in failures), failures
+        assert not any("corrupt" in m for m in failures), failures
+    finally:
+        policy.close()

@@ -65,3 +65,22 @@ def test_before_the_interval_is_known_a_silent_plc_is_stale_after_2_s() -> None:
     clock.reset()
     assert not clock.is_stale(9, 300.0)[0] and clock.limit_ms() == pytest.approx(500.0)
     assert clock.is_stale(9, 300.501)[0]
+
+
+def test_a_plant_that_changes_its_rate_gets_a_limit_that_follows_within_one_step() -> None:
+    """A healthy plant slows from 20 ms to 500 ms steps (issue 52): the limit follows with its first slow
+    step, so STALE falls only in that first step (from 100 ms, 5x the old interval, to its end); with the
+    median alone it lagged 17 steps, ~80 % of reads STALE for 8.5 s. Speeding up again, the limit comes
+    back down within the window's 17 faster steps."""
+    clock = StaleClock(None, None)
+    flags, t, seq = [], 0, 0
+    changes = [20] * 200 + [500] * 40 + [20] * 100  # ms between new sequence numbers
+    change_at = np.cumsum(changes)
+    for t in range(0, int(change_at[-1]), 10):  # a read every 10 ms
+        seq = int(np.searchsorted(change_at, t, side="right"))
+        flags.append((t, clock.is_stale(seq, t / 1000)[0]))
+    slow_from, slow_to = change_at[199], change_at[239]
+    stale_slow = [t for t, f in flags if f and slow_from <= t < slow_to]
+    assert stale_slow and max(stale_slow) < slow_from + 500, (len(stale_slow), max(stale_slow) - slow_from)
+    assert not any(f for t, f in flags if t < slow_from or t >= slow_to)
+    assert clock.limit_ms() == pytest.approx(100.0)  # back to 5x 20 ms once the median follows

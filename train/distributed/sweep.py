@@ -70,6 +70,24 @@ def total_steps(spec: SweepSpec) -> tuple[int, int]:
     return cfg.n_timesteps, cfg.eval_freq
 
 
+CPU_SHARE_STEP = 0.01
+"""Ray's resources are fractions; a seed's share is rounded down to this step so that the bundles fit."""
+
+
+def cpus_per_seed(cluster_cpus: float, seeds: int) -> float:
+    """Each seed's CPU share in a trial's placement group: one CPU where the cluster has one per seed,
+    else the cluster's CPUs split evenly (the seeds share the CPUs: slower, never waiting without end, as a
+    request for more CPUs than the cluster has did). ConfigError if the cluster has no CPU to share."""
+    if cluster_cpus < CPU_SHARE_STEP * seeds:
+        raise ConfigError(
+            f"the Ray cluster offers {cluster_cpus:g} CPUs; a trial of {seeds} seed(s) needs at least "
+            f"{CPU_SHARE_STEP * seeds:g}: join a cluster with CPUs (--address) or start Ray here without it"
+        )
+    if cluster_cpus >= seeds:
+        return 1.0
+    return math.floor(cluster_cpus / seeds / CPU_SHARE_STEP) * CPU_SHARE_STEP
+
+
 def run_sweep(
     spec: SweepSpec, out: Path, resume: bool = False, progress: bool | None = None
 ) -> dict[str, Any]:
@@ -96,9 +114,23 @@ def run_sweep(
         .options(num_cpus=0, scheduling_strategy=NodeAffinitySchedulingStrategy(here, soft=False))
         .remote(str(out / "trials"))
     )
-    ctx = TrialContext(spec.algo, spec.framework, spec.env_id, spec.config_file, spec.space, spec.seeds, sink)
+    cluster_cpus = float(ray.cluster_resources().get("CPU", 0))
+    share = cpus_per_seed(cluster_cpus, len(spec.seeds))
+    if share < 1:
+        _logger.warning(
+            "the Ray cluster has %g CPUs and each trial trains %d seeds: each seed gets %.2f CPU (they share "
+            "the CPUs, one trial at a time); a cluster with %d CPUs runs them a CPU each",
+            cluster_cpus,
+            len(spec.seeds),
+            share,
+            len(spec.seeds),
+        )
+    ctx = TrialContext(
+        spec.algo, spec.framework, spec.env_id, spec.config_file, spec.space, spec.seeds, sink, share
+    )
     trainable = tune.with_resources(
-        tune.with_parameters(SweepTrial, ctx=ctx), tune.PlacementGroupFactory([{"CPU": 1}] * len(spec.seeds))
+        tune.with_parameters(SweepTrial, ctx=ctx),
+        tune.PlacementGroupFactory([{"CPU": share}] * len(spec.seeds)),
     )
     bar = _ProgressCallback(spec.trials, progress)
     start = time.perf_counter()

@@ -37,6 +37,9 @@ class TrialContext:
     space: SearchSpace
     seeds: tuple[int, ...]
     sink: Any  # RunSink actor handle
+    cpus_per_seed: float = 1.0
+    """Each seed's share of a CPU (train.distributed.sweep.cpus_per_seed): below 1 where the cluster has
+    fewer CPUs than a trial has seeds."""
 
 
 class RunSink:
@@ -78,7 +81,7 @@ class SweepTrial(tune.Trainable):
         self.tmp = Path(tempfile.mkdtemp(prefix="rl2edge-trial-"))
         first, *others = ctx.seeds
         self.local = SteppedRun(ctx.framework, ctx.env_id, cfg, first, self.tmp / "run")
-        remote = ray.remote(num_cpus=1)(SeedRun)
+        remote = ray.remote(num_cpus=ctx.cpus_per_seed)(SeedRun)
         self.remote = [remote.remote(ctx.framework, ctx.env_id, cfg, s) for s in others]
         self.finished = False
 

@@ -26,6 +26,10 @@ class OneLineErrors(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
+WORKSTATION_EXTRAS = {"train": "rl2edge[train]", "export": "rl2edge[train]", "tune": "rl2edge[train,ray]"}
+"""The commands an edge install cannot run, and the extra that brings everything each needs."""
+
+
 def build_parser() -> argparse.ArgumentParser:
     import importlib
 
@@ -130,7 +134,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except ModuleNotFoundError as exc:  # e.g. `train` or `evaluate` on the edge install, which has no torch
         root = (exc.name or "").split(".")[0]
-        if root == "gymnasium":  # evaluate and plc-sim need the environments only
+        if args.command in WORKSTATION_EXTRAS:  # the whole extra at once, not one missing package a try
+            extra = WORKSTATION_EXTRAS[args.command]
+            fix = (
+                f"`rl2edge {args.command}` runs on a workstation install: pip install '{extra}' (all it needs "
+                "in one step; the edge install serves artifacts only)"
+            )
+        elif root == "gymnasium":  # evaluate and plc-sim need the environments only
             fix = "pip install 'gymnasium>=1.0,<1.3' (the environments alone; no training stack needed)"
         else:
             fix = "the edge install serves artifacts only: pip install 'rl2edge[train]' on a workstation for the rest"

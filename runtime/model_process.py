@@ -316,7 +316,9 @@ class ProcessBackend:
                     if isinstance(exc, _StartFailed):  # a death during the restart is a death too
                         self.stats.crashes += 1
                         if exc.signal_name is not None:
-                            self.stats.signals[exc.signal_name] = self.stats.signals.get(exc.signal_name, 0) + 1
+                            self.stats.signals[exc.signal_name] = (
+                                self.stats.signals.get(exc.signal_name, 0) + 1
+                            )
                     self._failures_in_a_row += 1
                     delay = min(BACKOFF_S[0] * 2 ** (self._failures_in_a_row - 1), BACKOFF_S[1])
                     self.stats.last_failure = str(exc)

@@ -283,3 +283,26 @@ def test_evaluate_takes_the_env_from_the_manifest(cartpole_all, tmp_path: Path) 
     del manifest["source"]["env_id"]
     (bare / "manifest.json").write_text(json.dumps(manifest))
     assert_clean_failure(rl2edge("evaluate", bare, "--episodes", "1"), "give --env")
+
+
+@pytest.mark.parametrize("missing", ["gymnasium", "torch"])
+@pytest.mark.parametrize("command", ["train", "export"])
+def test_an_edge_install_asked_to_train_or_export_names_the_whole_extra(
+    cartpole_run: Path, tmp_path: Path, missing: str, command: str
+) -> None:
+    """Before: it asked for gymnasium, and once that was installed, for torch: one package a try. The
+    edge install is simulated by making the package unimportable in the child."""
+    import subprocess
+    import sys
+
+    args = {
+        "train": ["train", "--algo", "ppo", "--env", "CartPole-v1", "--out", str(tmp_path / "r")],
+        "export": ["export", str(cartpole_run), "--out", str(tmp_path / "a")],
+    }[command]
+    code = (
+        f"import sys; sys.modules[{missing!r}] = None\nfrom rl2edge.cli import main; sys.exit(main({args!r}))"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    line = proc.stderr.strip().splitlines()[-1]
+    assert "pip install 'rl2edge[train]'" in line and "Traceback" not in proc.stderr, line

@@ -382,7 +382,14 @@ def test_rollout_workers_are_refused_where_they_cannot_apply(tmp_path: Path) -> 
     proc = rl2edge(
         "train", "--algo", "sac", "--env", "Pendulum-v1", "--rollout-workers", "2", "--out", tmp_path / "r"
     )
-    assert_clean_failure(proc, "--rollout-workers spreads on-policy rollouts")
+    assert_clean_failure(proc, "--rollout-workers spreads on-policy rollouts: ppo or a2c only")
+    # one truth about the recurrent algorithms: the refusal, the help and docs/algorithms.md agree
+    proc = rl2edge("train", "--algo", "ppo_lstm", "--env", "CartPole-v1", "--rollout-workers", "2")
+    assert_clean_failure(proc, "ppo_lstm collects its rollouts in one process", "use it with ppo or a2c")
+    helptext = " ".join(rl2edge("train", "--help").stdout.split())
+    assert "--rollout-workers N PPO/A2C (not the recurrent ones)" in helptext and "LSTM" not in helptext
+    doc = (Path(__file__).parents[1] / "docs" / "algorithms.md").read_text()
+    assert "Not built yet: `--rollout-workers` (a recurrent run collects in one process)" in doc
     proc = rl2edge(
         "train", "--env", "CartPole-v1", "--rollout-workers", "9", "--steps", "512", "--out", tmp_path / "r"
     )

@@ -274,6 +274,16 @@ def on_policy_names() -> list[str]:
     return [a.label for a in ALGOS.values() if a.on_policy]
 
 
+def rollout_worker_names() -> list[str]:
+    """The algorithms --rollout-workers applies to: on-policy, not recurrent (a recurrent run keeps each
+    env's state with the learner and collects in one process)."""
+    return [a.label for a in ALGOS.values() if _spreads_rollouts(a)]
+
+
+def _spreads_rollouts(a: Any) -> bool:
+    return bool(a.on_policy and not a.recurrent)
+
+
 def check_compile(algo: str, framework: str) -> None:
     """--compile suits this run: an agent whose update has a compiled form behind the flag."""
     row = get(algo)
@@ -306,7 +316,7 @@ def check_matmul_precision(precision: str, framework: str) -> None:
 
 def check_rollout_workers(cfg: RunConfig, workers: int) -> None:
     """--rollout-workers suits this run: an on-policy algorithm, and no more workers than envs."""
-    spread = _either(a.name for a in ALGOS.values() if a.on_policy and not a.recurrent)
+    spread = _either(a.name for a in ALGOS.values() if _spreads_rollouts(a))
     if not get(cfg.algo).on_policy:
         raise ConfigError(f"--rollout-workers spreads on-policy rollouts: {spread} only")
     if get(cfg.algo).recurrent:

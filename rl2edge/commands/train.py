@@ -25,7 +25,7 @@ def add_parser(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
         FRAMEWORKS,
         MATMUL_PRECISIONS,
         compile_help,
-        on_policy_names,
+        rollout_worker_names,
     )
 
     t = sub.add_parser(
@@ -61,7 +61,7 @@ def add_parser(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
         type=bounded.WORKERS,
         default=0,
         metavar="N",
-        help=f"{'/'.join(on_policy_names())}: spread the n_envs environments over N Ray actors, each stepping its share with a copy "
+        help=f"{'/'.join(rollout_worker_names())} (not the recurrent ones): spread the n_envs environments over N Ray actors, each stepping its share with a copy "
         "of the policy (for slow simulators); the learner broadcasts the weights every update",
     )
     t.add_argument(

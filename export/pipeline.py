@@ -585,6 +585,7 @@ def _choose(
     }
     write_manifest(staging, manifest)
     report.chosen = chosen
+    report.auto = manifest["quantization"]["auto"]
     for r in report.rows:
         if r.mode == chosen:
             r.path = report.out / "policy.tflite"

@@ -43,6 +43,30 @@ class ExportReport:
     source_name: str = "source"
     chosen: str | None = None
     """--quantize auto: the mode written to the artifact."""
+    auto: dict[str, Any] | None = None
+    """--quantize auto: the rule, the return floor and every candidate's figures it chose by (the
+    manifest's quantization.auto)."""
+
+    def auto_table(self) -> str:
+        """--quantize auto's choice, from the figures it used: latencies measured interleaved, all files
+        in one run (the table above measures one file after another, so its order may differ)."""
+        if self.auto is None:
+            return ""
+        rows = [
+            [
+                c["mode"] + (" (chosen)" if c["mode"] == self.auto["chosen"] else ""),
+                f"{c['predict_p50_us']:.1f}",
+                f"{c['predict_p99_us']:.1f}",
+                f"{c['mean_return']:.1f}",
+                "yes" if c["within_drop"] else "no",
+            ]
+            for c in self.auto["candidates"]
+        ]
+        head = ["auto candidate", "p50 us (interleaved)", "p99 us", "mean return", "within the drop"]
+        return (
+            markdown_table(head, rows, pad=True)
+            + f"\nrule: {self.auto['rule']}; return floor {self.auto['return_floor']:.1f}"
+        )
 
     def table(self) -> str:
         headers = ["file", "mode", "size KB", "parity vs source", "return (mean +- std)", "predict p50 us"]
@@ -86,6 +110,7 @@ class ExportReport:
             "onnx_parity": self.onnx_parity,
             "files": [r.to_json() for r in self.rows],
             "wall_time_s": self.wall_time_s,
+            "auto": self.auto,
         }
 
 

@@ -81,6 +81,13 @@ def test_ppo_cartpole_with_vecnormalize_agrees_100_percent_and_auto_picks_a_mode
     assert chosen["within_drop"] and all(
         chosen["predict_p50_us"] <= c["predict_p50_us"] for c in auto["candidates"] if c["within_drop"]
     )
+    # what the command prints: the figures it chose by and its rule, not only the manifest
+    shown = report.auto_table()
+    assert (
+        f"{auto['chosen']} (chosen)" in shown and "p50 us (interleaved)" in shown and "rule: fastest" in shown
+    )
+    for c in auto["candidates"]:
+        assert f"{c['predict_p50_us']:.1f}" in shown
     # independent check on fresh observations, through the runtime, against SB3 itself
     obs = random_observations("CartPole-v1", 200, seed=11)
     fp32_art = tmp_path / "fp32"

@@ -136,5 +136,7 @@ def run(args: argparse.Namespace) -> int:
     )
     report = export_path(src, out, opts, source_options)
     print(report.table())
+    if report.auto is not None:
+        print(report.auto_table())
     print(report.footer())
     return 0

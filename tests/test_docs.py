@@ -122,3 +122,12 @@ def _rel_or_abs(path: Path) -> str:
         return _rel(path.resolve())
     except ValueError:
         return str(path)
+
+
+def test_every_run_the_docs_use_is_made_by_a_command_in_them() -> None:
+    """A page that exports `runs/pd-td3` needs a page whose `train ... --out runs/pd-td3` makes it (issue 52:
+    docs/export.md used it in four commands and no page made it)."""
+    text = "\n".join(p.read_text(encoding="utf-8") for p in DOCS)
+    used = set(re.findall(r"\bruns/[A-Za-z0-9_.-]*[A-Za-z0-9_]", text))
+    made = set(re.findall(r"rl2edge (?:train|tune)\b[^\n]*?--out (runs/[A-Za-z0-9_.-]*[A-Za-z0-9_])", text))
+    assert used and not used - made, f"runs the docs use but never make: {sorted(used - made)}"

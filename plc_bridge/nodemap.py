@@ -260,8 +260,12 @@ def load_node_map(path: str | Path | None) -> NodeMap:
             "node (the state resets at each episode start) or the rule (it never does)"
         )
     stale = data.get("stale_cycles")
-    if stale is not None and (isinstance(stale, bool) or not isinstance(stale, int) or stale < 1):
-        raise ConfigError(f"{path}: stale_cycles must be a positive integer, got {short_repr(stale)}")
+    if stale is not None and (
+        isinstance(stale, bool) or not isinstance(stale, int) or not 1 <= stale <= 1_000_000
+    ):
+        raise ConfigError(
+            f"{path}: stale_cycles must be a whole number from 1 to 1000000, got {short_repr(stale)}"
+        )
     stale_ms = data.get("stale_ms")
     if stale_ms is not None and (
         isinstance(stale_ms, bool) or not isinstance(stale_ms, int | float) or not 1 <= stale_ms <= 3_600_000

@@ -154,3 +154,50 @@ def test_a_cpu_range_10_to_the_12_wide_is_refused_under_a_2_gb_address_space_lim
     assert proc.returncode == 2, proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1 and "MemoryError" not in proc.stderr, proc.stderr
     assert "--cpu-affinity" in proc.stderr and time.monotonic() - t0 < 30
+
+
+MAP_BASE = (
+    "observation: ns=2;s=O\nobservation_seq: ns=2;s=S\naction: ns=2;s=A\naction_seq: ns=2;s=AS\n"
+    "heartbeat: ns=2;s=H\nstatus: ns=2;s=St\n"
+)
+YAML_PROBES = {
+    "0": "0",
+    "-1": "-1",
+    "nan": ".nan",
+    "inf": ".inf",
+    "1e308": "1.0e+308",
+    "range": "0-1000000000000",
+    "abc": "abc",
+}
+# The node map's numbers, and which probes each accepts at load (safe_action and obs_low are checked
+# against the artifact's bounds once it is loaded).
+MAP_TABLE: dict[str, set[str]] = {
+    "hold_ms": set(),
+    "ramp_rate": {"1e308"},  # finite: a ramp that fast is the safe action at once
+    "stale_ms": set(),
+    "stale_cycles": set(),
+    "obs_range_tolerance": {"0"},
+    "safe_action": {"0", "-1", "1e308"},
+    "obs_low": {"0", "-1", "1e308"},
+}
+
+
+@pytest.mark.parametrize(
+    ("key", "probe", "accepted"),
+    [(k, p, p in ok) for k, ok in MAP_TABLE.items() for p in YAML_PROBES],
+)
+def test_a_node_map_number_is_refused_in_one_line_or_accepted(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, key: str, probe: str, accepted: bool
+) -> None:
+    path = tmp_path / "map.yaml"
+    extra = "fault_response: {stale: ramp}\n" if key == "ramp_rate" else ""
+    path.write_text(f"{MAP_BASE}{extra}{key}: {YAML_PROBES[probe]}\n")
+    code = main(
+        ["serve", str(tmp_path / "no-artifact"), "--endpoint", "opc.tcp://127.0.0.1:4840", "--map", str(path)]
+    )
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    if accepted:  # the map loaded; the missing artifact is what stopped serve
+        assert "no-artifact" in err and key not in err, err
+    else:
+        assert key in err and "no-artifact" not in err, err

@@ -66,6 +66,7 @@ def summarize(results: list[FileResult], runs: int) -> list[dict[str, Any]]:
                 "files": len(mine),
                 "runs_per_file": runs,
                 **{k: outcomes.get(k, 0) for k in OUTCOMES},
+                "refused_by_verifier": sum(r.by_verifier for r in mine),
                 "stable": sum(r.stable for r in mine),
                 "schema_reader_refuses": len(broken),
                 "of_those_refused": sum(r.outcome == "refused" for r in broken),
@@ -75,10 +76,11 @@ def summarize(results: list[FileResult], runs: int) -> list[dict[str, Any]]:
 
 
 def table(rows: list[dict[str, Any]]) -> str:
-    head = ["model", "files", "runs each", "refused", "accepted", "crashed", "traceback", "verdict stable",
-            "schema reader refuses", "of those refused"]  # fmt: skip
+    head = ["model", "files", "runs each", "refused", "by the verifier", "accepted", "crashed", "traceback",
+            "verdict stable", "schema reader refuses", "of those refused"]  # fmt: skip
     body = [
         [r["model"], r["files"], r["runs_per_file"], f"{r['refused']} ({r['refused'] / r['files']:.1%})",
+         r["refused_by_verifier"],
          r["accepted"], r["crashed"], r["traceback"], f"{r['stable'] / r['files']:.1%}",
          r["schema_reader_refuses"], r["of_those_refused"]]
         for r in rows

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import signal
 import struct
 import subprocess
@@ -25,6 +26,7 @@ from pathlib import Path
 from rl2edge.errors import Rl2EdgeError
 from rl2edge.runtime.flatbuffer_verify import FlatbufferVerifier
 
+_VERIFIER_WORDS = re.compile(r"^refused: \S+ (is corrupt|is not a TFLite model)")
 KINDS = ("flip", "structure_flip", "structure_word", "truncate", "zero_run")
 
 
@@ -157,6 +159,13 @@ class FileResult:
     @property
     def stable(self) -> bool:
         return len(set(self.verdicts)) == 1
+
+    @property
+    def by_verifier(self) -> bool:
+        """Refused by the structure verifier, before any interpreter saw the file."""
+        return (
+            self.verdicts[0].startswith("refused: ") and _VERIFIER_WORDS.search(self.verdicts[0]) is not None
+        )
 
     @property
     def outcome(self) -> str:

@@ -131,7 +131,14 @@ def _within(name: str, packages: tuple[str, ...]) -> bool:
 
 
 # rl2edge's leaf modules, which every package may import.
-LEAF = ("rl2edge.errors", "rl2edge.fileio", "rl2edge.specs", "rl2edge.interrupts", "rl2edge.tables")
+LEAF = (
+    "rl2edge.errors",
+    "rl2edge.fileio",
+    "rl2edge.specs",
+    "rl2edge.interrupts",
+    "rl2edge.tables",
+    "rl2edge.bounded",
+)
 
 
 # Stated exceptions: plc-sim is the workstation's stand-in for the plant (not installed on a device's path:

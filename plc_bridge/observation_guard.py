@@ -31,14 +31,15 @@ class StaleClock:
     """Staleness in the plant's time: the data is stale once the PLC's sequence number has not changed for
     longer than the limit. The limit is the map's `stale_ms`, or else 5x the PLC's publishing interval as
     observed, at least 100 ms, and 2,000 ms until 4 intervals have been seen. The interval is the larger
-    of the median of the last 32 intervals between changes and the longest of the last 4: a plant that
-    slows down (20 ms to 500 ms steps) moves the limit with its first slow step, where the median alone
-    lagged 17 steps (8.5 s of STALE on a healthy plant); one that speeds up gets the shorter limit once
-    the window's median follows (17 of its faster steps). A plant slower than the loop is never stale for
+    of the median of the last 32 intervals between changes and the median of the last 3: a plant that
+    slows down (20 ms to 500 ms steps) moves the limit with its second slow step, where the long window
+    alone lagged 17 steps (8.5 s of STALE on a healthy plant); one long interval alone (a stall that
+    ended) does not move it, so the next stall is flagged as soon as the one before; a plant that speeds
+    up gets the shorter limit once the long window's median follows (17 of its faster steps). A plant slower than the loop is never stale for
     being slow, and a plant that stops publishing is flagged one limit after its last change. A map that
     states `stale_cycles` keeps the older rule: that many loop cycles without a change."""
 
-    INTERVALS, MULTIPLE, FLOOR_MS, INITIAL_MS, WINDOW, RECENT = 4, 5.0, 100.0, 2000.0, 32, 4
+    INTERVALS, MULTIPLE, FLOOR_MS, INITIAL_MS, WINDOW, RECENT = 4, 5.0, 100.0, 2000.0, 32, 3
 
     def __init__(self, stale_ms: float | None, stale_cycles: int | None):
         self.stale_ms, self.stale_cycles = stale_ms, stale_cycles
@@ -61,7 +62,7 @@ class StaleClock:
             return self.stale_ms
         if len(self._intervals) < self.INTERVALS:
             return self.INITIAL_MS
-        recent = max(list(self._intervals)[-self.RECENT :])
+        recent = statistics.median(list(self._intervals)[-self.RECENT :])
         return max(self.FLOOR_MS, self.MULTIPLE * 1000.0 * max(statistics.median(self._intervals), recent))
 
     def is_stale(self, seq: Any, now: float) -> tuple[bool, str]:

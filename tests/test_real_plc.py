@@ -269,9 +269,14 @@ def test_maps_that_cannot_fit_are_refused_at_connect(tmp_path: Path) -> None:
         acrobot = PlantIo(3, 1, True, (0.0,), (2.0,))
         with pytest.raises(ConfigError, match=r"Boolean cannot hold the action indices 0\.\.2"):
             asyncio.run(connect(plc, acrobot))
-        with pytest.raises(ConfigError, match=r"status .*ObsSeq: the server does not let this user write it"):
+        # a node the PLC writes (EpisodeStart, unmapped here): ObsSeq would be refused before, as two roles
+        with pytest.raises(
+            ConfigError, match=r"status .*EpisodeStart: the server does not let this user write it"
+        ):
             asyncio.run(
-                connect(plc, PlantIo(3, 1, True, (0.0,), (1.0,)), status=plc.node_id("ObsSeq", nsu=True))
+                connect(
+                    plc, PlantIo(3, 1, True, (0.0,), (1.0,)), status=plc.node_id("EpisodeStart", nsu=True)
+                )
             )
         with pytest.raises(ConfigError, match="no namespace 'urn:wrong'"):
             asyncio.run(connect(plc, CARTPOLE, heartbeat="nsu=urn:wrong;s=RL.Heartbeat"))

@@ -98,6 +98,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Rl2EdgeError as exc:  # an options file that does not check out
         print(f"rl2edge: error: {exc}", file=sys.stderr)
         return 2
+    except SystemExit as exc:  # argparse: --help (0), a wrong option (2, its one line already printed)
+        return exc.code if isinstance(exc.code, int) else 2
     level = logging.DEBUG if args.verbose else logging.WARNING if args.quiet else logging.INFO
     logging.basicConfig(
         level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S"

@@ -142,7 +142,7 @@ def test_served_over_opc_ua_every_episode_equals_evaluate(exported, tmp_path: Pa
         (["--period-ms", "50"], "--period-ms states the period of --max-action-rate"),
         (["--max-action-rate", "-1", "--period-ms", "50"], "every rate must be a finite number > 0"),
         (["--max-action-rate", "fast", "--period-ms", "50"], "'fast' is not a number"),
-        (["--max-action-rate", "1", "--period-ms", "0"], "--period-ms 0: choose a period"),
+        (["--max-action-rate", "1", "--period-ms", "0"], "--period-ms: '0' is out of range"),
     ],
 )
 def test_bad_rate_options_fail_before_anything_is_loaded(

@@ -267,13 +267,13 @@ def test_seeds_give_exactly_the_checkpoints_of_single_runs(tmp_path: Path) -> No
         out / "s1" / "policy.safetensors"
     ).read_bytes()
     # a seed's run of more threads than any node has: refused, not queued forever (the local Ray counts
-    # this machine's CPUs, or its container's quota)
+    # this machine's CPUs, or its container's quota); 512 is within --threads' bound of 1024
     proc = rl2edge(
         "train", "--algo", "ppo", "--env", "CartPole-v1", "--steps", "512", "--seeds", "0,1",
-        "--threads", "4096", "--out", tmp_path / "too_many",
+        "--threads", "512", "--out", tmp_path / "too_many",
     )  # fmt: skip
     assert_clean_failure(
-        proc, "--threads 4096: the largest node of this Ray cluster has", "choose fewer threads"
+        proc, "--threads 512: the largest node of this Ray cluster has", "choose fewer threads"
     )
 
 

@@ -12,9 +12,11 @@ read is broken, and must be refused."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import random
 import re
+import shutil
 import signal
 import struct
 import subprocess
@@ -28,6 +30,17 @@ from rl2edge.runtime.flatbuffer_verify import FlatbufferVerifier
 
 _VERIFIER_WORDS = re.compile(r"^refused: \S+ (is corrupt|is not a TFLite model)")
 KINDS = ("flip", "structure_flip", "structure_word", "truncate", "zero_run")
+
+
+def artifact_with_model(src: Path, dst: Path, model: bytes) -> Path:
+    """A copy of the artifact `src` whose policy.tflite is `model`, its sha256 fixed in the manifest as an
+    attacker (or a careless script) would."""
+    shutil.copytree(src, dst)
+    (dst / "policy.tflite").write_bytes(model)
+    manifest = json.loads((dst / "manifest.json").read_text())
+    manifest["files"]["policy.tflite"] = hashlib.sha256(model).hexdigest()
+    (dst / "manifest.json").write_text(json.dumps(manifest))
+    return dst
 
 
 @dataclass(frozen=True)

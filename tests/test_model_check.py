@@ -5,10 +5,7 @@ Before, a truncated policy.tflite killed `evaluate` and `serve` with SIGSEGV (rc
 
 from __future__ import annotations
 
-import hashlib
-import json
 import random
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -19,17 +16,7 @@ from rl2edge.errors import ManifestError
 from rl2edge.runtime import Policy, model_check
 from rl2edge.runtime.model_check import check_tflite_structure, probe_in_child
 from testkit.cli import assert_clean_failure, rl2edge
-
-
-def _with_model(src: Path, dst: Path, model: bytes) -> Path:
-    """A copy of the artifact whose policy.tflite is `model`, its sha256 fixed in the manifest as an
-    attacker (or a careless script) would."""
-    shutil.copytree(src, dst)
-    (dst / "policy.tflite").write_bytes(model)
-    manifest = json.loads((dst / "manifest.json").read_text())
-    manifest["files"]["policy.tflite"] = hashlib.sha256(model).hexdigest()
-    (dst / "manifest.json").write_text(json.dumps(manifest))
-    return dst
+from testkit.model_fuzz import artifact_with_model
 
 
 def test_truncated_models_are_refused_by_the_structure_walk(cartpole_all, tmp_path: Path) -> None:
@@ -45,7 +32,7 @@ def test_truncated_models_are_refused_by_the_structure_walk(cartpole_all, tmp_pa
 def test_evaluate_and_serve_refuse_a_truncated_model_in_one_line(cartpole_all, tmp_path: Path) -> None:
     src = cartpole_all[1] / "int8"
     model = (src / "policy.tflite").read_bytes()
-    art = _with_model(src, tmp_path / "cut", model[: int(len(model) * 0.9)])
+    art = artifact_with_model(src, tmp_path / "cut", model[: int(len(model) * 0.9)])
     proc = rl2edge("evaluate", art, "--env", "CartPole-v1", "--episodes", "1")
     assert_clean_failure(proc, "policy.tflite is corrupt or truncated")
     proc = rl2edge("serve", art, "--endpoint", "opc.tcp://127.0.0.1:1")
@@ -98,7 +85,7 @@ def test_bit_flipped_models_are_refused_in_one_line_or_load(
         for _ in range(8):
             i = rng.randrange(len(b))
             b[i] ^= 1 << rng.randrange(8)
-        art = _with_model(src, tmp_path / f"flip{k}", bytes(b))
+        art = artifact_with_model(src, tmp_path / f"flip{k}", bytes(b))
         proc = subprocess.run([sys.executable, "-c", code, str(art)], capture_output=True, text=True)
         assert "Traceback" not in proc.stderr, (k, proc.stderr[-2000:])
         outcome = (

@@ -7,9 +7,6 @@ corrupt offsets pointed. The whole flatbuffer is now verified first (runtime.fla
 
 from __future__ import annotations
 
-import hashlib
-import json
-import shutil
 from pathlib import Path
 
 import pytest
@@ -18,17 +15,7 @@ from rl2edge.errors import ManifestError
 from rl2edge.runtime import Policy
 from rl2edge.runtime.flatbuffer_verify import FlatbufferVerifier, verify_tflite
 from testkit.cli import assert_clean_failure, rl2edge
-from testkit.model_fuzz import judge_corpus
-
-
-def _with_model(src: Path, dst: Path, model: bytes) -> Path:
-    """A copy of the artifact whose policy.tflite is `model`, its sha256 recomputed in the manifest."""
-    shutil.copytree(src, dst)
-    (dst / "policy.tflite").write_bytes(model)
-    manifest = json.loads((dst / "manifest.json").read_text())
-    manifest["files"]["policy.tflite"] = hashlib.sha256(model).hexdigest()
-    (dst / "manifest.json").write_text(json.dumps(manifest))
-    return dst
+from testkit.model_fuzz import artifact_with_model, judge_corpus
 
 
 def _bad_tensor_name(model: bytes) -> bytes:
@@ -48,7 +35,7 @@ def test_a_tensor_name_that_is_not_utf8_is_refused_the_same_way_every_time(
     cartpole_all, tmp_path: Path
 ) -> None:
     src = cartpole_all[1] / "int8"
-    art = _with_model(src, tmp_path / "art", _bad_tensor_name((src / "policy.tflite").read_bytes()))
+    art = artifact_with_model(src, tmp_path / "art", _bad_tensor_name((src / "policy.tflite").read_bytes()))
     lines = set()
     for _ in range(3):  # evaluate, through the real main(), three times: one verdict
         proc = rl2edge("evaluate", art, "--episodes", "1")

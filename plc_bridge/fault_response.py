@@ -145,7 +145,6 @@ class FaultResponder:
                         f"{float(np.asarray(action_span).reshape(-1)[i]):g} in more than "
                         f"{MAX_FAULT_RESPONSE_MS / 1e3:g} s (the hold cap); give at least {need[i]:.4g} units/s"
                     )
-        self.ramp_cap_s = MAX_FAULT_RESPONSE_MS / 1e3
         self.last: np.ndarray | None = None
         """The action last written (None: nothing known, e.g. after a reconnect)."""
         self.fault_since: float | None = None
@@ -193,9 +192,11 @@ class FaultResponder:
         if self.last is not None:
             if response == "hold" and now - self.fault_since <= self.hold_s:
                 out, code = self.last, int(status) + HELD
-            elif response == "ramp" and self.rate is not None and now - self.fault_since > self.ramp_cap_s:
-                pass  # a ramp never outlasts the cap: the safe action from here
-            elif response == "ramp" and self.rate is not None:
+            elif (  # a ramp never outlasts the cap: the safe action from there on
+                response == "ramp"
+                and self.rate is not None
+                and now - self.fault_since <= MAX_FAULT_RESPONSE_MS / 1e3
+            ):
                 dt = max(0.0, now - (self._last_t if self._last_t is not None else now))
                 step = self.rate * dt
                 out = self.last + np.clip(self.safe - self.last, -step, step)

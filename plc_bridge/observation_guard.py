@@ -10,6 +10,7 @@ index within the key (`lidar[3]`), a Box artifact's by index (`observation[3]`).
 
 from __future__ import annotations
 
+import itertools
 import statistics
 from collections import deque
 from dataclasses import dataclass
@@ -62,7 +63,7 @@ class StaleClock:
             return self.stale_ms
         if len(self._intervals) < self.INTERVALS:
             return self.INITIAL_MS
-        recent = statistics.median(list(self._intervals)[-self.RECENT :])
+        recent = statistics.median(itertools.islice(reversed(self._intervals), self.RECENT))
         return max(self.FLOOR_MS, self.MULTIPLE * 1000.0 * max(statistics.median(self._intervals), recent))
 
     def is_stale(self, seq: Any, now: float) -> tuple[bool, str]:
@@ -182,6 +183,11 @@ def _labels(spec: ObservationSpec) -> list[str]:
     return labels
 
 
+def action_span(policy: Policy) -> np.ndarray | None:
+    """Each Box action component's high - low (what a ramp must cross); None for a Discrete action."""
+    return None if policy.discrete else (policy.action_high - policy.action_low).reshape(-1)
+
+
 def resolve_safe_action(policy: Policy, configured: tuple[float, ...] | None) -> list[float]:
     """The node map's safe action checked against the policy's action spec, or the default: the first
     index of a Discrete action, zero clipped into the bounds of a Box one."""
@@ -236,8 +242,7 @@ class Serving:
         not fit it)."""
         check_state_rule(policy, node_map)
         safe = resolve_safe_action(policy, node_map.safe_action)
-        span = None if policy.discrete else (policy.action_high - policy.action_low).reshape(-1)
-        faults = FaultResponder(node_map.fault_responses, safe, policy.discrete, span)
+        faults = FaultResponder(node_map.fault_responses, safe, policy.discrete, action_span(policy))
         return cls(policy, ObservationGuard(policy, node_map), safe, faults)
 
 

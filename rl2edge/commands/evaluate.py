@@ -139,14 +139,13 @@ def _injected(policy: Any, args: argparse.Namespace) -> Any:
     from rl2edge.plc_bridge.fault_injection import FaultInjector, InjectedFaults, parse_injection
     from rl2edge.plc_bridge.fault_response import FaultResponder
     from rl2edge.plc_bridge.nodemap import default_node_map, load_node_map
-    from rl2edge.plc_bridge.observation_guard import resolve_safe_action
+    from rl2edge.plc_bridge.observation_guard import action_span, resolve_safe_action
 
     if not 1 <= args.period_ms <= 60_000:
         raise ConfigError(f"--period-ms {args.period_ms:g}: choose a period from 1 to 60000 ms")
     node_map = load_node_map(args.map) if args.map else default_node_map()
     safe = resolve_safe_action(policy, node_map.safe_action)
-    span = None if policy.discrete else (policy.action_high - policy.action_low).reshape(-1)
-    responder = FaultResponder(node_map.fault_responses, safe, policy.discrete, span)
+    responder = FaultResponder(node_map.fault_responses, safe, policy.discrete, action_span(policy))
     injector = FaultInjector(parse_injection(args.inject_faults, args.fault_seed))
     return InjectedFaults(policy.predict, responder, injector, args.period_ms / 1e3)
 

@@ -221,9 +221,10 @@ class FlatbufferVerifier:
         q = self.ref(t, 4, f"{where} quantization")
         if q is not None:
             quant = self.table(q, f"{where} quantization")
-            for f, elem in ((0, 4), (1, 4), (2, 4), (3, 8)):
-                self.vector(quant, f, elem, f"{where} quantization vector")
-            (s_at, scales), (z_at, zeros) = self.vector(quant, 2, 4, where), self.vector(quant, 3, 8, where)
+            for f in (0, 1):  # min, max
+                self.vector(quant, f, 4, f"{where} quantization vector")
+            s_at, scales = self.vector(quant, 2, 4, f"{where} quantization scales")
+            z_at, zeros = self.vector(quant, 3, 8, f"{where} quantization zero points")
             if zeros and scales != zeros:
                 raise self.fail(f"{where} has {scales} quantization scales and {zeros} zero points")
             # the int8 kernels index tables and shift by these without checking them: a zero point out of

@@ -84,7 +84,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 def _hold_reloads(argv: Sequence[str]) -> None:
     """serve: SIGHUP (`systemctl reload`) is blocked from here until the service's handler takes it
-    (plc_bridge.service), so that a reload during start-up is queued, not the default's exit 129."""
+    (plc_bridge.service), so that a reload during start-up is queued, not the default's exit 129. The
+    console script (rl2edge.entry) does the same before this module's imports; this covers `main()` called
+    otherwise. entry cannot share it: it may not import this module's imports, nor this module it."""
     command = next((a for a in argv if not a.startswith("-")), None)
     if command == "serve" and hasattr(signal, "pthread_sigmask"):
         signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGHUP})

@@ -449,7 +449,7 @@ def test_a_10_hz_plant_served_every_20_ms_is_stale_only_once_it_stops_publishing
     """plc-sim in realtime mode publishing every 100 ms, serve at its 20 ms period with the default map
     (no stale setting: 5x the observed publishing interval): 1,000 cycles, none stale (the older
     5-cycle rule flagged 4 of every 5). Then the plant stops publishing (its `Run` node off): STALE on the
-    status node one limit (500 ms) after the last new sequence number, not one loop cycle."""
+    status node one limit (about 500 ms) after the last new sequence number, not one loop cycle."""
     _, root = cartpole_all
     url = f"opc.tcp://127.0.0.1:{free_port()}"
     summary = tmp_path / "serve.json"
@@ -461,7 +461,11 @@ def test_a_10_hz_plant_served_every_20_ms_is_stale_only_once_it_stops_publishing
             assert proc.wait(timeout=120) == 0, (tmp_path / "serve.log").read_text()
         s = json.loads(summary.read_text())
         assert s["cycles"] == 1000 and s["stale"] == 0 and s["invalid"] == 0, s
-        assert s["stale_after"] == "500 ms (5x the observed publishing interval)", s["stale_after"]
+        # the interval is observed by a 20 ms loop, so each one is 100 ms give or take a loop period: the
+        # limit is 5x that, 400-600 ms (CI once read 100.2 ms, a 501 ms limit)
+        limit_ms, rule = s["stale_after"].split(" ", 1)
+        assert 400 <= int(limit_ms) <= 600, s["stale_after"]
+        assert rule == "ms (5x the observed publishing interval)", s["stale_after"]
 
         async def freeze() -> float:
             async with Client(url, timeout=2) as plc:

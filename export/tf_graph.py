@@ -58,6 +58,14 @@ class GraphParts:
     frame_stack: int = 1
     """K > 1: the network takes the last K observations (`obs_dim` is K times one's); the served graph takes
     one and keeps the K-1 previous ones as its state (rl2edge.specs.FRAME_STACK_CELL)."""
+    matrix_shape: tuple[int, ...] = ()
+    """A matrix observation's shape (ObservationSpec.is_matrix): the graph takes it so, and flattens it
+    row-major before the normalization, as the torch route's DeployablePolicy."""
+
+    @property
+    def input_shape(self) -> list[int]:
+        """One observation as the graph's `obs` input takes it."""
+        return list(self.matrix_shape) or [self.obs_dim]
 
     @property
     def has_distribution(self) -> bool:
@@ -142,7 +150,7 @@ class TFDeployable(tf.Module):
         self._parts, self._noise = parts, noise
         self._c = GraphConstants.of(parts)
         obs_dim, act_dim, k = parts.obs_dim, parts.action.size, parts.frame_stack
-        obs_spec = lambda n, name=None: tf.TensorSpec([n, obs_dim], tf.float32, name=name)  # noqa: E731
+        obs_spec = lambda n, name=None: tf.TensorSpec([n, *parts.input_shape], tf.float32, name=name)  # noqa: E731
         act_spec = lambda n, name=None: tf.TensorSpec([n, act_dim], tf.float32, name=name)  # noqa: E731
         start_spec = lambda n: tf.TensorSpec([n, 1], tf.float32, name=EPISODE_START if n == 1 else None)  # noqa: E731
         if k > 1:
@@ -179,10 +187,13 @@ class TFDeployable(tf.Module):
     def _served(self, fn: Callable[..., Any], extra: list[tf.TensorSpec]) -> Any:
         """The SavedModel's signature: `obs`, or one input per Dict key concatenated in order, then the
         `extra` inputs."""
-        obs_dim = self._parts.obs_dim
         if not self._parts.obs_keys:
             return tf.function(
-                fn, input_signature=[tf.TensorSpec([1, obs_dim], tf.float32, name="obs"), *extra]
+                fn,
+                input_signature=[
+                    tf.TensorSpec([1, *self._parts.input_shape], tf.float32, name="obs"),
+                    *extra,
+                ],
             )
         n_keys = len(self._parts.obs_keys)
 
@@ -195,6 +206,8 @@ class TFDeployable(tf.Module):
     # ---- step 2: the stateless policy up to the head's input
     def normalized(self, obs: tf.Tensor) -> tf.Tensor:
         c = self._c
+        if self._parts.matrix_shape:
+            obs = tf.reshape(obs, [-1, self._parts.obs_dim])
         x = (obs - tf.constant(c.mean)) * tf.constant(c.inv_std)
         if c.bounds is not None:
             limit = tf.constant(c.bounds.reshape(-1))

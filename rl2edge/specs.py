@@ -173,6 +173,12 @@ class ObservationSpec:
         return bool(self.keys)
 
     @property
+    def is_matrix(self) -> bool:
+        """A Box of two or more axes that is not an image (highway-env's (5, 5) Kinematics): the graph
+        takes it in its shape and flattens it row-major for the MLP; a PLC gives it as one flat array."""
+        return not self.keys and self.layout == "flat" and len(self.shape) > 1
+
+    @property
     def key_slices(self) -> list[tuple[str, slice]]:
         """Each key's place in the concatenation."""
         out, start = [], 0

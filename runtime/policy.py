@@ -38,6 +38,10 @@ class Policy:
         self._key_parts = [(name, part) for name, part in obs.key_slices]
         self._key_shapes = [(k.name, k.shape if k.is_image else (k.size,)) for k in obs.keys]
         self._model_shape = backend.input_shape
+        # a matrix observation is also taken flat, row-major, as a PLC array holds it
+        self._shapes = {obs.shape, (1, *obs.shape)} | (
+            {(obs.size,), (1, obs.size)} if obs.is_matrix else set()
+        )
         if int(np.prod(self._model_shape)) != obs.size:
             raise ManifestError(
                 f"model input {self._model_shape} does not hold the manifest's observation {self.obs_shape}"
@@ -232,9 +236,14 @@ class Policy:
                 raise ObservationError(
                     f"observation dtype {arr.dtype} is not numeric; expected {self.obs_shape} float32"
                 )
-            if arr.shape != self.obs_shape and arr.shape != (1, *self.obs_shape):
+            if arr.shape not in self._shapes:
+                flat = (
+                    f", or its {self.observation_spec.size} values flat"
+                    if self.observation_spec.is_matrix
+                    else ""
+                )
                 raise ObservationError(
-                    f"observation shape {arr.shape} does not match the artifact's {self.obs_shape}"
+                    f"observation shape {arr.shape} does not match the artifact's {self.obs_shape}{flat}"
                 )
         x = arr.astype(np.float32, copy=False)
         # integers are finite: no pass over a frame

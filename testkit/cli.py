@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -9,8 +10,18 @@ from pathlib import Path
 EXE = str(Path(sys.executable).with_name("rl2edge"))
 
 
-def rl2edge(*args: str | Path, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([EXE, *map(str, args)], capture_output=True, text=True, cwd=cwd, timeout=600)
+def rl2edge(
+    *args: str | Path, cwd: Path | None = None, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """`env`: variables added to this process's (PYTHONPATH for a user's env module, say)."""
+    return subprocess.run(
+        [EXE, *map(str, args)],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        timeout=600,
+        env=None if env is None else {**os.environ, **env},
+    )
 
 
 def assert_clean_failure(proc: subprocess.CompletedProcess[str], *fragments: str) -> None:

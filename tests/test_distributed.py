@@ -169,14 +169,16 @@ def test_each_configuration_trains_on_every_seed(tmp_path: Path) -> None:
     # --seeds in a sweep: every trial trains each seed (the first in the trial's actor, the others in
     # child actors of its placement group) and reports their mean; each seed is a run directory. Three
     # seeds, as docs/ray.md's sweep has: on a 2-core machine (CI) a trial used to ask Ray for 3 CPUs and
-    # wait forever; its seeds now share the 2 CPUs.
+    # wait forever; its seeds now share the 2 CPUs. The env is Gymnasium's `module:Env-v0` form, an id
+    # registered when the module is imported, which each Ray worker does again.
     out = tmp_path / "sweep"
     text = CARTPOLE_SPACE.replace("n_timesteps: 8192", "n_timesteps: 2048").replace(
         "eval_freq: 2048", "eval_freq: 1024"
     )
     proc = rl2edge(
-        "tune", "--env", "CartPole-v1", "--space", _space_file(tmp_path, text), "--trials", "2",
-        "--seeds", "0,1,2", "--out", out, "--no-progress",
+        "tune", "--env", "testkit.registered_envs:RegCartPole-v0", "--space", _space_file(tmp_path, text),
+        "--trials", "2", "--seeds", "0,1,2", "--out", out, "--no-progress",
+        env={"PYTHONPATH": str(Path(__file__).resolve().parents[1])},  # testkit, as a user's own module
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads((out / "sweep.json").read_text())
@@ -186,8 +188,9 @@ def test_each_configuration_trains_on_every_seed(tmp_path: Path) -> None:
         assert all((d / "checkpoint.json").is_file() for d in dirs)
         finals = [json.loads((d / "summary.json").read_text())["final_eval"]["mean_return"] for d in dirs]
         assert row["final_eval"] == pytest.approx(sum(finals) / 3)
-        seeds = [json.loads((d / "checkpoint.json").read_text())["seed"] for d in dirs]
-        assert seeds == [0, 1, 2]
+        ckpts = [json.loads((d / "checkpoint.json").read_text()) for d in dirs]
+        assert [c["seed"] for c in ckpts] == [0, 1, 2]
+        assert {c["env_id"] for c in ckpts} == {"testkit.registered_envs:RegCartPole-v0"}
 
 
 _RAY_WORKER_LINE = re.compile(r"\((\w+) pid=\d+(, ip=[\d.]+)?\)")

@@ -239,15 +239,18 @@ def check_env(algo: str, env_id: str) -> None:
     any work)."""
     from rl2edge.train.core.encoder_spec import refuse_image_keys
     from rl2edge.train.core.envs import make_env
-    from rl2edge.train.core.spaces import observation_spec
+    from rl2edge.train.core.spaces import action_spec, check_trainable, observation_spec
 
     row = get(algo)
     env = make_env(env_id)
     try:
+        spec = observation_spec(env.observation_space)  # a space rl2edge does not take: refused here
+        check_trainable(spec, env_id)
+        action_spec(env.action_space)  # likewise for the action space
         row.check_action_space(hasattr(env.action_space, "n"), env_id)
         if not row.image_keys:
             takes = [a.name for a in ALGOS.values() if a.image_keys]
-            refuse_image_keys(observation_spec(env.observation_space), row.name, takes)
+            refuse_image_keys(spec, row.name, takes)
     finally:
         env.close()
 

@@ -27,7 +27,10 @@ def source(ckpt: Checkpoint, agent: Any, description: dict[str, Any]) -> TFSourc
     head = head_for(ckpt.algo, ckpt.action.discrete)
     keys = tuple((key.name, key.size) for key in ckpt.observation.keys)
     k = ckpt.frame_stack
-    parts = GraphParts(net, norm, ckpt.action, ckpt.observation.size * k, head, keys, frame_stack=k)
+    matrix = ckpt.observation.shape if ckpt.observation.is_matrix else ()
+    parts = GraphParts(
+        net, norm, ckpt.action, ckpt.observation.size * k, head, keys, frame_stack=k, matrix_shape=matrix
+    )
     return TFSource(
         ckpt.env_id,
         ckpt.observation,

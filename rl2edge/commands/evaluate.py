@@ -24,7 +24,7 @@ def add_parser(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
     v.add_argument("artifact", help="artifact directory (manifest.json + policy.tflite)")
     v.add_argument(
         "--env",
-        help="Gymnasium id or package.module:EnvClass (default: the env the artifact was trained on, from its "
+        help="Gymnasium id, package.module:Env-v0 or package.module:EnvClass (default: the env the artifact was trained on, from its "
         "manifest)",
     )
     v.add_argument("--episodes", type=bounded.EPISODES, default=20, help="episodes (default: 20)")

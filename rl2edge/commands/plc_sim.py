@@ -27,7 +27,11 @@ def add_parser(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
         epilog="example:\n  rl2edge plc-sim --env CartPole-v1 --endpoint opc.tcp://127.0.0.1:4840 --mode lockstep "
         "--episodes 5 --record returns.json",
     )
-    ps.add_argument("--env", required=True, help="Gymnasium id or package.module:EnvClass")
+    ps.add_argument(
+        "--env",
+        required=True,
+        help="Gymnasium id (CartPole-v1), package.module:Env-v0 (an id the module registers on import) or package.module:EnvClass",
+    )
     ps.add_argument("--seed", type=bounded.SEED, default=0, help="seed of the first episode (default: 0)")
     ps.add_argument("--endpoint", default="opc.tcp://127.0.0.1:4840", help="where to listen")
     ps.add_argument("--mode", default="lockstep", choices=["lockstep", "realtime"])

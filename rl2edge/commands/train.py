@@ -42,7 +42,11 @@ def add_parser(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
     )
     t.add_argument("--algo", default=DEFAULT, choices=list(ALGOS), help=f"algorithm (default: {DEFAULT})")
     t.add_argument("--framework", default="torch", choices=FRAMEWORKS, help="backend (default: torch)")
-    t.add_argument("--env", required=True, help="Gymnasium id (CartPole-v1) or package.module:EnvClass")
+    t.add_argument(
+        "--env",
+        required=True,
+        help="Gymnasium id (CartPole-v1), package.module:Env-v0 (an id the module registers on import) or package.module:EnvClass",
+    )
     t.add_argument("--steps", type=bounded.STEPS, help="total env steps (default: the preset's n_timesteps)")
     t.add_argument(
         "--seed",

@@ -36,7 +36,11 @@ def add_parser(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
     )
     t.add_argument("--algo", default=DEFAULT, choices=list(ALGOS), help=f"algorithm (default: {DEFAULT})")
     t.add_argument("--framework", default="torch", choices=FRAMEWORKS, help="backend (default: torch)")
-    t.add_argument("--env", required=True, help="Gymnasium id or package.module:EnvClass")
+    t.add_argument(
+        "--env",
+        required=True,
+        help="Gymnasium id (CartPole-v1), package.module:Env-v0 (an id the module registers on import) or package.module:EnvClass",
+    )
     t.add_argument("--space", required=True, help="YAML search space (space: and optionally fixed:)")
     t.add_argument(
         "--config", help="YAML hyperparameters applied before the space (as rl2edge train --config)"

@@ -1,4 +1,5 @@
-"""Environment creation: registered Gymnasium ids and a user's own `package.module:EnvClass`."""
+"""Environment creation: registered Gymnasium ids (`Env-v0`, or `module:Env-v0` for an id a module registers
+on import) and a user's own `package.module:EnvClass`."""
 
 from __future__ import annotations
 
@@ -13,7 +14,12 @@ from rl2edge.errors import ConfigError
 from rl2edge.specs import ObservationSpec
 from rl2edge.train.core.frame_stack import StackedObservation
 from rl2edge.train.core.partial_envs import register as _register_partial_envs
-from rl2edge.train.core.spaces import FlatDictObservation, observation_spec
+from rl2edge.train.core.spaces import (
+    FlatBoxObservation,
+    FlatDictObservation,
+    image_layout,
+    observation_spec,
+)
 
 _logger = logging.getLogger(__name__)
 _register_partial_envs()  # the Zoo's NoVel tasks under their ids
@@ -21,23 +27,27 @@ _register_partial_envs()  # the Zoo's NoVel tasks under their ids
 
 def _env_factory(env_id: str, **kwargs: Any) -> Callable[[], gym.Env]:
     # 'package.module:EnvClass' names a user's class; 'module:Env-v0' is Gymnasium's own syntax for an
-    # id registered on import of module. Try the class first, then let Gymnasium resolve the id.
+    # id that module registers on import (highway-env's 'highway_env:highway-fast-v0'). Import the module,
+    # take the class if it is one, else look the id up without the prefix, as gymnasium.make does.
+    registered = env_id
     if ":" in env_id:
-        module_name, _, attr = env_id.partition(":")
+        module_name, _, registered = env_id.partition(":")
         try:
             module = importlib.import_module(module_name)
         except ImportError as exc:
             raise ConfigError(f"cannot import module {module_name!r} for env {env_id!r}: {exc}") from exc
-        cls = getattr(module, attr, None)
+        cls = getattr(module, registered, None)
         if isinstance(cls, type) and issubclass(cls, gym.Env):
             return lambda: cls(**kwargs)
     try:
-        gym.spec(env_id)
+        gym.spec(registered)
     except gym.error.Error as exc:
         raise ConfigError(
             f"unknown environment id {env_id!r} ({exc}); use a registered Gymnasium id such as CartPole-v1, "
-            "or 'package.module:EnvClass' for your own gymnasium.Env subclass"
+            "'package.module:Env-v0' for an id that module registers on import, or 'package.module:EnvClass' "
+            "for your own gymnasium.Env subclass"
         ) from None
+    # the full id: gymnasium.make imports the module again where it is called (a Ray worker, plc-sim)
     return lambda: gym.make(env_id, **kwargs)
 
 
@@ -55,15 +65,20 @@ def make_env(env_id: str, **kwargs: Any) -> gym.Env:
 
 def make_vec_env(env_id: str, n_envs: int, frame_stack: int = 1) -> gym.vector.SyncVectorEnv:
     """n copies in one process, as training sees them: a Dict observation as one vector
-    (FlatDictObservation), the last `frame_stack` observations stacked (train.core.frame_stack). SAME_STEP
+    (FlatDictObservation), a matrix observation as one vector (FlatBoxObservation), the last `frame_stack` observations stacked (train.core.frame_stack). SAME_STEP
     autoreset keeps the final observation of each episode in infos['final_obs'], which PPO needs to
     bootstrap truncated episodes."""
     factory = _env_factory(env_id)
 
     def make() -> gym.Env:
         env = factory()
-        if isinstance(env.observation_space, gym.spaces.Dict):
+        space = env.observation_space
+        if isinstance(space, gym.spaces.Dict):
             env = FlatDictObservation(env)
+        elif (
+            isinstance(space, gym.spaces.Box) and len(space.shape) > 1 and image_layout(space.shape) == "flat"
+        ):
+            env = FlatBoxObservation(env)  # a (5, 5) matrix: flattened for the MLP, its shape kept
         return StackedObservation(env, frame_stack) if frame_stack > 1 else env
 
     return gym.vector.SyncVectorEnv([make] * n_envs, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
@@ -77,4 +92,6 @@ def vec_observation_spec(envs: gym.vector.SyncVectorEnv) -> ObservationSpec:
         first = first.env
     if isinstance(first, FlatDictObservation):
         return first.spec_of_keys
+    if isinstance(first, FlatBoxObservation):
+        return first.spec_of_box
     return observation_spec(first.observation_space)

@@ -130,7 +130,7 @@ def train_onpolicy(
                 f"{cfg.algo}: recurrent policies take vector observations, rollouts in one process"
             )
         collector_class, buffer_class = RecurrentCollector, SequenceBuffer
-        run.act_fn = lambda agent_, norm_: StatefulEvaluator(agent_, norm_, to_env, obs_spec.flatten, network)
+        run.act_fn = lambda agent_, norm_: StatefulEvaluator(agent_, norm_, to_env, run.flatten, network)
     agent = make_agent(network, cfg, seed, device)
     buffer = buffer_class(cfg.n_steps, cfg.n_envs, obs_shape, discrete, act_spec.output_width)
 

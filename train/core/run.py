@@ -27,7 +27,7 @@ from rl2edge.train.core.frame_stack import FrameStacker, check_stackable, stacke
 from rl2edge.train.core.metrics import MetricsLogger
 from rl2edge.train.core.network_spec import NetworkSpec
 from rl2edge.train.core.normalization import RunningNormalizer
-from rl2edge.train.core.spaces import action_spec
+from rl2edge.train.core.spaces import action_spec, network_view
 
 _logger = logging.getLogger(__name__)
 
@@ -137,6 +137,10 @@ def finish_run(
     return TrainResult(run_dir, global_step, wall, final_eval)
 
 
+def _ravel(obs: Any) -> np.ndarray:
+    return np.asarray(obs).reshape(-1)
+
+
 def deterministic_fn(
     to_env: Callable[[Any], Any], flatten: Callable[[Any], np.ndarray] = np.asarray, frame_stack: int = 1
 ) -> Callable[[Any, RunningNormalizer], Callable[[Any], Any]]:
@@ -191,15 +195,18 @@ class TrainingRun:
         self.envs = make_vec_env(env_id, cfg.n_envs, k)
         # the observation the env (and the PLC) gives, one frame; the network sees `frame_stack` of them
         self.frame_spec = vec_observation_spec(self.envs)
-        check_stackable(self.frame_spec, k)
-        self.obs_spec = stacked_spec(self.frame_spec, k)
+        view = network_view(self.frame_spec)  # a (5, 5) matrix: its 25 values, row-major
+        check_stackable(view, k)
+        self.obs_spec = stacked_spec(view, k)
         self.act_spec = action_spec(self.envs.single_action_space)
         self.discrete = self.act_spec.discrete
         self.obs_shape = self.obs_spec.shape
         self.to_env = ActionTransform(self.act_spec).to_env
         self.norm = RunningNormalizer(self.obs_shape, clip=cfg.norm_obs_clip, enabled=cfg.normalize_obs)
         self.norm.raw = image_mask(self.obs_spec)  # pixels: scaled in the network, never normalized
-        self.act_fn = deterministic_fn(self.to_env, self.frame_spec.flatten, k)
+        # an observation as the env gives it -> the one vector the network sees (before any stacking)
+        self.flatten = self.frame_spec.flatten if view is self.frame_spec else _ravel
+        self.act_fn = deterministic_fn(self.to_env, self.flatten, k)
         self.keeper = BestKeeper(cfg.keep_best)
         self.recent_returns: list[float] = []
         self.next_eval = cfg.eval_freq

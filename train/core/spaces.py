@@ -18,15 +18,26 @@ def _bounds(arr: np.ndarray) -> list[Any]:
     return [None if not np.isfinite(v) else float(v) for v in np.asarray(arr, dtype=np.float64).ravel()]
 
 
+def _unsupported(space: gym.Space, where: str) -> ConfigError:
+    """The one-line refusal of a space rl2edge does not take, with the wrapper to use."""
+    if isinstance(space, (gym.spaces.Text, gym.spaces.Graph, gym.spaces.Sequence)):
+        todo = (
+            "it has no fixed size for a network or a PLC; encode it as a fixed-size Box in the env "
+            "(a gymnasium.ObservationWrapper)"
+        )
+    else:  # Tuple, Discrete, MultiDiscrete, MultiBinary: flattenable
+        todo = "wrap the env in gymnasium.wrappers.FlattenObservation (a Box of its one-hot/flattened values)"
+    return ConfigError(
+        f"{where} {space} is not supported: rl2edge policies take Box observations or a Dict of Box keys; {todo}"
+    )
+
+
 def observation_spec(space: gym.Space, units: Mapping[str, str] | None = None) -> ObservationSpec:
     """`units`: a Dict env's units per key (its metadata's `observation_units`), written to the manifest."""
     if isinstance(space, gym.spaces.Dict):
         return _dict_spec(space, units or {})
     if not isinstance(space, gym.spaces.Box):
-        raise ConfigError(
-            f"observation space {space} is not supported: rl2edge policies take Box observations or a "
-            "Dict of Box keys (flatten Tuple observations with gymnasium.wrappers.FlattenObservation)"
-        )
+        raise _unsupported(space, "observation space")
     return ObservationSpec(
         tuple(space.shape),
         str(space.dtype),
@@ -43,9 +54,7 @@ def _dict_spec(space: gym.spaces.Dict, units: Mapping[str, str]) -> ObservationS
     keys = []
     for name, sub in space.spaces.items():
         if not isinstance(sub, gym.spaces.Box):
-            raise ConfigError(
-                f"Dict observation key {name!r} is {sub}; rl2edge takes Dict observations of Box keys"
-            )
+            raise _unsupported(sub, f"Dict observation key {name!r}:")
         if len(sub.shape) == 3:
             image_layout(tuple(sub.shape))  # an image's channels: 1-4 first or last, else refused
         elif len(sub.shape) not in (1, 2):
@@ -87,6 +96,40 @@ class FlatDictObservation(gym.ObservationWrapper):
 
     def observation(self, observation: Any) -> np.ndarray:
         return self.spec_of_keys.flatten(observation).astype(np.float32)
+
+
+def network_view(spec: ObservationSpec) -> ObservationSpec:
+    """The observation as the network sees it: a Box of two or more axes that is not an image flattened
+    row-major (SB3's FlattenExtractor); anything else as it is. The manifest and the node map keep the
+    env's shape; the PLC gives its values as one flat array in that (C) order."""
+    if not spec.is_matrix:
+        return spec
+    return ObservationSpec((spec.size,), spec.dtype, spec.low, spec.high, "flat")
+
+
+class FlatBoxObservation(gym.ObservationWrapper):
+    """A Box observation of two or more axes (not an image) as training sees it: one float32 vector,
+    row-major; `spec_of_box` keeps the env's own shape for the checkpoint and the artifact."""
+
+    def __init__(self, env: gym.Env):
+        super().__init__(env)
+        self.spec_of_box = observation_spec(env.observation_space)
+        self.observation_space = flat_space(network_view(self.spec_of_box))
+
+    def observation(self, observation: Any) -> np.ndarray:
+        return np.asarray(observation, np.float32).reshape(-1)
+
+
+def check_trainable(spec: ObservationSpec, env_id: str) -> None:
+    """rl2edge's networks take a vector, a matrix (flattened) or a Dict whose image keys get a
+    Nature-CNN each; an image outside a Dict is refused before any work, with the wrapper that makes it a key."""
+    if not spec.is_dict and spec.layout != "flat":
+        raise ConfigError(
+            f"{env_id} observes a {spec.layout} image {list(spec.shape)} outside a Dict: rl2edge trains images "
+            'as Dict keys (a Nature-CNN per key). Return {"camera": frame} from the env (a '
+            "gymnasium.ObservationWrapper whose observation_space is Dict(camera=the Box)), then train it "
+            "with an algorithm that takes image keys (docs/own-env.md)"
+        )
 
 
 def image_layout(shape: tuple[int, ...]) -> str:

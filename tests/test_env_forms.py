@@ -1,0 +1,159 @@
+"""Plants nobody here wrote: every form of `--env` Gymnasium documents, and every observation space form,
+either works through the real `main()` or is refused before any work in one line that says what to do.
+
+testkit.registered_envs stands in for a third-party package (highway-env): it registers its ids when
+imported, and its matrix plants observe a (5, 5) Box, the shape of highway-env's Kinematics.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from rl2edge.cli import main
+from rl2edge.errors import ConfigError
+from rl2edge.train.core.envs import check_env_id, make_env, make_vec_env, vec_observation_spec
+from testkit.plc import NO_MISS, free_port, running, stop, wait_for_server
+
+ROOT = Path(__file__).resolve().parents[1]
+MODULE = "testkit.registered_envs"
+REGISTERED = f"{MODULE}:RegCartPole-v0"  # Gymnasium's `module:Env-v0`: the id exists once MODULE is imported
+MATRIX_CARTPOLE = f"{MODULE}:MatrixCartPole-v0"
+MATRIX_PENDULUM = f"{MODULE}:MatrixPendulum-v0"
+
+
+# ------------------------------------------------------------------------------ `--env module:Env-v0`
+def test_the_module_id_form_is_resolved_as_gymnasium_make_resolves_it() -> None:
+    check_env_id(REGISTERED)
+    env = make_env(REGISTERED)
+    assert env.spec is not None and env.spec.id == "RegCartPole-v0" and env.spec.max_episode_steps == 200
+    with pytest.raises(
+        ConfigError, match=r"unknown environment id 'testkit.registered_envs:Nope-v0'.*module:Env-v0"
+    ):
+        check_env_id(f"{MODULE}:Nope-v0")
+    with pytest.raises(ConfigError, match="cannot import module 'no_such_plant'"):
+        check_env_id("no_such_plant:Plant-v0")
+
+
+def test_train_takes_the_module_id_form_through_main(tmp_path: Path) -> None:
+    """The documented form that failed for every module (`unknown environment id`, exit 2)."""
+    out = tmp_path / "run"
+    assert main(["train", "--env", REGISTERED, "--steps", "256", "--out", str(out), "--no-progress"]) == 0
+    ckpt = json.loads((out / "checkpoint.json").read_text())
+    assert ckpt["env_id"] == REGISTERED  # recorded as given: export and evaluate import the module again
+
+
+# ------------------------------------------------------------------------------ observation space forms
+def test_a_matrix_observation_is_flattened_for_the_network_and_keeps_its_shape() -> None:
+    envs = make_vec_env(MATRIX_CARTPOLE, 2)
+    spec = vec_observation_spec(envs)
+    assert spec.shape == (5, 5) and spec.is_matrix and len(spec.low) == 25
+    obs, _ = envs.reset(seed=0)
+    raw, _ = make_env(MATRIX_CARTPOLE).reset(seed=0)
+    assert obs.shape == (2, 25) and np.array_equal(obs[0], raw.reshape(-1))  # row-major, as numpy.ravel
+    assert spec.flatten(raw).shape == (5, 5)  # the graph takes it in its shape; the PLC's flat array too
+
+
+@pytest.mark.parametrize(
+    ("env", "fragments"),
+    [
+        ("TupleSensors", ["observation space Tuple(", "gymnasium.wrappers.FlattenObservation"]),
+        ("TextLog", ["observation space Text(", "fixed-size Box"]),
+        ("DictWithDiscreteKey", ["Dict observation key 'mode': Discrete(3)", "FlattenObservation"]),
+        ("BareCamera", ["observes a HWC image [36, 36, 3] outside a Dict", '{"camera": frame}']),
+    ],
+)
+def test_a_space_rl2edge_does_not_take_is_refused_before_any_work(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], env: str, fragments: list[str]
+) -> None:
+    out = tmp_path / "run"
+    rc = main(["train", "--env", f"{MODULE}:{env}", "--steps", "256", "--out", str(out), "--no-progress"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and "Traceback" not in "\n".join(err)
+    for f in fragments:
+        assert f in err[-1], err[-1]
+    assert not out.exists() and not list(tmp_path.glob(".run*"))  # nothing written, not even a partial run
+
+
+@pytest.mark.integration  # about 60 s: the integration tier, which CI runs too
+@pytest.mark.parametrize(
+    ("algo", "framework", "env"),
+    [
+        ("ppo", "torch", MATRIX_CARTPOLE),
+        ("a2c", "tf", MATRIX_CARTPOLE),
+        ("dqn", "torch", MATRIX_CARTPOLE),
+        ("ppo_lstm", "tf", MATRIX_CARTPOLE),
+        ("sac", "tf", MATRIX_PENDULUM),
+        ("td3", "torch", MATRIX_PENDULUM),
+    ],
+)
+def test_every_algorithm_trains_and_exports_on_a_5x5_box(
+    tmp_path: Path, algo: str, framework: str, env: str
+) -> None:
+    """PPO crashed with a 25-line traceback here (the network built for 25 inputs, the rollout fed the
+    matrix); DQN, SAC and TD3 refused it. Now each trains, and its fp32 artifact takes the matrix in its
+    shape ([1, 5, 5]) and flat (a PLC array of 25), with the same action."""
+    from rl2edge.runtime import Policy
+
+    run, art = tmp_path / "run", tmp_path / "art"
+    steps = "600" if algo in ("sac", "td3") else "512"
+    args = ["train", "--algo", algo, "--framework", framework, "--env", env, "--steps", steps]
+    assert main([*args, "--out", str(run), "--no-progress"]) == 0
+    assert json.loads((run / "checkpoint.json").read_text())["observation_space"]["shape"] == [5, 5]
+    args = [
+        "export",
+        str(run),
+        "--quantize",
+        "fp32",
+        "--out",
+        str(art),
+        "--eval-episodes",
+        "2",
+        "--no-progress",
+    ]
+    assert main(args) == 0
+    assert json.loads((art / "manifest.json").read_text())["observation"]["shape"] == [5, 5]
+    policy = Policy.load(art)
+    raw, _ = make_env(env).reset(seed=3)
+    assert policy.backend.input_shape[-2:] == (5, 5)
+    assert np.array_equal(np.asarray(policy.predict(raw)), np.asarray(policy.predict(raw.reshape(-1))))
+
+
+@pytest.mark.integration  # about 40 s
+def test_a_registered_matrix_plant_goes_from_train_to_plc_sim_with_the_returns_of_evaluate(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """`--env module:Env-v0` through train, export (int8), evaluate and plc-sim, each by its `main()` or
+    its command: the (5, 5) observation crosses OPC UA as one Double[25] array node, row-major, and the
+    closed loop's returns equal evaluate's on the same seeds."""
+    run, art = tmp_path / "run", tmp_path / "art"
+    train = ["train", "--env", MATRIX_CARTPOLE, "--steps", "4096", "--out", str(run), "--no-progress"]
+    assert main(train) == 0
+    assert main(["export", str(run), "--quantize", "int8", "--out", str(art), "--no-progress"]) == 0
+    capfd.readouterr()
+    assert main(["evaluate", str(art), "--episodes", "2", "--seed", "5", "--json"]) == 0
+    evaluated = json.loads(capfd.readouterr().out.strip().splitlines()[-1])
+    assert evaluated["env_id"] == MATRIX_CARTPOLE
+
+    url, record, summary = (
+        f"opc.tcp://127.0.0.1:{free_port()}",
+        tmp_path / "sim.json",
+        tmp_path / "serve.json",
+    )
+    sim = ["plc-sim", "--env", MATRIX_CARTPOLE, "--endpoint", url, "--seed", "5", "--episodes", "2",
+           "--record", str(record), "--strict"]  # fmt: skip
+    serve = ["serve", str(art), "--endpoint", url, "--period-ms", "5", *NO_MISS, "--summary", str(summary)]
+    with running(
+        sim, tmp_path / "sim.log", {"PYTHONPATH": str(ROOT)}
+    ) as sim_proc:  # testkit, as a user's module
+        wait_for_server(url)
+        with running(serve, tmp_path / "serve.log") as serve_proc:
+            assert sim_proc.wait(timeout=180) == 0, (tmp_path / "sim.log").read_text()
+            assert stop(serve_proc) == 0, (tmp_path / "serve.log").read_text()
+    assert json.loads(record.read_text())["returns"] == evaluated["returns"]
+    s = json.loads(summary.read_text())
+    assert s["invalid"] == 0 and s["write_rejected"] == 0 and s["deadline_misses"] == 0, s
+    assert "observation Double[25]," in (tmp_path / "serve.log").read_text()

@@ -62,7 +62,7 @@ def test_a_matrix_observation_is_flattened_for_the_network_and_keeps_its_shape()
     [
         ("TupleSensors", ["observation space Tuple(", "gymnasium.wrappers.FlattenObservation"]),
         ("TextLog", ["observation space Text(", "fixed-size Box"]),
-        ("DictWithDiscreteKey", ["Dict observation key 'mode': Discrete(3)", "FlattenObservation"]),
+        ("DictWithDiscreteKey", ["Dict observation key 'mode' is Discrete(3)", "FlattenObservation"]),
         ("BareCamera", ["observes a HWC image [36, 36, 3] outside a Dict", '{"camera": frame}']),
     ],
 )

@@ -18,8 +18,9 @@ def _bounds(arr: np.ndarray) -> list[Any]:
     return [None if not np.isfinite(v) else float(v) for v in np.asarray(arr, dtype=np.float64).ravel()]
 
 
-def _unsupported(space: gym.Space, where: str) -> ConfigError:
-    """The one-line refusal of a space rl2edge does not take, with the wrapper to use."""
+def _unsupported(space: gym.Space, what: str) -> ConfigError:
+    """The one-line refusal of a space rl2edge does not take (`what`: how the message names it), with the
+    wrapper to use."""
     if isinstance(space, (gym.spaces.Text, gym.spaces.Graph, gym.spaces.Sequence)):
         todo = (
             "it has no fixed size for a network or a PLC; encode it as a fixed-size Box in the env "
@@ -27,9 +28,7 @@ def _unsupported(space: gym.Space, where: str) -> ConfigError:
         )
     else:  # Tuple, Discrete, MultiDiscrete, MultiBinary: flattenable
         todo = "wrap the env in gymnasium.wrappers.FlattenObservation (a Box of its one-hot/flattened values)"
-    return ConfigError(
-        f"{where} {space} is not supported: rl2edge policies take Box observations or a Dict of Box keys; {todo}"
-    )
+    return ConfigError(f"{what}: rl2edge policies take Box observations or a Dict of Box keys; {todo}")
 
 
 def observation_spec(space: gym.Space, units: Mapping[str, str] | None = None) -> ObservationSpec:
@@ -37,7 +36,7 @@ def observation_spec(space: gym.Space, units: Mapping[str, str] | None = None) -
     if isinstance(space, gym.spaces.Dict):
         return _dict_spec(space, units or {})
     if not isinstance(space, gym.spaces.Box):
-        raise _unsupported(space, "observation space")
+        raise _unsupported(space, f"observation space {space} is not supported")
     return ObservationSpec(
         tuple(space.shape),
         str(space.dtype),
@@ -54,7 +53,7 @@ def _dict_spec(space: gym.spaces.Dict, units: Mapping[str, str]) -> ObservationS
     keys = []
     for name, sub in space.spaces.items():
         if not isinstance(sub, gym.spaces.Box):
-            raise _unsupported(sub, f"Dict observation key {name!r}:")
+            raise _unsupported(sub, f"Dict observation key {name!r} is {sub}")
         if len(sub.shape) == 3:
             image_layout(tuple(sub.shape))  # an image's channels: 1-4 first or last, else refused
         elif len(sub.shape) not in (1, 2):

@@ -347,3 +347,16 @@ def test_trained_elsewhere_benchmark_smoke(tmp_path: Path) -> None:
         assert (tmp_path / f"trained_elsewhere.{ext}").stat().st_size > 0
     assert list(data["results"]) == ["rsl-rl MLP policy.onnx"]
     assert all(r["fp32"]["max_abs_error"] <= 1e-4 for r in data["results"].values())
+
+
+@integration
+def test_replay_memory_benchmark_smoke(tmp_path: Path) -> None:
+    from benchmarks.replay_memory import main
+
+    data = main(["--transitions", "600", "--batch", "32", "--out", str(tmp_path)])
+    for ext in ("json", "md", "png"):
+        assert (tmp_path / f"replay_memory.{ext}").stat().st_size > 0
+    uint8, float32 = data["rows"]
+    # the arrays' own size, exactly: a byte per pixel against four, the float32 value alike
+    assert uint8["observation_bytes_stored"] == 2 * 600 * (84 * 84 * 3 + 4)
+    assert float32["observation_bytes_stored"] == 2 * 600 * (84 * 84 * 3 + 1) * 4

@@ -70,9 +70,14 @@ class OffPolicyConfig(RunConfig):
         return {}
 
     def make_replay(
-        self, capacity: int, obs_shape: tuple[int, ...], discrete: bool, act_dim: int
+        self,
+        capacity: int,
+        obs_shape: tuple[int, ...],
+        discrete: bool,
+        act_dim: int,
+        pixels: np.ndarray | None = None,
     ) -> ReplayBuffer:
-        return ReplayBuffer(capacity, obs_shape, discrete, act_dim)
+        return ReplayBuffer(capacity, obs_shape, discrete, act_dim, pixels=pixels)
 
     def make_nstep(self, n_envs: int) -> NStepCollector | None:
         """The n-step return collector between the envs and the replay; None: one-step transitions."""
@@ -300,13 +305,18 @@ class RainbowConfig(DQNConfig):
         }
 
     def make_replay(
-        self, capacity: int, obs_shape: tuple[int, ...], discrete: bool, act_dim: int
+        self,
+        capacity: int,
+        obs_shape: tuple[int, ...],
+        discrete: bool,
+        act_dim: int,
+        pixels: np.ndarray | None = None,
     ) -> ReplayBuffer:
         if self.prioritized:
             return PrioritizedReplayBuffer(
-                capacity, obs_shape, discrete, act_dim, self.per_alpha, self.per_eps
+                capacity, obs_shape, discrete, act_dim, self.per_alpha, self.per_eps, pixels=pixels
             )
-        return ReplayBuffer(capacity, obs_shape, discrete, act_dim, with_discounts=True)
+        return ReplayBuffer(capacity, obs_shape, discrete, act_dim, with_discounts=True, pixels=pixels)
 
     def make_nstep(self, n_envs: int) -> NStepCollector | None:
         return NStepCollector(self.n_step, self.gamma, n_envs)

@@ -144,7 +144,8 @@ def _train_offpolicy(
     network = network_spec(network_type, cfg, obs_spec, act_spec)
     agent = make_agent(network, cfg, seed, device)
     capacity = min(cfg.buffer_size, cfg.n_timesteps + n_envs)
-    buffer = cfg.make_replay(capacity, obs_shape, discrete, a_dim)  # uniform or prioritized: the config's
+    # uniform or prioritized, the config's; camera pixels stored as uint8 (the normalizer's raw values)
+    buffer = cfg.make_replay(capacity, obs_shape, discrete, a_dim, pixels=norm.raw)
     nstep = cfg.make_nstep(n_envs)  # or None: one-step transitions
     noise = cfg.make_action_noise(a_dim, n_envs, rng)  # or None: the config's
 

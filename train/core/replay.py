@@ -2,7 +2,8 @@
 
 Observations are stored raw and normalized when a batch is sampled, with the statistics current at
 that moment (SB3's VecNormalize does the same), so that the checkpoint's frozen statistics are the ones
-the final networks were trained against. `dones` holds terminations only: a time-limit truncation is
+the final networks were trained against. Each value keeps its dtype (ObservationStore): a uint8 camera
+frame's pixels take one byte each, as in SB3's buffer, not four. `dones` holds terminations only: a time-limit truncation is
 bootstrapped, and its `next_obs` is the episode's true final observation, not the reset one.
 """
 
@@ -57,24 +58,78 @@ def memory_limit() -> int | None:
     return min(limits) if limits else None
 
 
-def check_fits_memory(capacity: int, obs_size: int) -> None:
-    """Refuse a buffer whose observations (obs and next_obs, float32) would not fit in the memory this
-    process may use. numpy's zeros are committed only as they fill, so such a buffer would not fail here
-    but hours into the run; camera frames make it likely (84x84x3 at SB3's default of 10^6 transitions:
-    158 GiB)."""
-    need = 2 * capacity * obs_size * 4
+def check_fits_memory(capacity: int, obs_size: int, pixels: int = 0) -> None:
+    """Refuse a buffer whose observations (obs and next_obs: `pixels` uint8 values each, the rest float32)
+    would not fit in the memory this process may use. numpy's zeros are committed only as they fill, so
+    such a buffer would not fail here but hours into the run; camera frames make it likely (84x84x3 at
+    SB3's default of 10^6 transitions: 39.4 GiB in uint8)."""
+    need = 2 * capacity * observation_bytes(obs_size, pixels)
     total = memory_limit()
     if total is None:
         return
     if need > 0.8 * total:
+        what = (
+            f"{obs_size:,} values each ({pixels:,} of them uint8 pixels)"
+            if pixels
+            else f"{obs_size:,} float32 values each"
+        )
         raise ConfigError(
-            f"the replay buffer would hold {capacity:,} transitions of {obs_size:,} float32 values each: "
+            f"the replay buffer would hold {capacity:,} transitions of {what}: "
             f"{need / 2**30:.1f} GiB for the observations, more than 80 % of the "
             f"{total / 2**30:.1f} GiB of memory this process may use. Lower buffer_size (a --config file: "
             "`buffer_size: N`)"
         )
     if need > 2**30:
         _logger.info("the replay buffer's observations take up to %.1f GiB as it fills", need / 2**30)
+
+
+def observation_bytes(obs_size: int, pixels: int = 0) -> int:
+    """One stored observation's bytes: a uint8 pixel takes 1, any other value 4 (float32)."""
+    return pixels + 4 * (obs_size - pixels)
+
+
+class ObservationStore:
+    """A replay buffer's observations, each value in its own dtype: the uint8 pixels of camera frames
+    (`pixels`, a mask over the flat observation, train.core.encoder_spec.image_mask) as uint8, the rest
+    float32. Reading gives float32 equal bit for bit to what was written: the pixels are the integers
+    0-255, exact in both. A key's values are contiguous, so each part is copied as a slice."""
+
+    def __init__(self, capacity: int, size: int, pixels: np.ndarray | None = None):
+        mask = np.zeros(size, bool) if pixels is None else np.asarray(pixels, bool).reshape(-1)
+        if mask.size != size:
+            raise ValueError(f"the pixel mask has {mask.size} entries; the observation has {size} values")
+        self.size, self.pixels = size, int(mask.sum())
+        # (slice of the observation, slice of frames or values) per run of pixels or of other values
+        self._runs: list[tuple[slice, bool, slice]] = []
+        edges = np.flatnonzero(np.diff(mask.astype(np.int8))) + 1
+        starts, ends = np.concatenate([[0], edges]), np.concatenate([edges, [size]])
+        at = {True: 0, False: 0}
+        for a, b in zip(starts.tolist(), ends.tolist(), strict=True):
+            px = bool(mask[a])
+            self._runs.append((slice(a, b), px, slice(at[px], at[px] + b - a)))
+            at[px] += b - a
+        self.frames = np.zeros((capacity, self.pixels), np.uint8)
+        self.values = np.zeros((capacity, size - self.pixels), np.float32)
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.frames.nbytes + self.values.nbytes)
+
+    def __setitem__(self, idx: np.ndarray, obs: np.ndarray) -> None:
+        if not self.pixels:
+            self.values[idx] = obs
+            return
+        obs = np.asarray(obs)
+        for part, px, to in self._runs:
+            (self.frames if px else self.values)[idx, to] = obs[..., part]
+
+    def __getitem__(self, idx: np.ndarray) -> np.ndarray:
+        if not self.pixels:
+            return self.values[idx]
+        out = np.empty((*np.shape(idx), self.size), np.float32)
+        for part, px, src in self._runs:
+            out[..., part] = (self.frames if px else self.values)[idx, src]
+        return out
 
 
 class ReplayBuffer:
@@ -85,11 +140,16 @@ class ReplayBuffer:
         discrete: bool,
         act_dim: int,
         with_discounts: bool = False,
+        pixels: np.ndarray | None = None,
     ):
+        """`pixels`: which values of the flat observation are uint8 pixels (stored as uint8)."""
+        if len(obs_shape) != 1:
+            raise ValueError(f"the replay buffer stores flat observations, not {obs_shape}")
         self.capacity, self.discrete = int(capacity), discrete
-        check_fits_memory(self.capacity, int(np.prod(obs_shape)))
-        self.obs = np.zeros((self.capacity, *obs_shape), np.float32)
-        self.next_obs = np.zeros((self.capacity, *obs_shape), np.float32)
+        size = int(obs_shape[0])
+        check_fits_memory(self.capacity, size, 0 if pixels is None else int(np.count_nonzero(pixels)))
+        self.obs = ObservationStore(self.capacity, size, pixels)
+        self.next_obs = ObservationStore(self.capacity, size, pixels)
         self.actions = (
             np.zeros(self.capacity, np.int64) if discrete else np.zeros((self.capacity, act_dim), np.float32)
         )
@@ -175,8 +235,9 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         alpha: float,
         eps: float,
         with_discounts: bool = True,
+        pixels: np.ndarray | None = None,
     ):
-        super().__init__(capacity, obs_shape, discrete, act_dim, with_discounts)
+        super().__init__(capacity, obs_shape, discrete, act_dim, with_discounts, pixels)
         from rl2edge.train.core.sum_tree import SumTree
 
         self.alpha, self.eps = float(alpha), float(eps)

@@ -1,0 +1,87 @@
+"""Replay buffers keep each observation value in its dtype (issue 46): a uint8 camera frame's pixels take a
+byte each, as in SB3's buffer, and a sampled batch is the float32 batch of before, bit for bit.
+benchmarks/replay_memory.py measures the memory (a quarter of before's for 100k 84x84x3 transitions)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from rl2edge.errors import ConfigError
+from rl2edge.train.core import replay
+from rl2edge.train.core.replay import ObservationStore, ReplayBuffer
+from testkit.runs import assert_same_weights, tiny_train
+
+
+def _mask(*runs: tuple[int, bool]) -> np.ndarray:
+    return np.concatenate([np.full(n, px) for n, px in runs])
+
+
+def test_the_store_gives_back_what_was_written_with_pixels_as_uint8() -> None:
+    # keys in any order: a vector, a frame, a vector, a frame (runs of each, copied as slices)
+    mask = _mask((3, False), (12, True), (1, False), (8, True))
+    rng = np.random.default_rng(0)
+    obs = np.where(mask, rng.integers(0, 256, (50, mask.size)), rng.normal(size=(50, mask.size)) * 1e3)
+    obs = obs.astype(np.float32)
+    store = ObservationStore(64, mask.size, mask)
+    store[np.arange(50)] = obs
+    assert store.frames.dtype == np.uint8 and store.frames.shape == (64, 20)
+    assert store.values.dtype == np.float32 and store.values.shape == (64, 4)
+    idx = rng.integers(0, 50, (3, 7))  # [n, B] as the buffer samples
+    got = store[idx]
+    assert got.dtype == np.float32 and got.shape == (3, 7, mask.size)
+    assert np.array_equal(got, obs[idx])  # exact: pixels are the integers 0-255, vectors stay float32
+    assert store.nbytes == 64 * (20 + 4 * 4)
+    plain = ObservationStore(64, mask.size)  # no mask: float32 as before
+    plain[np.arange(50)] = obs
+    assert plain.frames.size == 0 and np.array_equal(plain[idx], obs[idx])
+
+
+def test_a_mask_that_does_not_fit_the_observation_is_refused() -> None:
+    with pytest.raises(ValueError, match="mask has 3 entries; the observation has 4"):
+        ObservationStore(4, 4, np.ones(3, bool))
+
+
+def test_the_memory_check_counts_frames_at_a_byte_a_pixel(monkeypatch: pytest.MonkeyPatch) -> None:
+    """SB3's default buffer of 10^6 84x84x3 transitions: 157.7 GiB as float32, 39.4 GiB as uint8; both are
+    refused under a 24 GiB limit, 10^5 uint8 transitions (3.9 GiB) are not."""
+    monkeypatch.setattr(replay, "memory_limit", lambda: 24 * 2**30)
+    pixels = np.ones(84 * 84 * 3, bool)
+    with pytest.raises(ConfigError, match=r"21,168 values each \(21,168 of them uint8 pixels\): 39.4 GiB"):
+        ReplayBuffer(10**6, (pixels.size,), True, 4, pixels=pixels)
+    with pytest.raises(ConfigError, match=r"21,168 float32 values each: 157.7 GiB"):
+        ReplayBuffer(10**6, (pixels.size,), True, 4)
+    assert replay.observation_bytes(pixels.size, pixels.size) * 4 == replay.observation_bytes(pixels.size)
+
+
+@pytest.mark.parametrize("framework", ["torch", "tf"])
+def test_sac_on_a_camera_trains_the_same_with_uint8_frames(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, framework: str
+) -> None:
+    """The same seed with frames stored as uint8 and as float32 (the store told to ignore the mask):
+    the same checkpoint, weight for weight. The sampled batches are equal bit for bit, so the same code on
+    the same CPU computes the same updates; a difference would mean the store changed a value."""
+    overrides = {"learning_starts": 64, "batch_size": 16, "net_arch": [16, 16]}
+    env = "testkit.dict_envs:CameraPendulum"  # 36x36x3 uint8 frame and a rate
+    seen: list[int] = []
+    original = ObservationStore.__init__
+
+    def counting(self: ObservationStore, capacity: int, size: int, pixels: np.ndarray | None = None) -> None:
+        original(self, capacity, size, pixels)
+        seen.append(self.pixels)
+
+    monkeypatch.setattr(ObservationStore, "__init__", counting)
+    a = tiny_train(env, tmp_path / "uint8", steps=160, algo="sac", framework=framework, **overrides)
+    assert seen == [36 * 36 * 3] * 2  # obs and next_obs, frames as uint8
+
+    def as_float32(
+        self: ObservationStore, capacity: int, size: int, pixels: np.ndarray | None = None
+    ) -> None:
+        counting(self, capacity, size, None)
+
+    monkeypatch.setattr(ObservationStore, "__init__", as_float32)
+    b = tiny_train(env, tmp_path / "float32", steps=160, algo="sac", framework=framework, **overrides)
+    assert seen[2:] == [0, 0]
+    assert_same_weights(a, b)

@@ -157,3 +157,51 @@ def test_a_registered_matrix_plant_goes_from_train_to_plc_sim_with_the_returns_o
     s = json.loads(summary.read_text())
     assert s["invalid"] == 0 and s["write_rejected"] == 0 and s["deadline_misses"] == 0, s
     assert "observation Double[25]," in (tmp_path / "serve.log").read_text()
+
+
+# ------------------------------------------------------------------------------ a peer's own file
+@pytest.mark.integration  # about 30 s
+@pytest.mark.parametrize(("algo", "env"), [("PPO", MATRIX_CARTPOLE), ("SAC", MATRIX_PENDULUM)])
+def test_an_sb3_model_of_a_matrix_plant_exports_and_acts_as_sb3_predicts(
+    tmp_path: Path, algo: str, env: str
+) -> None:
+    """SB3's MlpPolicy flattens a (5, 5) Box (FlattenExtractor); its zip was refused ("multi-dimensional
+    observations are not supported yet"). The fp32 artifact, fed each observation in its shape, gives SB3's
+    own deterministic predict: the same index for PPO's Discrete action on every one of 200 observations
+    (none of them near a tie: the test skips those whose two logits are within 1e-3), and torques within
+    1e-4 for SAC (float32 through two engines)."""
+    import gymnasium as gym
+    import stable_baselines3 as sb3
+    import torch
+
+    import testkit.registered_envs  # noqa: F401  (registers the ids for gym.make)
+    from rl2edge.export.pipeline import ExportOptions, export_source
+    from rl2edge.export.sources.sb3 import source_from_sb3
+    from rl2edge.runtime import Policy
+
+    kw = {"n_steps": 256, "batch_size": 64} if algo == "PPO" else {"learning_starts": 50}
+    model = getattr(sb3, algo)("MlpPolicy", gym.make(env.split(":")[1]), seed=0, device="cpu", **kw)
+    model.learn(512 if algo == "PPO" else 150)
+    model.save(tmp_path / "model.zip")
+    opts = ExportOptions(quantize="fp32", calib_episodes=2, eval_episodes=2, progress=False)
+    export_source(source_from_sb3(tmp_path / "model.zip", env, None), tmp_path / "art", opts)
+    policy = Policy.load(tmp_path / "art")
+    assert json.loads((tmp_path / "art" / "manifest.json").read_text())["observation"]["shape"] == [5, 5]
+
+    sim, obs = make_env(env), []
+    o, _ = sim.reset(seed=0)
+    for _ in range(200):
+        obs.append(o)
+        o, _, term, trunc, _ = sim.step(sim.action_space.sample())
+        if term or trunc:
+            o, _ = sim.reset()
+    batch = np.stack(obs)
+    expected = model.predict(batch, deterministic=True)[0]
+    got = np.stack([np.asarray(policy.predict(x)).reshape(-1) for x in batch])
+    if algo == "PPO":
+        with torch.no_grad():
+            logits = model.policy.get_distribution(model.policy.obs_to_tensor(batch)[0]).distribution.logits
+        clear = (logits.max(-1).values - logits.min(-1).values).numpy() > 1e-3
+        assert clear.sum() > 150 and np.array_equal(got[clear, 0], expected[clear])
+    else:
+        assert np.abs(got - expected).max() < 1e-4

@@ -328,7 +328,7 @@ def source_from_sb3(path: Path, env_id: str | None, vecnormalize: Path | None) -
         )
     finally:
         env.close()
-    if len(observation.shape) != 1:
+    if len(observation.shape) != 1 and not observation.is_matrix:  # a matrix: SB3's FlattenExtractor
         raise ExportError(
             f"{path}: image/multi-dimensional observations {list(observation.shape)} are not supported yet"
         )

@@ -205,3 +205,30 @@ def test_an_sb3_model_of_a_matrix_plant_exports_and_acts_as_sb3_predicts(
         assert clear.sum() > 150 and np.array_equal(got[clear, 0], expected[clear])
     else:
         assert np.abs(got - expected).max() < 1e-4
+
+
+# ------------------------------------------------------------------------------ a plant nobody here wrote
+@pytest.mark.integration  # about 35 s: highway-env steps at ~25 per second on this machine
+def test_highway_env_trains_exports_and_evaluates_by_its_own_registered_id(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """The issue's report, as its user ran it: `--env highway_env:highway-fast-v0` (the id highway-env
+    registers on import; `unknown environment id`, exit 2, before) with its default Kinematics observation,
+    a (5, 5) matrix (PPO crashed on it with a 25-line traceback). A few updates, then an int8 file that
+    `evaluate` runs in the env: the point is the path, not the driving."""
+    pytest.importorskip("highway_env")
+    env = "highway_env:highway-fast-v0"
+    run, art = tmp_path / "run", tmp_path / "art"
+    (tmp_path / "hp.yml").write_text(
+        "n_steps: 64\nn_envs: 2\nbatch_size: 64\nn_epochs: 1\neval_episodes: 1\n"
+    )
+    args = ["train", "--env", env, "--steps", "128", "--config", str(tmp_path / "hp.yml"), "--out", str(run)]
+    assert main([*args, "--no-progress"]) == 0
+    args = ["export", str(run), "--quantize", "int8", "--calib-episodes", "1", "--eval-episodes", "1"]
+    assert main([*args, "--out", str(art), "--no-progress"]) == 0
+    manifest = json.loads((art / "manifest.json").read_text())
+    assert manifest["source"]["env_id"] == env and manifest["observation"]["shape"] == [5, 5]
+    capfd.readouterr()
+    assert main(["evaluate", str(art), "--episodes", "1", "--json"]) == 0
+    out = json.loads(capfd.readouterr().out.strip().splitlines()[-1])
+    assert out["env_id"] == env and len(out["returns"]) == 1 and np.isfinite(out["returns"][0])

@@ -43,4 +43,6 @@ class OffPolicyAgentBase:
     ) -> np.ndarray | None:
         """n gradient steps on batches from `buffer`: the mean stats, or None when nothing was trained.
         By default all n batches are sampled at once and stepped in one call."""
+        if not buffer.ready():  # HER: no episode finished yet
+            return None
         return self.train(buffer.sample(n, batch_size, rng, normalize))

@@ -8,9 +8,10 @@ from typing import Any
 
 import numpy as np
 
-from rl2edge.errors import ConfigError
+from rl2edge.errors import ConfigError, short_repr
 from rl2edge.train.core.action_noise import GaussianNoise, OUNoise
 from rl2edge.train.core.config import RunConfig
+from rl2edge.train.core.her import HER_CLASS, her_options
 from rl2edge.train.core.nstep import NStepCollector
 from rl2edge.train.core.replay import PrioritizedReplayBuffer, ReplayBuffer
 from rl2edge.train.core.schedules import Schedule
@@ -46,9 +47,29 @@ class OffPolicyConfig(RunConfig):
     SB3's VecNormalize does); its frozen statistics are folded into the exported graph."""
     eval_freq: int = 5_000
     """Deterministic evaluation every this many env steps (0: off)."""
+    replay_buffer_class: str | None = None
+    """HerReplayBuffer: hindsight experience replay for goal-conditioned Dict plants (train.core.her);
+    None: uniform replay. SB3's name."""
+    replay_buffer_kwargs: dict[str, Any] = field(default_factory=dict)
+    """HerReplayBuffer's n_sampled_goal (4) and goal_selection_strategy (future), SB3's names."""
 
     def validate(self) -> None:
         super().validate()
+        if self.replay_buffer_class not in (None, HER_CLASS):
+            raise ConfigError(
+                f"replay_buffer_class {short_repr(self.replay_buffer_class)}: leave it out (uniform replay) or "
+                f"give {HER_CLASS}"
+            )
+        if not isinstance(self.replay_buffer_kwargs, dict):
+            raise ConfigError(
+                f"replay_buffer_kwargs must be a mapping, got {short_repr(self.replay_buffer_kwargs)}"
+            )
+        if self.replay_buffer_class is None and self.replay_buffer_kwargs:
+            raise ConfigError(
+                f"replay_buffer_kwargs are {HER_CLASS}'s; give replay_buffer_class: {HER_CLASS}"
+            )
+        if self.replay_buffer_class == HER_CLASS:
+            her_options(self.replay_buffer_kwargs)
         for name in ("buffer_size", "batch_size", "train_freq"):
             if int(getattr(self, name)) <= 0:
                 raise ConfigError(f"{name} must be a positive integer, got {getattr(self, name)}")
@@ -282,6 +303,10 @@ class RainbowConfig(DQNConfig):
 
     def validate(self) -> None:
         super().validate()
+        if self.replay_buffer_class is not None:
+            raise ConfigError(
+                f"Rainbow's replay is prioritized with n-step returns; {HER_CLASS} is for DQN, SAC, TD3 and DDPG"
+            )
         if self.n_step < 1:
             raise ConfigError(f"n_step must be >= 1, got {self.n_step}")
         if self.distributional and (self.n_atoms < 2 or not self.v_min < self.v_max):

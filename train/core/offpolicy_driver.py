@@ -25,6 +25,7 @@ from rl2edge.errors import ConfigError
 from rl2edge.specs import ActionSpec, ObservationSpec
 from rl2edge.train.core.encoder_spec import encoder_spec
 from rl2edge.train.core.evaluation import EvalResult
+from rl2edge.train.core.her import her_buffer
 from rl2edge.train.core.network_spec import NetworkSpec
 from rl2edge.train.core.offpolicy_config import OffPolicyConfig
 from rl2edge.train.core.replay import ReplayBatch, ReplayBuffer
@@ -144,8 +145,12 @@ def _train_offpolicy(
     network = network_spec(network_type, cfg, obs_spec, act_spec)
     agent = make_agent(network, cfg, seed, device)
     capacity = min(cfg.buffer_size, cfg.n_timesteps + n_envs)
-    # uniform or prioritized, the config's; camera pixels stored as uint8 (the normalizer's raw values)
-    buffer = cfg.make_replay(capacity, obs_shape, discrete, a_dim, pixels=norm.raw)
+    # uniform, prioritized or hindsight, the config's; camera pixels stored as uint8 (the normalizer's raw
+    # values)
+    if cfg.replay_buffer_class is None:
+        buffer = cfg.make_replay(capacity, obs_shape, discrete, a_dim, pixels=norm.raw)
+    else:
+        buffer = her_buffer(cfg, run, capacity, a_dim)
     nstep = cfg.make_nstep(n_envs)  # or None: one-step transitions
     noise = cfg.make_action_noise(a_dim, n_envs, rng)  # or None: the config's
 
@@ -183,6 +188,7 @@ def _train_offpolicy(
                 buffer.add(
                     ready.obs, ready.actions, ready.rewards, ready.next_obs, ready.terminated, ready.discounts
                 )
+            buffer.mark_episode_ends(done)  # HER samples finished episodes
             ep_returns += reward
             for i in np.flatnonzero(done):
                 recent_returns.append(float(ep_returns[i]))

@@ -161,6 +161,13 @@ class ReplayBuffer:
     def __len__(self) -> int:
         return self.size
 
+    def ready(self) -> bool:
+        """Something can be sampled (HER: a finished episode)."""
+        return self.size > 0
+
+    def mark_episode_ends(self, done: np.ndarray) -> None:
+        """The envs whose episode ended at the step just added; uniform replay keeps no episodes."""
+
     def add(
         self,
         obs: np.ndarray,

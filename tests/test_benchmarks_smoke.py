@@ -360,3 +360,16 @@ def test_replay_memory_benchmark_smoke(tmp_path: Path) -> None:
     # the arrays' own size, exactly: a byte per pixel against four, the float32 value alike
     assert uint8["observation_bytes_stored"] == 2 * 600 * (84 * 84 * 3 + 4)
     assert float32["observation_bytes_stored"] == 2 * 600 * (84 * 84 * 3 + 1) * 4
+
+
+@integration
+def test_her_benchmark_smoke(tmp_path: Path) -> None:
+    from benchmarks.her import main
+
+    data = main(["--steps", "300", "--seeds", "0", "--episodes", "2", "--out", str(tmp_path)])
+    for ext in ("json", "md", "png"):
+        assert (tmp_path / f"her.{ext}").stat().st_size > 0
+    assert [r["who"] for r in data["rows"]] == [
+        "rl2edge SAC + HER (int8)", "rl2edge SAC, plain (int8)", "SB3 SAC + HerReplayBuffer"
+    ]  # fmt: skip
+    assert all(len(r["success"]) == 1 and 0.0 <= r["mean"] <= 1.0 for r in data["rows"])

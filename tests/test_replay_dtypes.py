@@ -56,6 +56,7 @@ def test_the_memory_check_counts_frames_at_a_byte_a_pixel(monkeypatch: pytest.Mo
     assert replay.observation_bytes(pixels.size, pixels.size) * 4 == replay.observation_bytes(pixels.size)
 
 
+@pytest.mark.integration  # about 15 s for both: the integration tier (the default one is near its 15 minutes)
 @pytest.mark.parametrize("framework", ["torch", "tf"])
 def test_sac_on_a_camera_trains_the_same_with_uint8_frames(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, framework: str

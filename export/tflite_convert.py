@@ -67,17 +67,23 @@ def uint8_input_saved_model(saved_model: Path, out_dir: Path) -> Path:
     loaded = tf.saved_model.load(str(saved_model))
     fn = loaded.signatures["serving_default"]
     args, kwargs = fn.structured_input_signature
-    if args or len(kwargs) != 1:
+    # the observation: the one input, or `obs` beside a stateful graph's (episode_start, its state), which
+    # stay float32 as they are
+    name = next(iter(kwargs)) if len(kwargs) == 1 else "obs"
+    if args or name not in kwargs:
         raise ExportError(
-            f"a uint8 input wraps a graph of one observation input; {saved_model} takes {sorted(kwargs)}"
+            f"a uint8 input wraps a graph with one observation input (`obs`); {saved_model} takes {sorted(kwargs)}"
         )
-    ((name, spec),) = kwargs.items()
+    spec = kwargs[name]
     if spec.dtype != tf.float32:
         raise ExportError(f"{saved_model} takes {spec.dtype.name} observations; expected float32")
+    others = sorted(k for k in kwargs if k != name)
+    signature = [tf.TensorSpec(spec.shape, tf.uint8, name=name)]
+    signature += [tf.TensorSpec(kwargs[k].shape, kwargs[k].dtype, name=k) for k in others]
 
-    @tf.function(input_signature=[tf.TensorSpec(spec.shape, tf.uint8, name=name)])
-    def serve(obs: Any) -> Any:
-        return fn(**{name: tf.cast(obs, tf.float32)})
+    @tf.function(input_signature=signature)
+    def serve(obs: Any, *rest: Any) -> Any:
+        return fn(**{name: tf.cast(obs, tf.float32)}, **dict(zip(others, rest, strict=True)))
 
     module = tf.Module()
     module.graph, module.serve = loaded, serve  # keeps the wrapped graph's variables reachable for saving

@@ -373,3 +373,15 @@ def test_her_benchmark_smoke(tmp_path: Path) -> None:
         "rl2edge SAC + HER (int8)", "rl2edge SAC, plain (int8)", "SB3 SAC + HerReplayBuffer"
     ]  # fmt: skip
     assert all(len(r["success"]) == 1 and 0.0 <= r["mean"] <= 1.0 for r in data["rows"])
+
+
+@integration
+def test_env_matrix_benchmark_smoke(tmp_path: Path) -> None:
+    from benchmarks.env_matrix import main
+
+    data = main(["--cells", "cartpole-ppo,valves-ppo", "--episodes", "2", "--out", str(tmp_path)])
+    for ext in ("json", "md", "png"):
+        assert (tmp_path / f"env_matrix.{ext}").stat().st_size > 0
+    works, refused = data["rows"]
+    assert works["outcome"] == "works" and works["served_equals_evaluate"], works
+    assert refused["outcome"] == "refused" and "MultiDiscrete([2 2 2]) is not supported" in refused["reason"]

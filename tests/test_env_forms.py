@@ -232,3 +232,30 @@ def test_highway_env_trains_exports_and_evaluates_by_its_own_registered_id(
     assert main(["evaluate", str(art), "--episodes", "1", "--json"]) == 0
     out = json.loads(capfd.readouterr().out.strip().splitlines()[-1])
     assert out["env_id"] == env and len(out["returns"]) == 1 and np.isfinite(out["returns"][0])
+
+
+@pytest.mark.integration  # about 25 s
+def test_a_recurrent_policy_on_a_uint8_vector_exports_its_float_files_behind_a_uint8_input(
+    tmp_path: Path,
+) -> None:
+    """MiniGrid's symbolic view, flattened (147 uint8 values), with ppo_lstm: the float files' uint8 input
+    wrapper took only graphs of one input and refused the LSTM's (obs, episode_start and the state), found
+    by benchmarks/env_matrix.py. Now the observation input is uint8 and the others stay float32."""
+    pytest.importorskip("minigrid")
+    from ai_edge_litert.interpreter import Interpreter
+
+    from rl2edge.runtime import Policy
+    from testkit.runs import export_run, tiny_train
+
+    env = "testkit.matrix_plants:MemoryFlat-v0"
+    run = tiny_train(env, tmp_path / "run", steps=256, algo="ppo_lstm", n_envs=2, n_steps=64, batch_size=64)
+    export_run(run, tmp_path / "art", "fp32")  # export's own parity checks pass on the wrapped file
+    inputs = {
+        d["name"]: d["dtype"]
+        for d in Interpreter(str(tmp_path / "art" / "policy.tflite")).get_input_details()
+    }
+    (obs_input,) = [n for n in inputs if "obs" in n]
+    assert inputs.pop(obs_input) == np.uint8 and len(inputs) == 3, inputs  # episode_start, LSTM h and c
+    assert all(t == np.float32 for t in inputs.values()), inputs
+    obs, _ = make_env(env).reset(seed=0)
+    assert obs.dtype == np.uint8 and np.asarray(Policy.load(tmp_path / "art").predict(obs)).size == 1

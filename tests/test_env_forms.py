@@ -78,6 +78,21 @@ def test_a_space_rl2edge_does_not_take_is_refused_before_any_work(
     assert not out.exists() and not list(tmp_path.glob(".run*"))  # nothing written, not even a partial run
 
 
+def test_a_frame_stack_of_a_matrix_is_refused_before_any_work(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Stacking is built for flat Box observations: the exported stack takes one flat frame a call."""
+    (tmp_path / "hp.yml").write_text("frame_stack: 2\n")
+    out = tmp_path / "run"
+    args = ["train", "--env", MATRIX_CARTPOLE, "--steps", "256", "--config", str(tmp_path / "hp.yml")]
+    assert main([*args, "--out", str(out), "--no-progress"]) == 2
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "frame_stack 2: stacking is implemented for flat Box observations; this one is [5, 5]" in last, (
+        last
+    )
+    assert not out.exists() and not list(tmp_path.glob(".run*"))
+
+
 @pytest.mark.integration  # about 60 s: the integration tier, which CI runs too
 @pytest.mark.parametrize(
     ("algo", "framework", "env"),

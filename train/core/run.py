@@ -195,8 +195,8 @@ class TrainingRun:
         self.envs = make_vec_env(env_id, cfg.n_envs, k)
         # the observation the env (and the PLC) gives, one frame; the network sees `frame_stack` of them
         self.frame_spec = vec_observation_spec(self.envs)
+        check_stackable(self.frame_spec, k)  # flat Box observations only (a matrix is refused)
         view = network_view(self.frame_spec)  # a (5, 5) matrix: its 25 values, row-major
-        check_stackable(view, k)
         self.obs_spec = stacked_spec(view, k)
         self.act_spec = action_spec(self.envs.single_action_space)
         self.discrete = self.act_spec.discrete

@@ -74,22 +74,8 @@ def _cli(*args: str | Path) -> tuple[int, str, str]:
     return proc.returncode, proc.stdout, lines[-1] if lines else ""
 
 
-def random_returns(env_id: str, episodes: int, seed: int) -> list[float]:
-    from rl2edge.train.core.envs import make_env
-
-    env, out = make_env(env_id), []
-    env.action_space.seed(seed)
-    for i in range(episodes):
-        env.reset(seed=seed + i)
-        total, done = 0.0, False
-        while not done:
-            _, r, terminated, truncated, _ = env.step(env.action_space.sample())
-            total, done = total + float(r), terminated or truncated
-        out.append(total)
-    return out
-
-
 def run_cell(cell: Cell, episodes: int, work: Path) -> dict[str, Any]:
+    from benchmarks.returns import random_returns
     from testkit.plc import served_returns
 
     t0 = time.perf_counter()
@@ -118,7 +104,7 @@ def run_cell(cell: Cell, episodes: int, work: Path) -> dict[str, Any]:
         **row,
         "outcome": "works",
         "return": float(np.mean(evaluated)),
-        "random_return": float(np.mean(random_returns(cell.env, episodes, 0))),
+        "random_return": float(np.mean(random_returns(cell.env, episodes))),  # seeds 0.., as evaluate's
         "served_equals_evaluate": served == evaluated[:1],
         "served": served,
         "evaluated": evaluated,

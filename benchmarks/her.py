@@ -23,24 +23,11 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.common import RESULTS, markdown_table, pyplot, save_figure, write_results
+from testkit.goal_envs import success_rate
 
 _logger = logging.getLogger("benchmarks.her")
 ENV = "testkit.goal_envs:PointReach"
 HP = {"net_arch": [64, 64], "batch_size": 128, "learning_starts": 200}
-
-
-def success_rate(act: Any, episodes: int, first_seed: int = 100) -> float:
-    from rl2edge.train.core.envs import make_env
-
-    env, reached = make_env(ENV), []
-    for seed in range(first_seed, first_seed + episodes):
-        obs, _ = env.reset(seed=seed)
-        done = False
-        while not done:
-            obs, _, terminated, truncated, info = env.step(act(obs))
-            done = terminated or truncated
-        reached.append(bool(info["is_success"]))
-    return float(np.mean(reached))
 
 
 def rl2edge_run(her: bool, seed: int, steps: int, episodes: int, work: Path) -> dict[str, Any]:

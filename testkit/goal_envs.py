@@ -5,6 +5,7 @@ as an AGV docks; `PointReachDiscrete` does it with five commands (stop, +-x, +-y
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import gymnasium as gym
@@ -70,3 +71,20 @@ class PointReachDiscrete(PointReach):
 
     def _move(self, action: Any) -> np.ndarray:
         return self.MOVES[int(action)]
+
+
+def success_rate(
+    act: Callable[[Any], Any], episodes: int, first_seed: int = 100, env: gym.Env | None = None
+) -> float:
+    """The share of `episodes` (env seeds first_seed, first_seed + 1, ...) that end at the goal
+    (`is_success` at the last step), acting with `act` on PointReach (or `env`)."""
+    env = env or PointReach()
+    reached = []
+    for seed in range(first_seed, first_seed + episodes):
+        obs, _ = env.reset(seed=seed)
+        done, info = False, {}
+        while not done:
+            obs, _, terminated, truncated, info = env.step(act(obs))
+            done = terminated or truncated
+        reached.append(bool(info["is_success"]))
+    return float(np.mean(reached))

@@ -131,7 +131,7 @@ def test_sac_with_her_reaches_the_station_where_plain_sac_does_not_and_int8_keep
     episode's last step, over 50 episodes of the int8 file. On this machine: HER 0.68 (torch) and 0.78
     (TF), plain 0.02 and 0.00 (a random policy's level); the bounds leave wide room for another CPU."""
     from rl2edge.runtime import Policy
-    from rl2edge.train.core.envs import make_env
+    from testkit.goal_envs import success_rate
     from testkit.runs import export_run, tiny_train
 
     hp = {"net_arch": [64, 64], "batch_size": 128, "learning_starts": 200}
@@ -142,15 +142,7 @@ def test_sac_with_her_reaches_the_station_where_plain_sac_does_not_and_int8_keep
             "replay_buffer_class"
         ] == ("HerReplayBuffer" if extra else None)
         export_run(run, tmp_path / f"{name}-art", "int8")
-        policy, env, reached = Policy.load(tmp_path / f"{name}-art"), make_env(POINT), []
-        for seed in range(100, 150):
-            obs, _ = env.reset(seed=seed)
-            done = False
-            while not done:
-                obs, _, terminated, truncated, info = env.step(policy.predict(obs))
-                done = terminated or truncated
-            reached.append(bool(info["is_success"]))
-        success[name] = float(np.mean(reached))
+        success[name] = success_rate(Policy.load(tmp_path / f"{name}-art").predict, 50)
     assert success["her"] >= 0.4 and success["plain"] <= 0.15, success
 
 

@@ -364,6 +364,16 @@ class ServeMetrics:
             for result, count in u.counts.items():
                 updates.add_metric([result], count)
             yield updates
+            if u.last:
+                last = InfoMetricFamily(
+                    "rl2edge_policy_update_last",
+                    "The last policy update: its result, artifact, manifest sha256 and the reason of a refusal",
+                )
+                last.add_metric(
+                    [],
+                    {k: _label(u.last.get(k)) for k in ("result", "artifact", "manifest_sha256", "reason")},
+                )
+                yield last
             if "agreement" in u.last_shadow:
                 yield GaugeMetricFamily(
                     "rl2edge_shadow_agreement",
@@ -385,6 +395,12 @@ class ServeMetrics:
         for reason, count in self.http.refused.items():
             refused.add_metric([reason], count)
         yield refused
+
+
+def _label(value: Any) -> str:
+    """A label value: the text, one line, at most 500 characters (a refusal's reason can quote a path)."""
+    text = "" if value is None else " ".join(str(value).split())
+    return text if len(text) <= 500 else text[:497] + "..."
 
 
 class _Families:

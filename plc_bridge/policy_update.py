@@ -443,6 +443,7 @@ class PolicyUpdates:
             digest=self.serving_digest,
             counts=MappingProxyType(dict(self.counts)),
             last_shadow=MappingProxyType(dict(self.last_shadow)),
+            last=MappingProxyType(dict(self.records[-1]) if self.records else {}),
         )
 
     def summary(self) -> dict[str, Any]:

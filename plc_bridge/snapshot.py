@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +30,9 @@ class UpdateState:
     """Update requests by outcome: accepted, refused, unchanged, superseded."""
     last_shadow: Mapping[str, Any]
     """The last shadow run's figures (cycles, agreement or action differences)."""
+    last: Mapping[str, Any] = field(default_factory=dict)
+    """The last update's record (result, artifact, manifest_sha256, reason): what a deployer that swapped
+    the path waits on (the Mender update module's commit, plc_bridge.mender_module)."""
 
 
 @dataclass(frozen=True)

@@ -166,6 +166,8 @@ WATCH_INTERVAL_S = Number(0.05, 3600.0, "an interval between polls", "s")
 STATUS_TIMEOUT_S = Number(0.0, 300.0, "a timeout", "s", lo_open=True)
 SHARE = Number(0.0, 1.0, "a share")
 PERCENT = Number(0.0, 100.0, "a percentage")
+COMMIT_TIMEOUT_S = Number(1.0, 86_400.0, "a time to wait for serve to take a policy over", "s")
+KEEP = Integer(1, 1000, "policies to keep")
 MAX_SEEDS = 1000
 """A sweep over more seeds than this is a typo (`0-1000`), not a plan."""
 

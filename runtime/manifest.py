@@ -7,10 +7,14 @@ and a sha256 of every other file. `load_manifest` refuses an artifact that does 
 
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from rl2edge.errors import ManifestError
 from rl2edge.fileio import read_json_document, sha256_file, write_json_atomic
@@ -48,6 +52,27 @@ class Manifest:
 
     def file(self, name: str) -> Path:
         return self.path / bare_name(name, "file", self.path)
+
+    @cached_property
+    def io_digest(self) -> str:
+        """sha256 of what the plant's wiring depends on, and no more: the observation's shape and Dict keys
+        (name, number of values), the action's kind and range. Two artifacts with one digest fit the same
+        node map and PLC (serve's update check compares the same things); retraining keeps it, another
+        observation layout changes it. A fleet engine's `depends` carries it (docs/fleet.md)."""
+        obs, act = self.observation, self.action
+        layout: dict[str, Any] = {
+            "observation": {"shape": list(obs.shape), "keys": [[k.name, k.size] for k in obs.keys]},
+        }
+        if act.discrete:
+            layout["action"] = {"discrete": list(act.index_range)}
+        else:
+            low, high = (
+                np.broadcast_to(np.asarray(b, np.float64), act.shape).ravel().tolist()
+                for b in (act.low, act.high)
+            )
+            layout["action"] = {"box": [list(act.shape), low, high]}
+        text = json.dumps(layout, sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(text.encode()).hexdigest()
 
 
 def file_hashes(artifact_dir: Path) -> dict[str, str]:

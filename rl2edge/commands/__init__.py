@@ -1,3 +1,15 @@
 """One module per subcommand, each with its parser (`add_parser`) next to its handler (`run`)."""
 
-COMMANDS = ("train", "tune", "export", "evaluate", "serve", "status", "plc_sim", "certs", "bench")
+COMMANDS = (
+    "train",
+    "tune",
+    "export",
+    "evaluate",
+    "serve",
+    "status",
+    "plc_sim",
+    "certs",
+    "bench",
+    "package",
+    "mender",
+)

@@ -90,6 +90,8 @@ def device(
     commit_timeout: float = 60,
     verify_key: Path | None = None,
     shadow_min_agreement: float = 0.5,
+    watch_interval: float = 0.2,
+    shadow_cycles: int = 20,
 ) -> Device:
     """A fresh device in `root`: Mender's config and state, serve's config, the module installed."""
     root.mkdir(parents=True, exist_ok=True)
@@ -106,7 +108,7 @@ def device(
     dev = Device(root, f"opc.tcp://127.0.0.1:{free_port()}", free_port(), verify_key)
     dev.serve_config.write_text(
         f"artifact: policies/current\nendpoint: {dev.url}\nperiod_ms: 20\nsummary: summary.json\n"
-        "watch: true\nwatch_interval: 0.2\nshadow_cycles: 20\n"
+        f"watch: true\nwatch_interval: {watch_interval}\nshadow_cycles: {shadow_cycles}\n"
         f"shadow_min_agreement: {shadow_min_agreement}\nmetrics_port: {dev.metrics_port}\n"
     )
     done = rl2edge(

@@ -385,3 +385,25 @@ def test_env_matrix_benchmark_smoke(tmp_path: Path) -> None:
     works, refused = data["rows"]
     assert works["outcome"] == "works" and works["served_equals_evaluate"], works
     assert refused["outcome"] == "refused" and "MultiDiscrete([2 2 2]) is not supported" in refused["reason"]
+
+
+@integration
+def test_fleet_benchmark_smoke(cartpole_all, tmp_path: Path) -> None:
+    """One new policy and the way back through the real Mender client: the script times both and writes its
+    files (the committed figures come from three new policies at serve's default watch and shadow run)."""
+    from testkit.mender import missing
+
+    if missing():
+        pytest.skip(missing())
+    from benchmarks.fleet import main
+
+    _, root = cartpole_all
+    args = ["--first", str(root / "fp32"), "--updates", str(root / "int8"), "--watch-interval", "0.2"]
+    data = main([*args, "--shadow-cycles", "10", "--out", str(tmp_path)])
+    for ext in ("json", "md", "png"):
+        assert (tmp_path / f"fleet.{ext}").stat().st_size > 0
+    new, back = data["updates"]
+    assert not new["known_good"] and new["shadow_cycles"] == 10 and back["known_good"]
+    for u in (new, back):  # a known-good policy may take over before the client has written its database
+        assert 0 < u["install_s"] < u["committed_s"] and 0 < u["answering_s"] < u["committed_s"]
+    assert data["serve"]["invalid"] == 0 and data["serve"]["inference_errors"] == 0

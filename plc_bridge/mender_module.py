@@ -109,6 +109,8 @@ class Serving:
     ready: bool
     ready_text: str
     last: dict[str, str]
+    updates: float
+    """Update requests serve has counted (all outcomes): a refusal counts only if it came after install."""
 
 
 def serving(target: Target) -> Serving | None:
@@ -117,16 +119,17 @@ def serving(target: Target) -> Serving | None:
     page = http_get(target.metrics + "/metrics")
     if page is None or page[0] != 200:
         return None
-    sha, last = "", {}
-    for (name, labels), _ in parse_metrics(page[1]).items():
+    sha, last, updates = "", {}, 0.0
+    for (name, labels), value in parse_metrics(page[1]).items():
         if name == "rl2edge_artifact_info":
             sha = dict(labels).get("manifest_sha256", "")
         elif name == "rl2edge_policy_update_last_info":
             last = dict(labels)
+        elif name == "rl2edge_policy_updates_total":
+            updates += value
     ready = http_get(target.metrics + "/readyz")
-    return Serving(
-        sha, ready is not None and ready[0] == 200, "" if ready is None else ready[1].strip(), last
-    )
+    text = "" if ready is None else ready[1].strip()
+    return Serving(sha, ready is not None and ready[0] == 200, text, last, updates)
 
 
 # ----------------------------------------------------------------------------------------- the update
@@ -178,7 +181,13 @@ class Update:
         state = self.state()
         if state is None:  # first call: what serves now, written before anything changes
             previous = os.path.realpath(link) if link.is_symlink() else None
-            state = {"previous": previous, "target": str(link.parent / name), **meta}
+            before = serving(self.target)
+            state = {
+                "previous": previous,
+                "target": str(link.parent / name),
+                "updates_before": None if before is None else before.updates,
+                **meta,
+            }
             self.state_file.parent.mkdir(parents=True, exist_ok=True)
             write_json_atomic(self.state_file, state)
         dest = Path(state["target"])
@@ -256,7 +265,8 @@ class Update:
                 if now.manifest_sha256 == want and now.ready:
                     _logger.info("%s serves and serve is ready; committed", name)
                     return
-                if now.last.get("manifest_sha256") == want and now.last.get("result") == "refused":
+                fresh = now.updates != state.get("updates_before")  # not a refusal from before this install
+                if fresh and now.last.get("manifest_sha256") == want and now.last.get("result") == "refused":
                     raise ModuleError(f"serve refused {name}: {now.last.get('reason', '(no reason)')}")
             time.sleep(POLL_S)
         why = "serve never answered"
@@ -351,9 +361,13 @@ def _unpack(payload: Path, into: Path) -> None:
                     raise ModuleError(f"the payload's entry {m.name!r} is not a file under policy/; refused")
             for m in members:
                 m.mode = 0o755 if m.isdir() else 0o644
-                tar.extract(m, into, set_attrs=False)
+                tar.extract(m, into, set_attrs=False, **_DATA_FILTER)
     except (tarfile.TarError, OSError) as exc:
         raise ModuleError(f"the payload {payload} is not a readable tar ({exc})") from None
+
+
+_DATA_FILTER: dict[str, Any] = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
+"""Python's own extraction filter as well, where it has one (3.10.12+, 3.11.4+): a second line of defence."""
 
 
 def _ledger(root: Path) -> list[str]:

@@ -51,4 +51,5 @@ RL2EDGE_TEST_ARTIFACTS="$WORK/artifacts" RL2EDGE_PLC_SIM_EXE="$(dirname "$MAIN_P
   tests/test_reconnect.py tests/test_security.py tests/test_real_plc.py tests/test_model_check.py \
   tests/test_nodemap_fuzz.py tests/test_serve_service.py tests/test_slot_timer.py tests/test_model_process.py \
   tests/test_metrics_port.py tests/test_dict_plc.py tests/test_staleness.py tests/test_fault_response.py \
-  tests/test_realtime.py tests/test_model_fuzz.py tests/test_nodemap_roles.py tests/test_startup_signals.py "${@:2}"
+  tests/test_realtime.py tests/test_model_fuzz.py tests/test_nodemap_roles.py tests/test_startup_signals.py \
+  tests/test_fleet_package.py "${@:2}"

@@ -179,8 +179,8 @@ class Update:
                 f"(mv {link} {link.parent}/first && ln -s first {link})"
             )
         state = self.state()
-        if state is None:  # first call: what serves now, written before anything changes
-            previous = os.path.realpath(link) if link.is_symlink() else None
+        if state is None:  # first call: what to roll back to, written before anything changes
+            previous = self._installed_before()
             before = serving(self.target)
             state = {
                 "previous": previous,
@@ -206,11 +206,28 @@ class Update:
             if manifest_sha256(unpacked) != meta["manifest_sha256"]:
                 raise ModuleError("the payload's manifest is not the one the artifact's meta-data names")
             self._check(unpacked, state["previous"], meta["io_digest"])
+            _sync_tree(unpacked)  # on disk before the name that makes it visible
             os.replace(unpacked, dest)
+            _sync_dir(dest.parent)
             shutil.rmtree(incoming, ignore_errors=True)
         _ledger_add(link.parent, name)
         _point(link, dest)
         _logger.info("installed %s; %s -> %s; serve takes it over after its shadow run", name, link, dest)
+
+    def _installed_before(self) -> str | None:
+        """The policy to roll back to: the one the client records as installed (`current_artifact_name`,
+        a folder this module made), else what the symlink points at (a first policy placed by hand), else
+        none. The client's record wins over the symlink: a client killed after ArtifactInstall swapped the
+        link but before it recorded the install (standalone mode) leaves the link ahead of its record."""
+        link = self.target.link
+        try:
+            recorded = (self.files / "current_artifact_name").read_text().strip()
+        except OSError:
+            recorded = ""
+        folder = link.parent / recorded
+        if recorded and recorded in _ledger(link.parent) and (folder / "manifest.json").is_file():
+            return str(folder.resolve())
+        return os.path.realpath(link) if link.is_symlink() else None
 
     def _check(self, artifact: Path, previous: str | None, io_digest: str) -> None:
         """The runtime's own checks (manifest, sha256s, the model's structure and one run), and the wiring
@@ -341,6 +358,27 @@ def _point(link: Path, dest: Path) -> None:
     tmp.unlink(missing_ok=True)
     tmp.symlink_to(dest.name if dest.parent.resolve() == link.parent.resolve() else dest)
     os.replace(tmp, link)
+    _sync_dir(link.parent)  # the swap survives a power loss once the state returns
+
+
+def _sync_dir(folder: Path) -> None:
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _sync_tree(root: Path) -> None:
+    """Every file and folder under `root` flushed to disk (a rename alone may reach the disk before the
+    data it names)."""
+    for path in sorted(root.rglob("*"), reverse=True):
+        if path.is_file():
+            with open(path, "rb") as f:
+                os.fsync(f.fileno())
+        elif path.is_dir():
+            _sync_dir(path)
+    _sync_dir(root)
 
 
 def _unpack(payload: Path, into: Path) -> None:

@@ -77,9 +77,6 @@ def run(args: argparse.Namespace) -> int:
         except PermissionError:
             raise ConfigError(f"cannot write {path}: run it as root (sudo)") from None
         written.append((name, str(path)))
-    print(
-        table(
-            ["", ""], [*written, ("serve's symlink", str(target.link)), ("serve's metrics", target.metrics)]
-        )
-    )
+    rows = [*written, ("serve's symlink", str(target.link)), ("serve's metrics", target.metrics)]
+    print(table(["installed", "where"], rows))
     return 0

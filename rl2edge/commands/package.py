@@ -57,12 +57,11 @@ def run(args: argparse.Namespace) -> int:
         src, out, device_types=args.device_type, name=args.name, sign_key=args.sign, first=args.first
     )
     rows = [
-        ("file", str(done.path)),
         ("name", done.name),
         ("manifest sha256", done.manifest_sha256),
         ("layout digest", done.io_digest),
         ("depends on layout", "yes" if done.depends else "no (--first)"),
         ("signed", "yes" if done.signed else "no"),
     ]
-    print(table(["", ""], rows))
+    print(table(["written", str(done.path)], rows))
     return 0

@@ -4,21 +4,17 @@ ready. What serve's endpoint shows wins; with serve down, the policy its symlink
 
 from __future__ import annotations
 
-import argparse
-import sys
-from collections.abc import Sequence
 from pathlib import Path
 
 from rl2edge.errors import Rl2EdgeError
+from rl2edge.plc_bridge.mender_module import Target, http_get
 
 
-def lines(serve_config: Path) -> list[str]:
-    from rl2edge.plc_bridge.mender_module import http_get, target_of
+def lines(target: Target) -> list[str]:
     from rl2edge.plc_bridge.metrics import parse_metrics
     from rl2edge.runtime.manifest import load_manifest
     from rl2edge.runtime.mender_artifact import manifest_sha256
 
-    target = target_of(serve_config)
     page = http_get(target.metrics + "/metrics")
     if page is not None and page[0] == 200:
         for (name, labels), _ in parse_metrics(page[1]).items():
@@ -43,20 +39,3 @@ def lines(serve_config: Path) -> list[str]:
         f"rl2edge_env_id={(m.data.get('source') or {}).get('env_id', '')}",
         "rl2edge_serve=not running",
     ]
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="mender-inventory-rl2edge")
-    p.add_argument("--serve-config", type=Path, default=Path("/etc/rl2edge/serve.yaml"))
-    args = p.parse_args(argv)
-    try:
-        out = lines(args.serve_config)
-    except Rl2EdgeError as exc:
-        print(f"mender-inventory-rl2edge: {exc}", file=sys.stderr)
-        return 1
-    print("\n".join(" ".join(line.split()) for line in out))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

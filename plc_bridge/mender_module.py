@@ -1,8 +1,8 @@
 """The Mender update module `rl2edge-policy`: a new policy for a running `rl2edge serve --watch`.
 
 Mender's client calls the module once per state (`rl2edge-policy STATE FILES`; update module protocol
-v3). The module reads serve's own config file for the path serve watches (a symlink, e.g.
-/srv/rl2edge/policies/current) and its metrics endpoint, and:
+v3), a script that runs `rl2edge mender state` (rl2edge.commands.mender reads serve's own config file for
+the path serve watches, a symlink such as /srv/rl2edge/policies/current, and its metrics endpoint). It:
 
 - ArtifactInstall: unpacks the payload (runtime.mender_artifact) beside the serving policy, checks it
   with the runtime's own checks (manifest, every sha256, the model, one run; the plant-wiring digest equal
@@ -22,7 +22,6 @@ Each failure is one line on stderr and exit 1.
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import os
@@ -32,12 +31,11 @@ import tarfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rl2edge import bounded
 from rl2edge.errors import Rl2EdgeError
 from rl2edge.fileio import write_json_atomic
 
@@ -68,25 +66,6 @@ class Target:
     @property
     def root(self) -> Path:
         return self.link.parent
-
-
-def target_of(serve_config: Path) -> Target:
-    """serve's artifact path and metrics endpoint, as serve itself reads its config file."""
-    from rl2edge.cli import parse_args
-
-    if not serve_config.is_file():
-        raise ModuleError(f"serve's config file {serve_config} does not exist")
-    try:
-        args = parse_args(["serve", "--config", str(serve_config)])
-    except SystemExit:  # argparse printed its one line
-        raise ModuleError(f"{serve_config}: serve would refuse this config file") from None
-    if not args.watch:
-        raise ModuleError(f"{serve_config}: serve must watch its artifact path (watch: true)")
-    if not args.metrics_port:
-        raise ModuleError(f"{serve_config}: serve must export metrics (metrics_port: 9464)")
-    host = args.metrics_host or "127.0.0.1"
-    host = "127.0.0.1" if host in ("0.0.0.0", "") else host
-    return Target(Path(args.artifact), f"http://{host}:{args.metrics_port}")
 
 
 # ----------------------------------------------------------------------------------------- serve's view
@@ -424,40 +403,30 @@ def _ledger_add(root: Path, name: str) -> None:
 STATES_NO_OP = ("Download", "ArtifactVerifyReboot", "ArtifactVerifyRollbackReboot", "ArtifactFailure")
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog=MODULE_NAME, description="Mender update module for rl2edge policies")
-    p.add_argument("--serve-config", type=Path, default=Path("/etc/rl2edge/serve.yaml"))
-    p.add_argument("--commit-timeout", type=bounded.COMMIT_TIMEOUT_S, default=300.0)
-    p.add_argument("--keep", type=bounded.KEEP, default=3)
-    p.add_argument("state")
-    p.add_argument("files", type=Path, nargs="?")
-    args = p.parse_args(argv)
-    logging.basicConfig(
-        level=logging.INFO, format=f"{MODULE_NAME} %(levelname)s: %(message)s", stream=sys.stderr
-    )
-    if args.state == "SupportsRollback":
+def run_state(
+    state: str, files: Path | None, target: Callable[[], Target], commit_timeout_s: float, keep: int
+) -> int:
+    """One state as the client calls it (`rl2edge mender state`): the answer on stdout where the protocol
+    wants one, one line on stderr and 1 for a failure. `target` is read only by the states that need it."""
+    if state == "SupportsRollback":
         print("Yes")
         return 0
-    if args.state == "NeedsArtifactReboot":
+    if state == "NeedsArtifactReboot":
         print("No")
         return 0
-    if args.state in STATES_NO_OP or args.files is None:
+    if state in STATES_NO_OP or files is None:
         return 0
     try:
-        update = Update(args.files, target_of(args.serve_config), args.commit_timeout, args.keep)
+        update = Update(files, target(), commit_timeout_s, keep)
         step = {
             "ArtifactInstall": update.install,
             "ArtifactCommit": update.commit,
             "ArtifactRollback": update.rollback,
             "Cleanup": update.cleanup,
-        }.get(args.state)
+        }.get(state)
         if step is not None:
             step()
     except Rl2EdgeError as exc:
-        print(f"{MODULE_NAME} {args.state}: {exc}", file=sys.stderr)
+        print(f"{MODULE_NAME} {state}: {exc}", file=sys.stderr)
         return 1
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,5 +1,12 @@
-"""`rl2edge mender install-module`: put the `rl2edge-policy` update module and its inventory script
-where the Mender client looks for them (docs/fleet.md)."""
+"""`rl2edge mender`: the device side of a fleet roll-out through Mender (docs/fleet.md).
+
+- `install-module` puts the update module `rl2edge-policy` and the inventory script where the Mender client
+  looks for them: two small scripts that run `rl2edge mender state` and `rl2edge mender inventory`;
+- `state STATE FILES` is what the client runs for each state of an update (plc_bridge.mender_module);
+- `inventory` prints the policy this device serves, for the Mender server (plc_bridge.mender_inventory).
+
+Each reads serve's own config file through serve's own parser, so the module swaps the symlink serve
+watches and reads the metrics port serve exports, whatever the file says now."""
 
 from __future__ import annotations
 
@@ -7,15 +14,19 @@ import argparse
 import shlex
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rl2edge import bounded
 from rl2edge.commands.common import table
-from rl2edge.errors import ConfigError
+from rl2edge.errors import ConfigError, Rl2EdgeError
 from rl2edge.fileio import write_bytes_atomic
+
+if TYPE_CHECKING:
+    from rl2edge.plc_bridge.mender_module import Target
 
 MODULES_DIR = "/usr/share/mender/modules/v3"
 INVENTORY_DIR = "/usr/share/mender/inventory"
+SERVE_CONFIG = "/etc/rl2edge/serve.yaml"
 
 
 def add_parser(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
@@ -26,44 +37,105 @@ def add_parser(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
         description="install-module writes the update module rl2edge-policy (it installs a policy beside "
         "the serving one, swaps serve's watched symlink, commits once serve answers the PLC with it and "
         "rolls back when serve refuses it) and the inventory script mender-inventory-rl2edge.",
-        epilog="example:\n  sudo rl2edge mender install-module --serve-config /etc/rl2edge/serve.yaml",
+        epilog=f"example:\n  sudo rl2edge mender install-module --serve-config {SERVE_CONFIG}",
     )
     actions = s.add_subparsers(dest="action", required=True, metavar="ACTION")
     i = actions.add_parser("install-module", help="write the update module and the inventory script")
-    i.add_argument(
+    _serve_config_option(i)
+    _module_options(i)
+    i.add_argument("--modules-dir", default=MODULES_DIR, help=f"default: {MODULES_DIR}")
+    i.add_argument("--inventory-dir", default=INVENTORY_DIR, help=f"default: {INVENTORY_DIR}")
+    st = actions.add_parser("state", help="one state of an update, as the Mender client calls the module")
+    _serve_config_option(st)
+    _module_options(st)
+    st.add_argument("state", help="the client's state (ArtifactInstall, ArtifactCommit, ...)")
+    st.add_argument("files", nargs="?", type=Path, help="the folder the client gives the state")
+    inv = actions.add_parser("inventory", help="the serving policy as Mender inventory lines")
+    _serve_config_option(inv)
+    s.set_defaults(func=run)
+
+
+def _serve_config_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
         "--serve-config",
-        default="/etc/rl2edge/serve.yaml",
-        help="serve's config file: its artifact symlink and metrics port (default: /etc/rl2edge/serve.yaml)",
+        default=SERVE_CONFIG,
+        help=f"serve's config file: its artifact symlink and metrics port (default: {SERVE_CONFIG})",
     )
-    i.add_argument(
+
+
+def _module_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
         "--commit-timeout",
         type=bounded.COMMIT_TIMEOUT_S,
         default=300.0,
         help="seconds to wait for serve to take a new policy over before the update fails and rolls back "
         "(default: 300; longer than serve's watch interval and shadow run)",
     )
-    i.add_argument("--keep", type=bounded.KEEP, default=3, help="installed policies kept (default: 3)")
-    i.add_argument("--modules-dir", default=MODULES_DIR, help=f"default: {MODULES_DIR}")
-    i.add_argument("--inventory-dir", default=INVENTORY_DIR, help=f"default: {INVENTORY_DIR}")
-    s.set_defaults(func=run)
+    p.add_argument("--keep", type=bounded.KEEP, default=3, help="installed policies kept (default: 3)")
+
+
+def target_of(serve_config: Path) -> Target:
+    """serve's artifact path and metrics endpoint, as serve itself reads its config file."""
+    from rl2edge.cli import parse_args
+    from rl2edge.plc_bridge.mender_module import Target
+
+    if not serve_config.is_file():
+        raise ConfigError(f"serve's config file {serve_config} does not exist")
+    try:
+        args = parse_args(["serve", "--config", str(serve_config)])
+    except SystemExit:  # argparse printed its one line
+        raise ConfigError(f"{serve_config}: serve would refuse this config file") from None
+    if not args.watch:
+        raise ConfigError(f"{serve_config}: serve must watch its artifact path (watch: true)")
+    if not args.metrics_port:
+        raise ConfigError(f"{serve_config}: serve must export metrics (metrics_port: 9464)")
+    host = args.metrics_host or "127.0.0.1"
+    host = "127.0.0.1" if host in ("0.0.0.0", "") else host
+    return Target(Path(args.artifact), f"http://{host}:{args.metrics_port}")
 
 
 def run(args: argparse.Namespace) -> int:
-    from rl2edge.plc_bridge.mender_module import MODULE_NAME, target_of
+    config = Path(args.serve_config)
+    if args.action == "state":
+        from rl2edge.plc_bridge.mender_module import run_state
 
-    config = Path(args.serve_config).resolve()
+        return run_state(args.state, args.files, lambda: target_of(config), args.commit_timeout, args.keep)
+    if args.action == "inventory":
+        from rl2edge.plc_bridge.mender_inventory import lines
+
+        try:
+            out = lines(target_of(config))
+        except Rl2EdgeError as exc:
+            print(f"mender-inventory-rl2edge: {exc}", file=sys.stderr)
+            return 1
+        print("\n".join(" ".join(line.split()) for line in out))
+        return 0
+    return install_module(args, config.resolve())
+
+
+def _rl2edge_command() -> str:
+    """How a script runs this rl2edge: its console script beside this Python, else this Python itself."""
+    script = Path(sys.executable).with_name("rl2edge")
+    if script.is_file():
+        return shlex.quote(str(script))
+    return f"{shlex.quote(sys.executable)} -c 'import sys; from rl2edge.entry import main; sys.exit(main())'"
+
+
+def install_module(args: argparse.Namespace, config: Path) -> int:
+    from rl2edge.plc_bridge.mender_module import MODULE_NAME
+
     target = target_of(config)  # refuses a config without watch or metrics now, not at the first update
-    python = shlex.quote(sys.executable)
+    rl2edge, conf = _rl2edge_command(), shlex.quote(str(config))
     module = (
         "#!/bin/sh\n"
         "# The Mender update module for rl2edge policies (written by `rl2edge mender install-module`).\n"
-        f"exec {python} -m rl2edge.plc_bridge.mender_module --serve-config {shlex.quote(str(config))} "
+        f"exec {rl2edge} -q mender state --serve-config {conf} "
         f'--commit-timeout {args.commit_timeout:g} --keep {args.keep} "$@"\n'
     )
     inventory = (
         "#!/bin/sh\n"
         "# Mender inventory: the rl2edge policy this device serves (written by `rl2edge mender install-module`).\n"
-        f"exec {python} -m rl2edge.plc_bridge.mender_inventory --serve-config {shlex.quote(str(config))}\n"
+        f"exec {rl2edge} -q mender inventory --serve-config {conf}\n"
     )
     written = []
     for folder, name, text in (

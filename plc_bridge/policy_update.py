@@ -141,7 +141,9 @@ class PolicyUpdates:
         """The serving policy: the one at start, then each that took over."""
         self.cycles = 0
         """Cycles the loop completed, as last told."""
-        self.serving_artifact = _real(policy.manifest.path)  # what serves, not where the path points now
+        # What serves: the folder it was loaded from, not where the path points now (a deployer may have
+        # swapped it since the load).
+        self.serving_artifact = policy.manifest.real or _real(policy.manifest.path)
         self.serving_digest = _manifest_digest(self.serving_artifact)
         self.served: set[str] = {self.serving_digest}
         """Manifest digests that served in this run: a rollback to one of them is known-good."""
@@ -198,9 +200,11 @@ class PolicyUpdates:
                     await watcher
 
     async def _watch(self, stop: asyncio.Event) -> None:
-        """Poll the artifact path: where it points, and the manifest's and model's inode and mtime."""
+        """Poll the artifact path: where it points, and the manifest's and model's inode and mtime. The first
+        look is compared with the artifact that serves, not taken as the baseline: a deployer that swapped
+        the path between serve's load and this task's start (an OTA install while serve boots) is an update."""
         with contextlib.suppress(TimeoutError):
-            self._watched = await _off_loop(WATCH_TIMEOUT_S, _watch_key, self.cfg.artifact)
+            self._watched = await _off_loop(WATCH_TIMEOUT_S, _watch_key, self.serving_artifact)
         while not stop.is_set():
             await asyncio.sleep(self.cfg.poll_s)
             try:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -29,8 +30,11 @@ _REQUIRED = ("observation", "action", "model", "folded", "quantization", "source
 
 @dataclass(frozen=True)
 class Manifest:
-    path: Path  # the artifact directory
+    path: Path  # the artifact directory, as given
     data: dict[str, Any]
+    real: Path | None = None
+    """`path` resolved when the manifest was loaded; every file is read from there, so a symlink swapped
+    during or after the load (a deployer's `current`) never mixes two artifacts."""
 
     @cached_property
     def observation(self) -> ObservationSpec:
@@ -51,7 +55,7 @@ class Manifest:
         return self.data["quantization"]
 
     def file(self, name: str) -> Path:
-        return self.path / bare_name(name, "file", self.path)
+        return (self.real or self.path) / bare_name(name, "file", self.path)
 
     @cached_property
     def io_digest(self) -> str:
@@ -96,7 +100,8 @@ def load_manifest(artifact_dir: str | Path) -> Manifest:
         raise ManifestError(
             f"artifact directory {artifact_dir} does not exist; pass the --out of `rl2edge export`"
         )
-    path = artifact_dir / MANIFEST_FILE
+    real = Path(os.path.realpath(artifact_dir))  # once: what a swapped symlink pointed at when loaded
+    path = real / MANIFEST_FILE
     if not path.is_file():
         hint = ""
         modes = sorted(p.parent.name for p in artifact_dir.glob(f"*/{MANIFEST_FILE}"))
@@ -118,7 +123,7 @@ def load_manifest(artifact_dir: str | Path) -> Manifest:
     except ManifestError as exc:
         raise ManifestError(f"{path}: {exc}; re-export the artifact") from None
     for name, expected in data["files"].items():
-        f = artifact_dir / name
+        f = real / name
         if not f.is_file():
             raise ManifestError(f"artifact file {f} named in the manifest is missing; re-copy the artifact")
         if sha256_file(f) != expected:
@@ -130,4 +135,4 @@ def load_manifest(artifact_dir: str | Path) -> Manifest:
         raise ManifestError(
             f"{path}: the model file {data['model']['file']} is not covered by the file hashes"
         )
-    return Manifest(artifact_dir, data)
+    return Manifest(artifact_dir, data, real)

@@ -29,15 +29,6 @@ from testkit import mender as mk
 from testkit.plc import NO_MISS, running, stop, wait_for_server
 
 
-def _wait(check: Any, within_s: float, what: str) -> None:
-    end = time.monotonic() + within_s
-    while time.monotonic() < end:
-        if check():
-            return
-        time.sleep(0.05)
-    raise TimeoutError(f"{what} did not happen within {within_s} s")
-
-
 def run(first: Path, updates: list[Path], work: Path, watch_s: float, shadow: int) -> dict[str, Any]:
     dev = mk.device(work / "device", commit_timeout=120, watch_interval=watch_s, shadow_cycles=shadow)
     files = [mk.package(first, work / "first.mender", "--first", "--name", "first")]
@@ -50,7 +41,7 @@ def run(first: Path, updates: list[Path], work: Path, watch_s: float, shadow: in
     with running(sim, work / "sim.log") as sim_proc:
         wait_for_server(dev.url)
         with running(dev.serve_args(*NO_MISS), work / "serve.log") as serve:
-            _wait(lambda: mk.ready(dev), 60, "serve ready")
+            mk.wait_until("serve ready", lambda: mk.ready(dev), 60)
             time.sleep(1.0)
             for name, _ in plan:
                 t0_wall, t0 = time.time(), time.perf_counter()

@@ -26,7 +26,6 @@ import json
 import logging
 import os
 import shutil
-import sys
 import tarfile
 import time
 import urllib.error
@@ -403,30 +402,27 @@ def _ledger_add(root: Path, name: str) -> None:
 STATES_NO_OP = ("Download", "ArtifactVerifyReboot", "ArtifactVerifyRollbackReboot", "ArtifactFailure")
 
 
+ANSWERS = {"SupportsRollback": "Yes", "NeedsArtifactReboot": "No"}
+"""The states whose answer the client reads from stdout: rollback supported, no reboot needed."""
+
+
 def run_state(
     state: str, files: Path | None, target: Callable[[], Target], commit_timeout_s: float, keep: int
-) -> int:
-    """One state as the client calls it (`rl2edge mender state`): the answer on stdout where the protocol
-    wants one, one line on stderr and 1 for a failure. `target` is read only by the states that need it."""
-    if state == "SupportsRollback":
-        print("Yes")
-        return 0
-    if state == "NeedsArtifactReboot":
-        print("No")
-        return 0
+) -> str:
+    """One state as the client calls it (`rl2edge mender state`, which prints the result): the protocol's
+    answer for the states that have one, else ''. A failure raises an Rl2EdgeError with its one line.
+    `target` is read only by the states that need it."""
+    if state in ANSWERS:
+        return ANSWERS[state]
     if state in STATES_NO_OP or files is None:
-        return 0
-    try:
-        update = Update(files, target(), commit_timeout_s, keep)
-        step = {
-            "ArtifactInstall": update.install,
-            "ArtifactCommit": update.commit,
-            "ArtifactRollback": update.rollback,
-            "Cleanup": update.cleanup,
-        }.get(state)
-        if step is not None:
-            step()
-    except Rl2EdgeError as exc:
-        print(f"{MODULE_NAME} {state}: {exc}", file=sys.stderr)
-        return 1
-    return 0
+        return ""
+    update = Update(files, target(), commit_timeout_s, keep)
+    step = {
+        "ArtifactInstall": update.install,
+        "ArtifactCommit": update.commit,
+        "ArtifactRollback": update.rollback,
+        "Cleanup": update.cleanup,
+    }.get(state)
+    if step is not None:
+        step()
+    return ""

@@ -30,7 +30,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
@@ -148,6 +148,7 @@ class PolicyUpdates:
         self.served: set[str] = {self.serving_digest}
         """Manifest digests that served in this run: a rollback to one of them is known-good."""
         self.records: list[dict[str, Any]] = []
+        self._last: Mapping[str, Any] = MappingProxyType({})
         self.counts = {"accepted": 0, "refused": 0, "unchanged": 0, "superseded": 0}
         self.latency = LatencyHistogram()
         """Cycles while an update was under way (load, shadow run, takeover cycle): the swap's cost."""
@@ -438,6 +439,7 @@ class PolicyUpdates:
         }
         self.records.append(record)
         del self.records[:-MAX_RECORDS]
+        self._last = MappingProxyType(dict(record))  # made once here, not per snapshot (each cycle)
         return record
 
     def state(self) -> UpdateState:
@@ -447,7 +449,7 @@ class PolicyUpdates:
             digest=self.serving_digest,
             counts=MappingProxyType(dict(self.counts)),
             last_shadow=MappingProxyType(dict(self.last_shadow)),
-            last=MappingProxyType(dict(self.records[-1]) if self.records else {}),
+            last=self._last,
         )
 
     def summary(self) -> dict[str, Any]:

@@ -12,8 +12,11 @@ import json
 import os
 import shutil
 import subprocess
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from testkit.cli import rl2edge
 from testkit.plc import free_port
@@ -70,6 +73,16 @@ class Device:
 
     def serve_args(self, *extra: str) -> list[str]:
         return ["serve", "--config", str(self.serve_config), *extra]
+
+
+def wait_until(what: str, check: Callable[[], Any], within_s: float = 30.0) -> Any:
+    """check()'s first truthy value, polled every 50 ms; TimeoutError naming `what` after `within_s`."""
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        if value := check():
+            return value
+        time.sleep(0.05)
+    raise TimeoutError(f"{what} did not happen within {within_s} s")
 
 
 def ready(dev: Device) -> bool:

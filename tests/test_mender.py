@@ -29,15 +29,6 @@ pytestmark = [
 ]
 
 
-def _wait(what: str, check, within_s: float = 30.0):  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + within_s
-    while time.monotonic() < deadline:
-        if value := check():
-            return value
-        time.sleep(0.05)
-    raise TimeoutError(f"{what} did not happen within {within_s} s")
-
-
 def _sim(dev: mk.Device, tmp_path: Path, trace: bool = True) -> list[str]:
     args = ["plc-sim", "--env", "CartPole-v1", "--endpoint", dev.url, "--mode", "lockstep"]
     return [*args, "--trace", str(tmp_path / "trace.jsonl")] if trace else args
@@ -69,7 +60,7 @@ def test_a_good_update_commits_and_a_refused_one_rolls_back_while_the_old_policy
     with running(_sim(dev, tmp_path), tmp_path / "sim.log") as sim:
         wait_for_server(dev.url)
         with running(dev.serve_args(*NO_MISS), tmp_path / "serve.log") as serve:
-            _wait("serve ready", lambda: mk.ready(dev))
+            mk.wait_until("serve ready", lambda: mk.ready(dev))
             t0 = time.monotonic()
             assert dev.mender("install", str(good)).returncode == 0
             committed = dev.mender("commit")
@@ -171,7 +162,7 @@ def test_serve_not_running_fails_the_commit_and_rollback_restores_the_link(
 
 
 def test_a_client_killed_between_or_during_its_states_leaves_one_whole_policy(
-    cartpole_all, cartpole_flipped, tmp_path: Path
+    cartpole_all, tmp_path: Path
 ) -> None:
     _, root = cartpole_all
     dev = mk.device(tmp_path / "device")

@@ -97,9 +97,18 @@ def target_of(serve_config: Path) -> Target:
 def run(args: argparse.Namespace) -> int:
     config = Path(args.serve_config)
     if args.action == "state":
-        from rl2edge.plc_bridge.mender_module import run_state
+        from rl2edge.plc_bridge.mender_module import MODULE_NAME, run_state
 
-        return run_state(args.state, args.files, lambda: target_of(config), args.commit_timeout, args.keep)
+        try:
+            answer = run_state(
+                args.state, args.files, lambda: target_of(config), args.commit_timeout, args.keep
+            )
+        except Rl2EdgeError as exc:  # one line for the client's log; any non-zero exit fails the state
+            print(f"{MODULE_NAME} {args.state}: {exc}", file=sys.stderr)
+            return 1
+        if answer:
+            print(answer)
+        return 0
     if args.action == "inventory":
         from rl2edge.plc_bridge.mender_inventory import lines
 

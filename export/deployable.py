@@ -8,6 +8,7 @@ does to its network output at predict time:
 | head          | used by                          | action                                   |
 | ------------- | -------------------------------- | ---------------------------------------- |
 | argmax        | PPO/A2C/DQN/Rainbow on Discrete  | argmax(out) + start (Rainbow: expected Q) |
+|               | PPO/A2C on MultiDiscrete/Binary  | per component: argmax(its logits) + start |
 | clip_unscale  | rl2edge PPO on Box               | center + clip(out, -1, 1) * half_range   |
 | clip          | SB3 PPO/A2C on Box               | clip(out, low, high)                     |
 | tanh_unscale  | SAC, squashed (gSDE) PPO         | center + tanh(out) * half_range          |
@@ -65,7 +66,11 @@ class DeployablePolicy(nn.Module):
         if bounds is not None:
             self.register_buffer("obs_clip", torch.from_numpy(bounds.reshape(-1)))
         self.discrete = transform.discrete
-        if self.discrete:
+        self.nvec = list(action.nvec) if action.multi_discrete else None
+        if self.nvec is not None:  # one index per component: argmax of its slice, plus its start
+            self.register_buffer("act_start", torch.tensor(action.starts, dtype=torch.int64))
+            self.start = 0 if not any(action.starts) else None
+        elif self.discrete:
             self.start = transform.start
         else:
             self.register_buffer("act_center", torch.from_numpy(transform.center))
@@ -104,12 +109,23 @@ class DeployablePolicy(nn.Module):
 
     def head_of(self, out: torch.Tensor) -> torch.Tensor:
         """The network's output -> the action in env units (the head)."""
+        if self.head == "argmax" and self.nvec is not None:
+            # slices, not split: onnx2tf turns ONNX's Split into SplitV with int64 sizes, which TFLite
+            # runs only as a TF Select (flex) op
+            action = torch.stack([out[:, a : a + n].argmax(-1) for a, n in self._slices()], -1)
+            return action if self.start == 0 else action + self.act_start
         if self.head == "argmax":
             action = out.argmax(-1)
             return action + self.start if self.start else action
         if self.head == "clip":  # min/max, not Clip: ONNX's Clip takes scalar bounds only
             return torch.maximum(torch.minimum(out, self.act_high), self.act_low)
         return self.unscale(self.squash(out))
+
+    def _slices(self) -> list[tuple[int, int]]:
+        """Each component's (first logit, count) in the network's output."""
+        assert self.nvec is not None
+        firsts = np.concatenate([[0], np.cumsum(self.nvec)[:-1]])
+        return [(int(a), int(n)) for a, n in zip(firsts, self.nvec, strict=True)]
 
     def input_shape(self, obs_shape: tuple[int, ...]) -> tuple[int, ...]:
         """The graph's input for one observation: the env's shape, or CHW for HWC images."""
@@ -162,6 +178,6 @@ def build_deployable(ckpt: Checkpoint, agent: Any) -> tuple[DeployablePolicy, Ru
         raise CheckpointError(f"build_deployable takes torch checkpoints; {ckpt.path} is {ckpt.framework!r}")
     actor = load_actor(ckpt, agent).eval()
     norm = ckpt.normalizer()  # a frame stack's takes K observations (train.core.frame_stack)
-    head = head_for(ckpt.algo, ckpt.action.discrete)
+    head = head_for(ckpt.algo, ckpt.action.categorical)
     policy = DeployablePolicy(actor, norm, ckpt.action, head).eval()
     return policy, norm

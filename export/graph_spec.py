@@ -63,6 +63,12 @@ def folded_description(norm: RunningNormalizer, action: ActionSpec, head: str) -
     transform: dict[str, Any] = {"kind": head, "formula": FORMULAS[head]}
     if action.discrete:
         transform["start"] = action.start
+    elif action.multi_discrete:  # one argmax per component over its slice of the logits
+        transform.update(
+            formula="argmax(out[slice_i]) + start[i] per component",
+            nvec=list(action.nvec),
+            start=list(action.starts),
+        )
     else:
         t = ActionTransform(action)
         transform.update(
@@ -96,7 +102,8 @@ def folded_description(norm: RunningNormalizer, action: ActionSpec, head: str) -
 
 
 def head_for(algo: str, discrete: bool) -> str:
-    """The head of the algorithm's deterministic policy (train.algos); Discrete actions: argmax."""
+    """The head of the algorithm's deterministic policy (train.algos); categorical (Discrete,
+    MultiDiscrete) actions: argmax (per component)."""
     return "argmax" if discrete else algos.get(algo, in_checkpoint=True).head
 
 

@@ -30,6 +30,7 @@ from rl2edge.export.policy_spec import PolicySpec
 from rl2edge.export.rate_limit import RateLimit
 from rl2edge.export.source import GraphSource
 from rl2edge.specs import ActionTransform, NoiseSpec, StateTensor
+from rl2edge.train.core.numpy_policy import argmax_heads
 
 _logger = logging.getLogger(__name__)
 
@@ -43,6 +44,8 @@ def numpy_head(
 ) -> np.ndarray:
     """The head in float32 numpy, the formulas of export.deployable.DeployablePolicy.head_of."""
     out = np.asarray(out, np.float32)
+    if head == "argmax" and isinstance(transform.start, np.ndarray):  # multi-discrete: one per component
+        return argmax_heads(out, tuple(int(n) for n in transform.nvec)) + transform.start
     if head == "argmax":
         return out.argmax(-1) + transform.start
     if head == "clip":

@@ -50,6 +50,7 @@ from rl2edge.export.verify import (
     latency_us,
     parity_summary,
     require_fp32_parity,
+    top2_margins,
 )
 from rl2edge.fileio import atomic_directory, check_output_dir, write_bytes_atomic, write_json_atomic
 from rl2edge.interrupts import check_interrupted
@@ -296,7 +297,7 @@ def _collect(source: ExportSource, opts: ExportOptions) -> _Collected:
         assert data.heldout_starts is not None
         traj = source.trajectory(data.heldout, data.heldout_starts)
         actions = source.reference_trajectory(data.heldout, data.heldout_starts)
-        margins = _top2_margins(traj.pre_head) if source.discrete else None
+        margins = top2_margins(traj.pre_head, source.nvec) if source.categorical else None
     else:
         actions, margins = source.reference_actions(data.heldout), source.margins(data.heldout)
     source_return = None
@@ -311,11 +312,6 @@ def _collect(source: ExportSource, opts: ExportOptions) -> _Collected:
         source_return,
         check_noise_off(source, data.heldout, tol.noise_off_rtol) if source.noise is not None else None,
     )
-
-
-def _top2_margins(pre_head: np.ndarray) -> np.ndarray:
-    top2 = np.sort(pre_head, axis=-1)[:, -2:]
-    return top2[:, 1] - top2[:, 0]
 
 
 def _check_onnx(
@@ -333,7 +329,7 @@ def _check_onnx(
         actions = _run_sequence(backend, onnx_obs, got.data.heldout_starts, source)
     else:
         actions = np.stack([_run_deterministic(backend, o[None], source)[0] for o in onnx_obs])
-    parity = compare_actions(got.source_actions, actions, source.discrete, got.margins, tol)
+    parity = compare_actions(got.source_actions, actions, source.categorical, got.margins, tol)
     require_fp32_parity("policy.onnx", parity, tol)
     return onnx_path, parity
 
@@ -471,7 +467,7 @@ def _verify_file(
             rows.append(np.asarray(served.predict(o)))
         actions = np.stack(rows)
     actions = actions.reshape(got.source_actions.shape)
-    parity = compare_actions(got.source_actions, actions, source.discrete, got.margins, tol)
+    parity = compare_actions(got.source_actions, actions, source.categorical, got.margins, tol)
     if mode == "fp32":
         require_fp32_parity(f"policy.tflite ({mode})", parity, tol)
     closed = None  # no env: no closed loop (recorded observations only)

@@ -53,7 +53,15 @@ class ExportSource(Protocol):
     """How the report names what the exported files are compared with."""
 
     @property
-    def discrete(self) -> bool: ...
+    def discrete(self) -> bool:
+        """One Discrete index."""
+
+    @property
+    def categorical(self) -> bool:
+        """Integer actions of argmax heads: Discrete, or MultiDiscrete (`nvec`, one index per component)."""
+
+    @property
+    def nvec(self) -> tuple[int, ...] | None: ...
 
     @property
     def act_dim(self) -> int: ...
@@ -141,16 +149,16 @@ class GraphSource:
                 f"--noise: folding exploration noise into a stateful graph ({self.algo}) is not implemented; "
                 "export without --noise"
             )
-        check_noise_fits(spec, self.head, self.discrete, self.policy_distribution, self.algo)
+        check_noise_fits(spec, self.head, self.categorical, self.policy_distribution, self.algo)
         self.noise = spec
 
     def limit_rate(self, spec: RateLimit) -> None:
         """Fold an action-rate limit after the policy (export.rate_limit): one more state, `prev_action`."""
         from rl2edge.export.rate_limit import PREV_ACTION, RATE_LIMIT_CELL
 
-        if self.discrete:
+        if self.categorical:
             raise ExportError(
-                "--max-action-rate limits how fast a Box action moves; this policy's action is Discrete. "
+                f"--max-action-rate limits how fast a Box action moves; this policy's action is {self.action.kind}. "
                 "Export without it"
             )
         if self.noise is not None:
@@ -260,6 +268,14 @@ class GraphSource:
         return self.action.discrete
 
     @property
+    def categorical(self) -> bool:
+        return self.action.categorical
+
+    @property
+    def nvec(self) -> tuple[int, ...] | None:
+        return self.action.nvec if self.action.multi_discrete else None
+
+    @property
     def obs_shape(self) -> tuple[int, ...]:
         return self.observation.shape
 
@@ -286,11 +302,13 @@ class GraphSource:
         return int(a) if self.discrete else a
 
     def margins(self, obs: np.ndarray) -> np.ndarray | None:
-        """Discrete: the gap between the top two logits/Q-values (near ties may flip in any conversion)."""
-        if not self.discrete:
+        """Categorical: the gap between the top two logits/Q-values (near ties may flip in any conversion);
+        per component for a multi-discrete action, the smallest."""
+        if not self.categorical:
             return None
-        top2 = np.sort(self.pre_head(obs), axis=-1)[:, -2:]
-        return top2[:, 1] - top2[:, 0]
+        from rl2edge.export.verify import top2_margins
+
+        return top2_margins(self.pre_head(obs), self.nvec)
 
     def write_onnx(self, path: Path) -> bool:
         """Write the graph as ONNX; False where the source has no ONNX route."""

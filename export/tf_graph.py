@@ -263,6 +263,18 @@ class TFDeployable(tf.Module):
         if self._parts.head == "clip":  # values in action units, held to the bounds (min/max, as ONNX's)
             low, high = (np.asarray(b, np.float32) for b in (self._parts.action.low, self._parts.action.high))
             return {"action": tf.maximum(tf.minimum(out, tf.constant(high)), tf.constant(low))}
+        action_spec = self._parts.action
+        if action_spec.multi_discrete:  # one index per component: the argmax of its slice, plus its start
+            firsts = np.concatenate([[0], np.cumsum(action_spec.nvec)[:-1]])  # slices: see export.deployable
+            action = tf.stack(
+                [
+                    tf.argmax(out[:, a : a + n], axis=-1)
+                    for a, n in zip(firsts, action_spec.nvec, strict=True)
+                ],
+                axis=-1,
+            )
+            starts = np.asarray(action_spec.starts, np.int64)
+            return {"action": action + tf.constant(starts) if starts.any() else action}
         if transform.discrete:
             action = tf.argmax(out, axis=-1)
             return {"action": action + transform.start if transform.start else action}

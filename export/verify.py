@@ -19,13 +19,16 @@ def compare_actions(
     source_margins: np.ndarray | None,
     tol: Tolerances,
 ) -> dict[str, Any]:
-    """Discrete: agreement, and disagreements outside near ties. Box: max and mean |difference|."""
+    """Categorical (`discrete`): agreement, and disagreements outside near ties; a multi-discrete action
+    ([N, components]) agrees where every component does. Box: max and mean |difference|."""
     if source_actions.shape != exported_actions.shape:
         raise ShapeError(
             f"exported actions have shape {exported_actions.shape}, the source's {source_actions.shape}"
         )
     if discrete:
         agree = source_actions == exported_actions
+        if agree.ndim > 1:
+            agree = agree.all(axis=-1)
         decisive = np.ones_like(agree) if source_margins is None else source_margins >= tol.discrete_margin
         return {
             "metric": "agreement",
@@ -40,6 +43,17 @@ def compare_actions(
         "mean_abs_error": float(err.mean()),
         "samples": int(err.shape[0]),
     }
+
+
+def top2_margins(pre_head: np.ndarray, nvec: tuple[int, ...] | None = None) -> np.ndarray:
+    """The gap between the top two logits/Q-values per sample (near ties may flip in any conversion); a
+    multi-discrete action's: the smallest gap over its components' slices."""
+    parts = [pre_head] if nvec is None else np.split(pre_head, np.cumsum(nvec)[:-1], axis=-1)
+    gaps = []
+    for part in parts:
+        top2 = np.sort(part, axis=-1)[:, -2:]
+        gaps.append(top2[:, 1] - top2[:, 0])
+    return np.min(np.stack(gaps), axis=0)
 
 
 def require_fp32_parity(name: str, result: dict[str, Any], tol: Tolerances) -> None:

@@ -47,6 +47,9 @@ class PlantIo:
     action_high: tuple[float, ...]
     obs_keys: tuple[tuple[str, int], ...] = ()
     """A Dict observation's (key, number of values) in the manifest's order; () for a Box."""
+    integer: bool = False
+    """Integer actions: a Discrete index, or one index per component of a MultiDiscrete/MultiBinary one
+    (action_low/high: each component's first and last index)."""
 
 
 def plant_io_of(policy: Policy) -> PlantIo:
@@ -55,7 +58,7 @@ def plant_io_of(policy: Policy) -> PlantIo:
     keys = tuple((k.name, k.size) for k in obs.keys)
     if act.discrete:
         lo, hi = act.index_range
-        return PlantIo(obs.size, 1, True, (float(lo),), (float(hi),), keys)
+        return PlantIo(obs.size, 1, True, (float(lo),), (float(hi),), keys, integer=True)
     low, high = policy.action_low.reshape(-1), policy.action_high.reshape(-1)
     return PlantIo(
         obs.size,
@@ -64,6 +67,7 @@ def plant_io_of(policy: Policy) -> PlantIo:
         tuple(float(v) for v in low),
         tuple(float(v) for v in high),
         keys,
+        integer=act.multi_discrete,
     )
 
 
@@ -284,10 +288,13 @@ def check_fit(nodes: BoundNodes, io: PlantIo) -> None:
             f"the action nodes hold {size} values ({_layout(nodes.action)}); the policy writes "
             f"{io.action_size}: map {io.action_size} scalar nodes or one array node of length {io.action_size}"
         )
-    for b in nodes.action:
+    for i, b in enumerate(nodes.action):
         lo, hi = tv.value_range(b.vtype)
-        if io.discrete:
-            first, last = io.action_low[0], io.action_high[0]
+        if io.integer:
+            # the indices this node holds: one component's (a scalar per component), or all of them (an array)
+            one = b.length is None and len(nodes.action) == io.action_size
+            first = io.action_low[i] if one else min(io.action_low)
+            last = io.action_high[i] if one else max(io.action_high)
             if b.vtype in tv.FLOAT_TYPES:
                 continue
             if not (lo <= first and last <= hi):

@@ -85,8 +85,8 @@ class InjectedFaults:
         )
         self.held += bool(code & HELD)
         self.ramped += bool(code & RAMPING)
-        if self.responder.discrete:
-            return round(out[0])
+        if self.responder.discrete:  # integer actions: an index, or one per component
+            return round(out[0]) if np.ndim(action) == 0 else np.rint(out).astype(np.asarray(action).dtype)
         return np.asarray(out, np.asarray(action).dtype)
 
     def counts(self) -> dict[str, int]:

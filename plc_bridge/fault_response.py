@@ -57,7 +57,8 @@ class FaultResponses:
 
 def default_for(fault: str, discrete: bool) -> str:
     """Box actions hold through a deadline miss (the loop is late, the plant is fine); every other fault,
-    and every fault of a Discrete action (a held index may be a wrong one), gets the safe action."""
+    and every fault of an integer action, Discrete or MultiDiscrete (a held index may be a wrong one),
+    gets the safe action."""
     return "hold" if fault == "deadline_miss" and not discrete else "safe"
 
 
@@ -127,7 +128,9 @@ class FaultResponder:
         self.hold_s = responses.hold_ms / 1e3
         self.rate: np.ndarray | None = None
         if discrete and "ramp" in self.by_status.values():
-            raise ConfigError("a ramp response needs Box actions; a Discrete action can hold or go safe")
+            raise ConfigError(
+                "a ramp response needs Box actions; a Discrete or MultiDiscrete action can hold or go safe"
+            )
         if responses.ramp_rate is not None and not discrete:
             rate = np.asarray(responses.ramp_rate, np.float64)
             if rate.size not in (1, self.safe.size):

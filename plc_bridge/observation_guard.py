@@ -184,14 +184,26 @@ def _labels(spec: ObservationSpec) -> list[str]:
 
 
 def action_span(policy: Policy) -> np.ndarray | None:
-    """Each Box action component's high - low (what a ramp must cross); None for a Discrete action."""
-    return None if policy.discrete else (policy.action_high - policy.action_low).reshape(-1)
+    """Each Box action component's high - low (what a ramp must cross); None for integer actions."""
+    return None if policy.categorical else (policy.action_high - policy.action_low).reshape(-1)
 
 
 def resolve_safe_action(policy: Policy, configured: tuple[float, ...] | None) -> list[float]:
     """The node map's safe action checked against the policy's action spec, or the default: the first
-    index of a Discrete action, zero clipped into the bounds of a Box one."""
+    index of a Discrete action (of each component of a MultiDiscrete one), zero clipped into the bounds of a
+    Box one."""
     act = policy.action_spec
+    if act.multi_discrete:
+        lo, hi = act.index_bounds
+        if configured is None:
+            return lo.astype(np.float64).tolist()
+        safe = np.asarray(configured, np.float64)
+        if safe.shape != lo.shape or np.any(safe < lo) or np.any(safe > hi) or np.any(safe != np.rint(safe)):
+            raise ConfigError(
+                f"safe_action {short_repr(list(configured))} must be {lo.size} action indices, one per component, "
+                f"each inside [{short_repr(lo.tolist())}, {short_repr(hi.tolist())}]"
+            )
+        return safe.tolist()
     if act.discrete:
         lo, hi = act.index_range
         if configured is None:
@@ -242,7 +254,7 @@ class Serving:
         not fit it)."""
         check_state_rule(policy, node_map)
         safe = resolve_safe_action(policy, node_map.safe_action)
-        faults = FaultResponder(node_map.fault_responses, safe, policy.discrete, action_span(policy))
+        faults = FaultResponder(node_map.fault_responses, safe, policy.categorical, action_span(policy))
         return cls(policy, ObservationGuard(policy, node_map), safe, faults)
 
 
@@ -273,4 +285,8 @@ def _keys_text(io: PlantIo) -> str:
 def _io_text(io: PlantIo) -> str:
     if io.discrete:
         return f"Discrete({int(io.action_high[0] - io.action_low[0]) + 1})"
+    if io.integer:
+        return (
+            f"MultiDiscrete(first={[int(v) for v in io.action_low]}, last={[int(v) for v in io.action_high]})"
+        )
     return f"Box(low={list(io.action_low)}, high={list(io.action_high)})"

@@ -288,7 +288,7 @@ class PolicyUpdates:
         record.update(
             replaced=str(old),
             load_s=round(ready.load_s, 3),
-            shadow=None if rollback else ready.result(self.policy.discrete),
+            shadow=None if rollback else ready.result(self.policy.categorical),
             rollback=rollback,
         )
         self._first_cycle_of = record
@@ -374,8 +374,8 @@ class PolicyUpdates:
     def _compare(self, shadow: _Shadow, new: int | np.ndarray, served: list[float]) -> None:
         shadow.compared += 1
         policy = shadow.serving.policy
-        if policy.discrete:
-            shadow.agreed += int(int(new) == int(served[0]))
+        if policy.categorical:  # integer actions agree where every component does
+            shadow.agreed += int(np.array_equal(np.asarray(new, np.float64).reshape(-1), np.asarray(served)))
             return
         span = np.maximum(policy.action_high.astype(np.float64) - policy.action_low.astype(np.float64), 1e-12)
         diff = float(
@@ -385,7 +385,7 @@ class PolicyUpdates:
         shadow.diff_max = max(shadow.diff_max, diff)
 
     def _judge(self, shadow: _Shadow) -> None:
-        discrete = shadow.serving.policy.discrete
+        discrete = shadow.serving.policy.categorical
         result = self.last_shadow = shadow.result(discrete)
         share = shadow.invalid / shadow.checked if shadow.checked else 0.0
         if share > self.cfg.max_invalid:

@@ -77,6 +77,8 @@ class SimConfig:
 
 class PlcSim:
     def __init__(self, cfg: SimConfig):
+        import gymnasium as gym
+
         from rl2edge.train.core.envs import make_env  # gymnasium only; no deep-learning framework
 
         cfg.check()
@@ -84,7 +86,17 @@ class PlcSim:
         self.env = make_env(cfg.env_id)
         self._faults = np.random.default_rng([cfg.seed, 7])  # --invalid-rate's draws, apart from the env's
         space = self.env.action_space
-        self.discrete = hasattr(space, "n")
+        self.discrete = isinstance(space, gym.spaces.Discrete)
+        # MultiDiscrete/MultiBinary: each component's first and last index (MultiBinary: 0 and 1)
+        self.index_bounds: tuple[np.ndarray, np.ndarray] | None = None
+        if isinstance(space, gym.spaces.MultiDiscrete):
+            first = np.asarray(getattr(space, "start", np.zeros_like(space.nvec)), np.int64).reshape(-1)
+            self.index_bounds = first, first + space.nvec.reshape(-1).astype(np.int64) - 1
+        elif isinstance(space, gym.spaces.MultiBinary):
+            self.index_bounds = (
+                np.zeros(int(np.prod(space.shape)), np.int64),
+                np.ones(int(np.prod(space.shape)), np.int64),
+            )
         self.act_dim = 1 if self.discrete else int(np.prod(space.shape))
         # a Dict observation's (key, number of values), in the env's key order; [] for a Box
         self.obs_keys = _dict_keys(self.env.observation_space, cfg.env_id)
@@ -180,6 +192,10 @@ class PlcSim:
             n, start = int(self.env.action_space.n), int(getattr(self.env.action_space, "start", 0))
             return int(np.clip(np.round(a[0]) if a.size else start, start, start + n - 1))
         space = self.env.action_space
+        if self.index_bounds is not None:  # one index per component, rounded and held to its choices
+            lo, hi = self.index_bounds
+            a = np.resize(a, lo.shape) if a.size != lo.size else a
+            return np.clip(np.round(a), lo, hi).astype(space.dtype).reshape(space.shape)
         a = np.resize(a, space.shape) if a.size != int(np.prod(space.shape)) else a.reshape(space.shape)
         return np.clip(a, space.low, space.high).astype(space.dtype)
 

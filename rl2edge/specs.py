@@ -239,18 +239,34 @@ class ObservationSpec:
 @dataclass(frozen=True)
 class ActionSpec:
     kind: str
-    """discrete or box"""
+    """discrete, multi_discrete or box"""
     n: int = 0
     start: int = 0
     shape: tuple[int, ...] = ()
     dtype: str = "float32"
     low: tuple[float, ...] = ()
     high: tuple[float, ...] = ()
+    nvec: tuple[int, ...] = ()
+    """multi_discrete: each component's number of choices (valves, selector switches)"""
+    starts: tuple[int, ...] = ()
+    """multi_discrete: each component's first index (Gymnasium's MultiDiscrete `start`; 0 for MultiBinary)"""
+    binary: bool = False
+    """multi_discrete from a MultiBinary space (every component 0 or 1)"""
+
+    @classmethod
+    def multi(cls, nvec: Any, starts: Any = None, binary: bool = False) -> ActionSpec:
+        nv = tuple(int(v) for v in nvec)
+        st = tuple(int(v) for v in (starts if starts is not None else [0] * len(nv)))
+        if not nv or len(st) != len(nv) or min(nv) < 2:
+            raise ValueError(f"a multi_discrete action needs 2 or more choices per component, got nvec {nv}")
+        return cls("multi_discrete", nvec=nv, starts=st, binary=binary)
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> ActionSpec:
         if d["type"] == "discrete":
             return cls("discrete", n=int(d["n"]), start=int(d.get("start", 0)))
+        if d["type"] == "multi_discrete":
+            return cls.multi(d["nvec"], d.get("start"), bool(d.get("binary", False)))
         return cls(
             "box",
             shape=tuple(int(x) for x in d.get("shape", [len(d["low"])])),
@@ -262,6 +278,13 @@ class ActionSpec:
     def to_json(self) -> dict[str, Any]:
         if self.discrete:
             return {"type": "discrete", "n": self.n, "start": self.start}
+        if self.multi_discrete:
+            return {
+                "type": "multi_discrete",
+                "nvec": list(self.nvec),
+                "start": list(self.starts),
+                "binary": self.binary,
+            }
         return {
             "type": "box",
             "shape": list(self.shape),
@@ -272,12 +295,30 @@ class ActionSpec:
 
     @property
     def discrete(self) -> bool:
+        """One Discrete index (a scalar action)."""
         return self.kind == "discrete"
 
     @property
+    def multi_discrete(self) -> bool:
+        """Several discrete components (MultiDiscrete or MultiBinary): one index per component."""
+        return self.kind == "multi_discrete"
+
+    @property
+    def categorical(self) -> bool:
+        """Integer actions from categorical heads (Discrete or MultiDiscrete): argmax per component."""
+        return self.kind in ("discrete", "multi_discrete")
+
+    @property
+    def heads(self) -> tuple[int, ...]:
+        """A categorical action's logits per component: (n,) for Discrete, nvec for MultiDiscrete."""
+        return (self.n,) if self.discrete else self.nvec
+
+    @property
     def size(self) -> int:
-        """The action's length as the env and the PLC take it: 1 for a Discrete index."""
-        return 1 if self.discrete else int(np.prod(self.shape))
+        """The action's length as the env and the PLC take it: 1 for a Discrete index, one per component."""
+        if self.discrete:
+            return 1
+        return len(self.nvec) if self.multi_discrete else int(np.prod(self.shape))
 
     @property
     def index_range(self) -> tuple[int, int]:
@@ -285,16 +326,28 @@ class ActionSpec:
         return self.start, self.start + self.n - 1
 
     @property
+    def index_bounds(self) -> tuple[np.ndarray, np.ndarray]:
+        """Categorical: each component's first and last index as int64 arrays of `size` values."""
+        if self.discrete:
+            return np.array([self.start], np.int64), np.array([self.start + self.n - 1], np.int64)
+        lo = np.asarray(self.starts, np.int64)
+        return lo, lo + np.asarray(self.nvec, np.int64) - 1
+
+    @property
     def output_width(self) -> int:
-        """The network's output width: n logits or Q-values for Discrete, one per dimension for Box."""
-        return self.n if self.discrete else self.size
+        """The network's output width: n logits or Q-values for Discrete, the sum of nvec for
+        MultiDiscrete (each component's logits, in order), one per dimension for Box."""
+        if self.categorical:
+            return int(sum(self.heads))
+        return self.size
 
 
 class ActionTransform:
     def __init__(self, spec: ActionSpec):
-        self.discrete = spec.discrete
+        self.discrete = spec.categorical
         if self.discrete:
-            self.start = spec.start
+            self.start = spec.start if spec.discrete else np.asarray(spec.starts, np.int64)
+            self.nvec = spec.heads
         else:
             low = np.asarray(spec.low, np.float64)
             high = np.asarray(spec.high, np.float64)

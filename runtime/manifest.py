@@ -69,6 +69,8 @@ class Manifest:
         }
         if act.discrete:
             layout["action"] = {"discrete": list(act.index_range)}
+        elif act.multi_discrete:
+            layout["action"] = {"multi_discrete": [b.tolist() for b in act.index_bounds]}
         else:
             low, high = (
                 np.broadcast_to(np.asarray(b, np.float64), act.shape).ravel().tolist()

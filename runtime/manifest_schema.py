@@ -191,8 +191,20 @@ def _check_action(act: dict[str, Any]) -> None:
         _int(act.get("n"), "action.n", 1, MAX_ACTIONS)
         _int(act.get("start", 0), "action.start", -MAX_ACTIONS, MAX_ACTIONS)
         return
+    if kind == "multi_discrete":
+        nvec, start = act.get("nvec"), act.get("start")
+        if not isinstance(nvec, list) or not 1 <= len(nvec) <= MAX_ACTIONS:
+            raise _fail("action.nvec", "must be a non-empty list of choices per component", nvec)
+        if not isinstance(start, list) or len(start) != len(nvec):
+            raise _fail("action.start", "must list one first index per component of nvec", start)
+        for i, (n, s) in enumerate(zip(nvec, start, strict=True)):
+            _int(n, f"action.nvec[{i}]", 2, MAX_ACTIONS)
+            _int(s, f"action.start[{i}]", -MAX_ACTIONS, MAX_ACTIONS)
+        if not isinstance(act.get("binary", False), bool):
+            raise _fail("action.binary", "must be true or false", act.get("binary"))
+        return
     if kind != "box":
-        raise _fail("action.type", "must be 'discrete' or 'box'", kind)
+        raise _fail("action.type", "must be 'discrete', 'multi_discrete' or 'box'", kind)
     low: Any = act.get("low")
     high: Any = act.get("high")
     for key, bounds in (("low", low), ("high", high)):

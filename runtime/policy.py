@@ -53,8 +53,14 @@ class Policy:
                     f"(shape {list(k.shape)}). Was the manifest edited, or does it belong to another model?"
                 )
         self.discrete = act.discrete
+        self.categorical = act.categorical
+        """Integer actions: one Discrete index, or one index per component (MultiDiscrete/MultiBinary)."""
         if self.discrete:
             self._lo, self._hi = act.index_range
+        elif act.multi_discrete:  # a vector, as a Box's, of integers within each component's indices
+            self._index_lo, self._index_hi = act.index_bounds
+            self.action_low = self._index_lo.astype(np.float32)
+            self.action_high = self._index_hi.astype(np.float32)
         else:
             self.action_low = np.asarray(act.low, np.float32)
             self.action_high = np.asarray(act.high, np.float32)
@@ -366,6 +372,13 @@ class Policy:
             raise BackendError(f"{self._backend.name} failed to run the model: {exc}") from None
         if self.discrete:
             return min(max(int(y.flat[0]), self._lo), self._hi)  # Python ints: np.clip costs more here
+        if self.categorical:  # the graph's argmax per component: integers, held to each one's indices
+            idx = np.asarray(y).reshape(self._index_lo.shape)
+            if not np.issubdtype(idx.dtype, np.integer):
+                if not np.isfinite(idx).all():
+                    raise BackendError(f"the model returned a non-finite action {idx.tolist()}")
+                idx = np.rint(idx)
+            return np.clip(idx.astype(np.int64), self._index_lo, self._index_hi)
         a = np.asarray(y, np.float32).reshape(self.action_low.shape)
         if not np.isfinite(a).all():  # clipping would pass NaN through to the actuator
             raise BackendError(f"the model returned a non-finite action {a.tolist()}")

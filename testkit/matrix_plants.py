@@ -1,10 +1,12 @@
 """Plants of the conformance matrix (benchmarks/env_matrix.py) that need a line of glue around a
-third-party env, as a user's own module would hold it, and one rl2edge cannot serve yet.
+third-party env, as a user's own module would hold it, and a multi-valve plant.
 
 - `MemoryFlat-v0`: MiniGrid's MemoryS7 (a memory task: remember the object seen at the start) with the
   agent's 7x7 symbolic view flattened, as MiniGrid's own `ImgObsWrapper` and Gymnasium's
   `FlattenObservation` give it: a Box of 147 values, the direction and the mission text left out.
-- `ThreeValves`: three on/off valves filling a tank to a setpoint, a MultiDiscrete([2, 2, 2]) action."""
+- `ThreeValves`: three on/off valves filling a tank to a setpoint, a MultiDiscrete([2, 2, 2]) action;
+  `ThreeValvesBinary` the same plant with a MultiBinary(3) action, `ValveAndPump` one on/off valve and a
+  pump switch of three speeds numbered from 1 (MultiDiscrete([2, 3], start=[0, 1]))."""
 
 from __future__ import annotations
 
@@ -49,5 +51,29 @@ class ThreeValves(gym.Env):
 
     def step(self, action: Any) -> Any:
         self._level = float(np.clip(self._level + self.FLOWS @ np.asarray(action) - 3.5, 0.0, 100.0))
+        self._t += 1
+        return self._obs(), -abs(self._level - self._setpoint), False, self._t >= 100, {}
+
+
+class ThreeValvesBinary(ThreeValves):
+    """ThreeValves with a MultiBinary(3) action (one Boolean per valve)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.action_space = gym.spaces.MultiBinary(3)
+
+
+class ValveAndPump(ThreeValves):
+    """The tank fed by a valve of 1 unit a step and a pump of speed 1, 2 or 3 (2 units a step each):
+    MultiDiscrete([2, 3], start=[0, 1]), the pump's speeds numbered from 1 as on its selector switch."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.action_space = gym.spaces.MultiDiscrete([2, 3], start=[0, 1])
+
+    def step(self, action: Any) -> Any:
+        valve, speed = (int(v) for v in np.asarray(action))
+        assert valve in (0, 1) and speed in (1, 2, 3), f"action {action} outside the space"
+        self._level = float(np.clip(self._level + valve + 2.0 * speed - 4.5, 0.0, 100.0))
         self._t += 1
         return self._obs(), -abs(self._level - self._setpoint), False, self._t >= 100, {}

@@ -390,4 +390,4 @@ def test_rainbow_configs_refuse_mistakes() -> None:
     from rl2edge.train.algos import get
 
     with pytest.raises(ConfigError, match="RAINBOW needs a Discrete action space"):
-        get("rainbow").check_action_space(False, "Pendulum-v1")
+        get("rainbow").check_action_space("box", "Pendulum-v1")

@@ -45,7 +45,7 @@ class Algo:
     agents: dict[str, str]
     """framework -> "module:Class" of the agent the driver steps."""
     actions: tuple[str, ...]
-    """The action spaces it trains on: "discrete", "box" or both."""
+    """The action spaces it trains on: "discrete", "multi_discrete" (MultiDiscrete and MultiBinary), "box"."""
     head: str
     """The head its deterministic policy ends in for Box actions (export/deployable.py); Discrete: argmax."""
     network: str
@@ -91,14 +91,17 @@ class Algo:
             raise ConfigError(f"--framework {framework!r}: choose one of {', '.join(self.agents)}")
         return _load(self.agents[framework])
 
-    def check_action_space(self, discrete: bool, env_id: str) -> None:
-        kind = "discrete" if discrete else "box"
+    def check_action_space(self, kind: str, env_id: str) -> None:
+        """`kind`: the env's ActionSpec.kind (discrete, multi_discrete or box)."""
         if kind not in self.actions:
             fits = [a.name for a in ALGOS.values() if kind in a.actions]
             raise ConfigError(
-                f"{self.name.upper()} needs a {_either(a.capitalize() for a in self.actions)} action space and "
-                f"{env_id} has a {kind.capitalize()} one; use {_either(fits)}"
+                f"{self.name.upper()} needs a {_either(_SPACE_NAMES[a] for a in self.actions)} action space and "
+                f"{env_id} has a {_SPACE_NAMES[kind]} one; use {_either(fits)}"
             )
+
+
+_SPACE_NAMES = {"discrete": "Discrete", "multi_discrete": "MultiDiscrete/MultiBinary", "box": "Box"}
 
 
 def _either(words: Any) -> str:
@@ -126,11 +129,17 @@ def _agents(module: str, torch_class: str, tf_class: str) -> dict[str, str]:
     }
 
 
-def _on_policy(name: str, config: str, agents: dict[str, str], network: str, **rest: Any) -> Algo:
-    """A row of the on-policy driver: Discrete and Box actions, PPO's clipped head."""
-    return Algo(
-        name, config, agents, ("discrete", "box"), "clip_unscale", network=network, on_policy=True, **rest
-    )
+def _on_policy(
+    name: str,
+    config: str,
+    agents: dict[str, str],
+    network: str,
+    actions: tuple[str, ...] = ("discrete", "multi_discrete", "box"),
+    **rest: Any,
+) -> Algo:
+    """A row of the on-policy driver: Discrete, MultiDiscrete/MultiBinary (one categorical head per
+    component, SB3's MultiCategoricalDistribution) and Box actions, PPO's clipped head."""
+    return Algo(name, config, agents, actions, "clip_unscale", network=network, on_policy=True, **rest)
 
 
 def _off_policy(
@@ -246,8 +255,7 @@ def check_env(algo: str, env_id: str) -> None:
     try:
         spec = observation_spec(env.observation_space)  # a space rl2edge does not take: refused here
         check_trainable(spec, env_id)
-        action_spec(env.action_space)  # likewise for the action space
-        row.check_action_space(hasattr(env.action_space, "n"), env_id)
+        row.check_action_space(action_spec(env.action_space).kind, env_id)  # an unsupported space: refused
         if not row.image_keys:
             takes = [a.name for a in ALGOS.values() if a.image_keys]
             refuse_image_keys(spec, row.name, takes)

@@ -24,7 +24,7 @@ def source(ckpt: Checkpoint, agent: Any, description: dict[str, Any]) -> TFSourc
 
     net = agent.deploy_parts(ckpt.network, load)
     norm = ckpt.normalizer()  # over the K observations of a frame stack
-    head = head_for(ckpt.algo, ckpt.action.discrete)
+    head = head_for(ckpt.algo, ckpt.action.categorical)
     keys = tuple((key.name, key.size) for key in ckpt.observation.keys)
     k = ckpt.frame_stack
     matrix = ckpt.observation.shape if ckpt.observation.is_matrix else ()

@@ -145,7 +145,7 @@ def _injected(policy: Any, args: argparse.Namespace) -> Any:
         raise ConfigError(f"--period-ms {args.period_ms:g}: choose a period from 1 to 60000 ms")
     node_map = load_node_map(args.map) if args.map else default_node_map()
     safe = resolve_safe_action(policy, node_map.safe_action)
-    responder = FaultResponder(node_map.fault_responses, safe, policy.discrete, action_span(policy))
+    responder = FaultResponder(node_map.fault_responses, safe, policy.categorical, action_span(policy))
     injector = FaultInjector(parse_injection(args.inject_faults, args.fault_seed))
     return InjectedFaults(policy.predict, responder, injector, args.period_ms / 1e3)
 

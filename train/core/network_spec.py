@@ -5,7 +5,7 @@ as checkpoints have always written them.
 
 A field that a network type does not have is None (absent from the JSON): `discrete` and `log_std_init`
 belong to the on-policy actor-critics, `log_std_min`/`log_std_max` to SAC, `n_critics` to TD3 and DDPG,
-the switches from `dueling` to `v_max` to Rainbow, `rnn` to `enable_critic_lstm` to the recurrent
+`action_nvec` to a MultiDiscrete one of theirs, the switches from `dueling` to `v_max` to Rainbow, `rnn` to `enable_critic_lstm` to the recurrent
 actor-critics. Which type an algorithm writes is its row's (train.algos); this module names none.
 """
 
@@ -92,6 +92,9 @@ class NetworkSpec:
     act_dim: int
     """The network's output width: n logits or Q-values (Discrete), one mean per dimension (Box)."""
     discrete: bool | None = None
+    action_nvec: tuple[int, ...] | None = None
+    """A MultiDiscrete/MultiBinary action's choices per component: the output is one categorical head per
+    component, their logits concatenated in order (written only then; a Discrete head has none)."""
     net_arch: tuple[int, ...]
     activation: str
     log_std_init: float | None = None
@@ -142,6 +145,11 @@ class NetworkSpec:
         return bool(self.required("discrete"))
 
     @property
+    def heads(self) -> tuple[int, ...]:
+        """A categorical actor's logits per component: (act_dim,) for one Discrete head."""
+        return self.action_nvec if self.action_nvec is not None else (self.act_dim,)
+
+    @property
     def recurrent(self) -> bool:
         return self.lstm_hidden_size is not None
 
@@ -169,7 +177,7 @@ class NetworkSpec:
             value = getattr(self, f.name)
             if value is None or (f.name == "frame_stack" and value == 1):
                 continue
-            if f.name == "net_arch":
+            if f.name in ("net_arch", "action_nvec"):
                 value = list(value)
             elif f.name == "encoder":
                 value = value.to_json()
@@ -191,6 +199,8 @@ class NetworkSpec:
         try:
             fields: dict[str, Any] = dict(d)
             fields["net_arch"] = tuple(int(w) for w in d["net_arch"])
+            if d.get("action_nvec") is not None:
+                fields["action_nvec"] = tuple(int(n) for n in d["action_nvec"])
             for name in ("obs_dim", "act_dim"):
                 fields[name] = int(d[name])
             if d.get("encoder") is not None and not isinstance(d["encoder"], EncoderSpec):

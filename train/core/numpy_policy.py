@@ -37,6 +37,40 @@ class RolloutWeights:
     encoder: EncoderWeights | None = None  # image keys' CNNs (train.core.numpy_encoder), shared by both
 
 
+def sample_categorical(
+    out: np.ndarray, noise: np.ndarray, nvec: tuple[int, ...] | None
+) -> tuple[np.ndarray, np.ndarray]:
+    """(action, log-prob) per row of categorical logits `out` with Gumbel `noise`: argmax(logits + g)
+    samples softmax(logits). `nvec` None: one head, actions [rows]; else one head per component over
+    consecutive slices of `out`, actions [rows, components] and the log-probs summed (the components
+    are independent: SB3's MultiCategoricalDistribution)."""
+    if nvec is None:
+        return _one_head(out, noise)
+    actions, logp = [], np.zeros(len(out), np.float32)
+    at = 0
+    for n in nvec:
+        a, lp = _one_head(out[:, at : at + n], noise[:, at : at + n])
+        actions.append(a)
+        logp += lp
+        at += n
+    return np.stack(actions, -1), logp
+
+
+def _one_head(out: np.ndarray, noise: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    action = (out + noise).argmax(-1)
+    shifted = out - out.max(-1, keepdims=True)
+    log_z = np.log(np.exp(shifted).sum(-1))
+    return action, (shifted[np.arange(len(action)), action] - log_z).astype(np.float32, copy=False)
+
+
+def argmax_heads(out: np.ndarray, nvec: tuple[int, ...] | None) -> np.ndarray:
+    """The deterministic action of categorical logits: [rows] for one head, [rows, components] for `nvec`."""
+    if nvec is None:
+        return out.argmax(-1)
+    cuts = np.cumsum(nvec)[:-1]
+    return np.stack([part.argmax(-1) for part in np.split(out, cuts, axis=-1)], -1)
+
+
 class NumpyActorCritic:
     """Samples PPO's policy from given per-env noise: argmax(logits + Gumbel) for discrete actions,
     mean + std * normal for Gaussian ones, with the log-prob and the value of each row."""
@@ -45,6 +79,7 @@ class NumpyActorCritic:
         if network.activation not in ("tanh", "relu"):
             raise ValueError(f"no numpy form of activation {network.activation!r}")
         self.discrete = network.is_discrete
+        self.nvec = network.action_nvec
         self._tanh = network.activation == "tanh"
         self._w: RolloutWeights | None = None
         self._encoder = NumpyEncoder(network.encoder) if network.encoder else None
@@ -83,10 +118,7 @@ class NumpyActorCritic:
         h = self._features(obs)
         out = self._mlp(w.actor, h)
         if self.discrete:
-            action = (out + noise).argmax(-1)
-            shifted = out - out.max(-1, keepdims=True)
-            log_z = np.log(np.exp(shifted).sum(-1))
-            logp = shifted[np.arange(len(action)), action] - log_z
+            action, logp = sample_categorical(out, noise, self.nvec)
         else:
             action = out + self._std * noise
             # log N(action; out, std) with (action - out) / std = noise

@@ -71,6 +71,7 @@ def onpolicy_network(
     act_dim: int,
     discrete: bool,
     encoder: EncoderSpec | None = None,
+    action_nvec: tuple[int, ...] | None = None,
 ) -> NetworkSpec:
     """The checkpoint's network of an actor-critic: the MLP's fields, the config's own (a recurrent cell's),
     the encoder of image keys (train.core.encoder_spec), and the frame stack (Ray rollout workers make
@@ -80,6 +81,7 @@ def onpolicy_network(
         obs_dim=obs_dim,
         act_dim=act_dim,
         discrete=discrete,
+        action_nvec=action_nvec,
         net_arch=tuple(cfg.net_arch),
         activation=cfg.activation,
         log_std_init=cfg.log_std_init,
@@ -118,8 +120,9 @@ def train_onpolicy(
     run = TrainingRun(env_id, cfg, seed, run_dir, on_evaluation)
     envs, obs_spec, act_spec, norm, to_env = run.envs, run.obs_spec, run.act_spec, run.norm, run.to_env
     discrete, obs_shape = run.discrete, run.obs_shape
+    nvec = act_spec.nvec if act_spec.multi_discrete else None
     network = onpolicy_network(
-        cfg, network_type, obs_spec.size, act_spec.output_width, discrete, encoder_spec(obs_spec)
+        cfg, network_type, obs_spec.size, act_spec.output_width, discrete, encoder_spec(obs_spec), nvec
     )
     collector_class, buffer_class = RolloutCollector, RolloutBuffer
     if network.recurrent:
@@ -132,7 +135,7 @@ def train_onpolicy(
         collector_class, buffer_class = RecurrentCollector, SequenceBuffer
         run.act_fn = lambda agent_, norm_: StatefulEvaluator(agent_, norm_, to_env, run.flatten, network)
     agent = make_agent(network, cfg, seed, device)
-    buffer = buffer_class(cfg.n_steps, cfg.n_envs, obs_shape, discrete, act_spec.output_width)
+    buffer = buffer_class(cfg.n_steps, cfg.n_envs, obs_shape, discrete, act_spec.output_width, nvec)
 
     # The update's settings: PPO's fields, which A2C's config holds as class attributes (no clip, one epoch)
     settings: Any = cfg

@@ -20,7 +20,7 @@ import numpy as np
 from rl2edge.errors import ConfigError
 from rl2edge.train.core.network_spec import NetworkSpec
 from rl2edge.train.core.normalization import RunningNormalizer
-from rl2edge.train.core.numpy_policy import LOG_2PI, Layers
+from rl2edge.train.core.numpy_policy import LOG_2PI, Layers, argmax_heads, sample_categorical
 from rl2edge.train.core.rnn_cells import RNNLayer, RNNState, rnn_step, zero_state
 from rl2edge.train.core.rollout import RolloutBuffer
 from rl2edge.train.core.rollout_collector import RolloutCollector
@@ -59,7 +59,7 @@ class NumpyRecurrentActorCritic:
     def __init__(self, network: NetworkSpec):
         if network.activation not in ("tanh", "relu"):
             raise ValueError(f"no numpy form of activation {network.activation!r}")
-        self.discrete = network.is_discrete
+        self.discrete, self.nvec = network.is_discrete, network.action_nvec
         self._tanh = network.activation == "tanh"
         self.shared = bool(network.required("shared_lstm"))
         self.layers, self.hidden = (
@@ -134,9 +134,7 @@ class NumpyRecurrentActorCritic:
         assert w is not None
         out = self._mlp(w.actor, latent_pi)
         if self.discrete:
-            action = (out + noise).argmax(-1)
-            shifted = out - out.max(-1, keepdims=True)
-            logp = shifted[np.arange(len(action)), action] - np.log(np.exp(shifted).sum(-1))
+            action, logp = sample_categorical(out, noise, self.nvec)
         else:
             action = (out + self._std * noise).astype(np.float32)
             logp = self._logp_const - 0.5 * np.einsum("ij,ij->i", noise, noise)
@@ -160,7 +158,7 @@ class NumpyRecurrentActorCritic:
             self.kind, w.actor_lstm, obs, self._masked(self.actor_state, starts)
         )
         out = self._mlp(w.actor, latent_pi)
-        return out.argmax(-1) if self.discrete else out
+        return argmax_heads(out, self.nvec) if self.discrete else out
 
     def state(self) -> tuple[RNNState, RNNState | None]:
         assert self.actor_state is not None

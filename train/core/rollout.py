@@ -20,15 +20,24 @@ from rl2edge.errors import ConfigError
 @dataclass(frozen=True)
 class Minibatch:
     obs: np.ndarray  # float32 [B, *obs_shape], already normalized
-    actions: np.ndarray  # int64 [B] (discrete) or float32 [B, act_dim] (in [-1, 1]-scaled units)
+    actions: (
+        np.ndarray
+    )  # int64 [B] (discrete), int64 [B, components] (multi-discrete) or float32 [B, act_dim]
     old_logprobs: np.ndarray  # float32 [B]
     old_values: np.ndarray  # float32 [B]
     advantages: np.ndarray  # float32 [B], normalized when asked
     returns: np.ndarray  # float32 [B]
 
 
-def check_minibatch(mb: Minibatch, obs_shape: tuple[int, ...], discrete: bool, n_actions: int) -> None:
-    """The backend boundary's tensor contract: wrong dtypes or shapes fail here, at the first update."""
+def check_minibatch(
+    mb: Minibatch,
+    obs_shape: tuple[int, ...],
+    discrete: bool,
+    n_actions: int,
+    nvec: tuple[int, ...] | None = None,
+) -> None:
+    """The backend boundary's tensor contract: wrong dtypes or shapes fail here, at the first update.
+    `nvec`: a multi-discrete action's choices per component (its actions are [B, components])."""
     b = mb.obs.shape[0]
     if mb.obs.dtype != np.float32 or mb.obs.shape[1:] != obs_shape:
         raise ConfigError(f"batch obs must be float32 {obs_shape}, got {mb.obs.dtype} {mb.obs.shape[1:]}")
@@ -36,7 +45,17 @@ def check_minibatch(mb: Minibatch, obs_shape: tuple[int, ...], discrete: bool, n
         arr = getattr(mb, name)
         if arr.dtype != np.float32 or arr.shape != (b,):
             raise ConfigError(f"batch {name} must be float32 [{b}], got {arr.dtype} {arr.shape}")
-    if discrete:
+    if nvec is not None:
+        if not np.issubdtype(mb.actions.dtype, np.integer) or mb.actions.shape != (b, len(nvec)):
+            raise ConfigError(
+                f"multi-discrete batch actions must be integer [{b}, {len(nvec)}], got {mb.actions.dtype} "
+                f"{mb.actions.shape}"
+            )
+        if mb.actions.size and (mb.actions.min() < 0 or (mb.actions >= np.asarray(nvec)).any()):
+            raise ConfigError(
+                f"multi-discrete batch actions must lie in [0, nvec) per component, nvec {list(nvec)}"
+            )
+    elif discrete:
         if not np.issubdtype(mb.actions.dtype, np.integer) or mb.actions.shape != (b,):
             raise ConfigError(
                 f"discrete batch actions must be integer [{b}], got {mb.actions.dtype} {mb.actions.shape}"
@@ -82,15 +101,25 @@ def compute_gae(
 class RolloutBuffer:
     """[n_steps, n_envs] storage, preallocated once."""
 
-    def __init__(self, n_steps: int, n_envs: int, obs_shape: tuple[int, ...], discrete: bool, act_dim: int):
+    def __init__(
+        self,
+        n_steps: int,
+        n_envs: int,
+        obs_shape: tuple[int, ...],
+        discrete: bool,
+        act_dim: int,
+        nvec: tuple[int, ...] | None = None,
+    ):
+        """`nvec`: a multi-discrete action's choices per component (one int64 index per component)."""
         self.n_steps, self.n_envs = n_steps, n_envs
-        self.obs_shape, self.discrete, self.act_dim = obs_shape, discrete, act_dim
+        self.obs_shape, self.discrete, self.act_dim, self.nvec = obs_shape, discrete, act_dim, nvec
         self.obs = np.zeros((n_steps, n_envs, *obs_shape), np.float32)
-        self.actions = (
-            np.zeros((n_steps, n_envs), np.int64)
-            if discrete
-            else np.zeros((n_steps, n_envs, act_dim), np.float32)
-        )
+        if nvec is not None:
+            self.actions = np.zeros((n_steps, n_envs, len(nvec)), np.int64)
+        elif discrete:
+            self.actions = np.zeros((n_steps, n_envs), np.int64)
+        else:
+            self.actions = np.zeros((n_steps, n_envs, act_dim), np.float32)
         self.logprobs = np.zeros((n_steps, n_envs), np.float32)
         self.values = np.zeros((n_steps, n_envs), np.float32)
         self.rewards = np.zeros((n_steps, n_envs), np.float32)
@@ -105,7 +134,7 @@ class RolloutBuffer:
 
     def check_minibatch(self, mb: Minibatch) -> None:
         """The backend boundary's tensor contract, checked on the first update's first minibatch."""
-        check_minibatch(mb, self.obs_shape, self.discrete, self.act_dim)
+        check_minibatch(mb, self.obs_shape, self.discrete, self.act_dim, self.nvec)
 
     def add(self, obs: Any, actions: Any, logprobs: Any, values: Any, rewards: Any, dones: Any) -> None:
         t = self.pos

@@ -199,7 +199,7 @@ class TrainingRun:
         view = network_view(self.frame_spec)  # a (5, 5) matrix: its 25 values, row-major
         self.obs_spec = stacked_spec(view, k)
         self.act_spec = action_spec(self.envs.single_action_space)
-        self.discrete = self.act_spec.discrete
+        self.discrete = self.act_spec.categorical  # integer actions, categorical heads
         self.obs_shape = self.obs_spec.shape
         self.to_env = ActionTransform(self.act_spec).to_env
         self.norm = RunningNormalizer(self.obs_shape, clip=cfg.norm_obs_clip, enabled=cfg.normalize_obs)

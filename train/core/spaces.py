@@ -157,4 +157,17 @@ def action_spec(space: gym.Space) -> ActionSpec:
             low=tuple(_bounds(space.low)),
             high=tuple(_bounds(space.high)),
         )
-    raise ConfigError(f"action space {space} is not supported: use Discrete or a bounded 1-D Box")
+    if isinstance(space, gym.spaces.MultiDiscrete):
+        if len(space.nvec.shape) != 1 or space.nvec.min() < 2:
+            raise ConfigError(
+                f"action space {space} is not supported: a MultiDiscrete action must be 1-D with 2 or more "
+                "choices per component (flatten a 2-D nvec in the env)"
+            )
+        return ActionSpec.multi(space.nvec, getattr(space, "start", None))
+    if isinstance(space, gym.spaces.MultiBinary):
+        if len(space.shape) != 1:
+            raise ConfigError(f"action space {space} is not supported: a MultiBinary action must be 1-D")
+        return ActionSpec.multi([2] * int(space.shape[0]), binary=True)
+    raise ConfigError(
+        f"action space {space} is not supported: use Discrete, MultiDiscrete, MultiBinary or a bounded 1-D Box"
+    )

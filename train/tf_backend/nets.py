@@ -89,10 +89,13 @@ class TFActorCritic(keras.Model):
         log_std_init: float = 0.0,
         seed: int = 0,
         encoder: EncoderSpec | None = None,
+        nvec: tuple[int, ...] | None = None,
     ):
-        """`encoder`: image keys' CNNs (train.core.encoder_spec), shared by the actor and the critic."""
+        """`encoder`: image keys' CNNs (train.core.encoder_spec), shared by the actor and the critic.
+        `nvec`: a MultiDiscrete action's choices per component (one categorical head each, as torch's)."""
         super().__init__()
         self.discrete, self.act_dim = discrete, act_dim
+        self.nvec = None if nvec is None else [int(n) for n in nvec]
         in_dim = obs_dim if encoder is None else features_dim(encoder)
         self.actor = mlp(
             in_dim,
@@ -135,6 +138,7 @@ class TFActorCritic(keras.Model):
             (spec.log_std_init or 0.0),
             seed,
             spec.encoder,
+            spec.action_nvec,
         )
 
     def features(self, obs: tf.Tensor) -> tf.Tensor:
@@ -153,6 +157,15 @@ class TFActorCritic(keras.Model):
 
     def log_prob_entropy(self, out: tf.Tensor, actions: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
         """Log-probability of `actions` and the entropy, under the distribution the actor's output defines."""
+        if self.nvec is not None:  # one categorical per component; log-probs and entropies summed
+            parts = tf.split(out, self.nvec, axis=-1)
+            idx = tf.cast(actions, tf.int32)
+            logps, entropies = [], []
+            for i, part in enumerate(parts):
+                logp_all = tf.nn.log_softmax(part)
+                logps.append(tf.gather(logp_all, idx[:, i], batch_dims=1))
+                entropies.append(-tf.reduce_sum(tf.exp(logp_all) * logp_all, axis=-1))
+            return tf.add_n(logps), tf.add_n(entropies)
         if self.discrete:
             logp_all = tf.nn.log_softmax(out)
             logp = tf.gather(logp_all, tf.cast(actions, tf.int32), batch_dims=1)
@@ -163,6 +176,12 @@ class TFActorCritic(keras.Model):
         logp = tf.reduce_sum(-0.5 * tf.square(z) - log_std - 0.5 * LOG_2PI, axis=-1)
         entropy = tf.reduce_sum(0.5 + 0.5 * LOG_2PI + log_std, axis=-1)
         return logp, entropy
+
+    def argmax(self, out: tf.Tensor) -> tf.Tensor:
+        """The categorical action of logits `out`: [B] for one head, [B, components] for `nvec`."""
+        if self.nvec is None:
+            return tf.argmax(out, axis=-1)
+        return tf.stack([tf.argmax(part, axis=-1) for part in tf.split(out, self.nvec, axis=-1)], axis=-1)
 
     # --- weights across frameworks: the names of torch's ActorCritic.state_dict()
     def _pairs(self) -> list[tuple[str, Any]]:

@@ -113,9 +113,14 @@ class TFPPO:
         )  # a counter in the graph
         self.loss_fn = self.make_loss_fn()
         obs_spec = tf.TensorSpec([None, obs_dim], tf.float32)
-        act_spec = (
-            tf.TensorSpec([None], tf.int64) if self.discrete else tf.TensorSpec([None, act_dim], tf.float32)
-        )
+        if network.action_nvec is not None:  # one index per component
+            act_spec = tf.TensorSpec([None, len(network.action_nvec)], tf.int64)
+        else:
+            act_spec = (
+                tf.TensorSpec([None], tf.int64)
+                if self.discrete
+                else tf.TensorSpec([None, act_dim], tf.float32)
+            )
         vec, scalar = tf.TensorSpec([None], tf.float32), tf.TensorSpec([], tf.float32)
         noise_spec = tf.TensorSpec(
             [None, act_dim], tf.float32
@@ -161,7 +166,7 @@ class TFPPO:
         tf = self.tf
         out, value = self.policy.outputs(obs)
         if self.discrete:
-            action = tf.argmax(out + noise, axis=-1)
+            action = self.policy.argmax(out + noise)
         else:
             action = out + tf.exp(self.policy.log_std) * noise
         logp, _ = self.policy.log_prob_entropy(out, action)
@@ -169,7 +174,7 @@ class TFPPO:
 
     def _deterministic_graph(self, obs: Any) -> Any:
         out = self.policy.actor_out(obs)
-        return self.tf.argmax(out, axis=-1) if self.discrete else out
+        return self.policy.argmax(out) if self.discrete else out
 
     def _train_graph(
         self, obs: Any, actions: Any, old_logp: Any, old_values: Any, adv: Any, returns: Any, clip: Any

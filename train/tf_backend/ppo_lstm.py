@@ -86,7 +86,10 @@ class TFRecurrentPPO:
         # E, H] (an LSTM's h and c, a GRU's h)
         seq = lambda *tail, dtype=tf.float32: tf.TensorSpec([None, None, None, *tail], dtype)  # noqa: E731
         state = (tf.TensorSpec([None, self.layers, None, self.hidden], tf.float32),) * self.state_parts
-        actions = seq(dtype=tf.int64) if discrete else seq(act_dim)
+        if network.action_nvec is not None:  # one index per component
+            actions = seq(len(network.action_nvec), dtype=tf.int64)
+        else:
+            actions = seq(dtype=tf.int64) if discrete else seq(act_dim)
         self._train_many = tf.function(
             self._train_many_graph,
             jit_compile=True,

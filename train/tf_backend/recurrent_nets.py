@@ -133,7 +133,7 @@ class TFRecurrentActorCritic(keras.Model):
         cell = TFGRU if self.kind == "gru" else TFLSTM
         self.heads = TFActorCritic(
             hidden, spec.act_dim, spec.is_discrete, list(spec.net_arch), spec.activation,
-            (spec.log_std_init or 0.0), seed,
+            (spec.log_std_init or 0.0), seed, None, spec.action_nvec,
         )  # fmt: skip
         self.lstm_actor = cell(obs_dim, hidden, layers, seed + 3000, "lstm_actor")
         self.lstm_critic = (

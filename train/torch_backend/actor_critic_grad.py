@@ -39,6 +39,8 @@ class ActorCriticGrad:
             raise ValueError(
                 "the network has an image encoder (a Nature-CNN), which has no written-out backward"
             )
+        if policy.nvec is not None:  # one head per component: autograd differentiates its log-probs
+            raise ValueError("a multi-discrete actor has no written-out backward")
         self.policy = policy
         activation = activation_of(policy.actor, policy.critic)  # one for both, as ActorCritic builds them
         self.actor = MLPGrad(policy.actor, activation)

@@ -95,12 +95,14 @@ class ActorCritic(nn.Module):
         activation: str = "tanh",
         log_std_init: float = 0.0,
         encoder: EncoderSpec | None = None,
+        nvec: tuple[int, ...] | None = None,
     ):
         """`encoder`: the network spec's encoder (image keys, train.core.encoder_spec), shared by the actor
         and the critic as SB3's on-policy policies share their features extractor; None: the MLPs take
-        the observation itself."""
+        the observation itself. `nvec`: a MultiDiscrete action's choices per component; the actor's
+        output is then one categorical head per component (act_dim = sum(nvec)), actions [B, components]."""
         super().__init__()
-        self.discrete = discrete
+        self.discrete, self.nvec = discrete, (None if nvec is None else tuple(int(n) for n in nvec))
         in_dim = obs_dim if encoder is None else features_dim(encoder)
         self.actor = mlp(in_dim, net_arch, activation, act_dim, orthogonal_gain=0.01)
         self.critic = mlp(in_dim, net_arch, activation, 1, orthogonal_gain=1.0)
@@ -119,6 +121,7 @@ class ActorCritic(nn.Module):
             spec.activation,
             (spec.log_std_init or 0.0),
             spec.encoder,
+            spec.action_nvec,
         )
 
     def features(self, obs: torch.Tensor) -> torch.Tensor:
@@ -127,6 +130,8 @@ class ActorCritic(nn.Module):
 
     def distribution(self, obs: torch.Tensor) -> Categorical | Normal:
         out = self.actor(self.features(obs))
+        if self.nvec is not None:
+            raise ValueError("a multi-discrete actor has one Categorical per component: use action_terms")
         if self.discrete:
             return Categorical(logits=out, validate_args=False)
         return Normal(out, self.log_std.exp().expand_as(out), validate_args=False)
@@ -144,7 +149,16 @@ class ActorCritic(nn.Module):
         (argmax(logits + g) samples the softmax) or standard normal (mean + std * eps)."""
         h = self.features(obs)
         out = run_mlp(self.actor, h)
-        if self.discrete:
+        if self.nvec is not None:
+            action = torch.stack(
+                [
+                    (o + g).argmax(-1)
+                    for o, g in zip(out.split(self.nvec, -1), noise.split(self.nvec, -1), strict=True)
+                ],
+                -1,
+            )
+            logp = self.action_terms(out, action).logp
+        elif self.discrete:
             action = (out + noise).argmax(-1)
             logp = out.log_softmax(-1).gather(-1, action[:, None])[:, 0]
         else:
@@ -166,7 +180,15 @@ class ActorCritic(nn.Module):
         the intermediates a written-out backward reuses (train.torch_backend.actor_critic_grad). The
         distributions' formulas written out (torch.distributions builds objects and checks per call):
         the categorical's log-softmax, gathered, and its entropy; the diagonal Gaussian's log-density and
-        entropy summed over the action's dimensions."""
+        entropy summed over the action's dimensions. A multi-discrete action: each component's categorical
+        on its slice of `out`, log-probs and entropies summed (no `logp_all`: autograd differentiates it)."""
+        if self.nvec is not None:
+            logp_parts, entropy_parts = [], []
+            for i, part in enumerate(out.split(self.nvec, -1)):
+                logp_all = part.log_softmax(-1)
+                logp_parts.append(logp_all.gather(-1, actions[:, i : i + 1])[:, 0])
+                entropy_parts.append(-(logp_all.exp() * logp_all).sum(-1))
+            return ActionTerms(torch.stack(logp_parts, -1).sum(-1), torch.stack(entropy_parts, -1).sum(-1))
         if self.discrete:
             logp_all = out.log_softmax(-1)
             logp = logp_all.gather(-1, actions[:, None])[:, 0]
@@ -179,6 +201,8 @@ class ActorCritic(nn.Module):
     def deterministic(self, obs: torch.Tensor) -> torch.Tensor:
         """Argmax index (discrete) or the Gaussian mean in scaled units (Box): the exported head's input."""
         out = self.actor(self.features(obs))
+        if self.nvec is not None:
+            return torch.stack([part.argmax(-1) for part in out.split(self.nvec, -1)], -1)
         return out.argmax(-1) if self.discrete else out
 
 

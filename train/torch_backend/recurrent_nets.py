@@ -59,7 +59,7 @@ class RecurrentActorCritic(nn.Module):
         cell = nn.GRU if self.kind == "gru" else nn.LSTM
         self.heads = ActorCritic(
             hidden, spec.act_dim, spec.is_discrete, list(spec.net_arch), spec.activation,
-            (spec.log_std_init or 0.0),
+            (spec.log_std_init or 0.0), None, spec.action_nvec,
         )  # fmt: skip
         # sb3-contrib's attribute names, whichever the cell (an sb3-contrib state_dict loads as it is)
         self.lstm_actor = cell(obs_dim, hidden, num_layers=layers)

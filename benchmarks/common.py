@@ -14,7 +14,7 @@ from rl2edge.fileio import write_bytes_atomic, write_json_atomic
 from rl2edge.runtime.bench import machine as runtime_machine
 from rl2edge.tables import markdown_table, package_versions
 
-__all__ = ["RESULTS", "machine", "markdown_table", "pyplot", "save_figure", "write_results"]
+__all__ = ["RESULTS", "machine", "markdown_table", "plot_per_seed", "pyplot", "save_figure", "write_results"]
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -64,6 +64,26 @@ def save_figure(fig: Any, path: Path) -> None:
     tmp = path.with_suffix(".tmp.png")
     fig.savefig(tmp, dpi=110, bbox_inches="tight")
     os.replace(tmp, path)
+
+
+def plot_per_seed(
+    rows: list[dict[str, Any]], values: str, ylabel: str, title: str, path: Path, **ylim: Any
+) -> None:
+    """One column of dots per row (`row[values]`: one per seed), the mean as a bar across it; the x labels
+    are the rows' `who`. Nothing where matplotlib is missing."""
+    plt = pyplot()
+    if plt is None:
+        return
+    fig, ax = plt.subplots(figsize=(6.5, 3.2))
+    for i, r in enumerate(rows):
+        ax.scatter([i] * len(r[values]), r[values], color="tab:blue")
+        ax.hlines(r["mean"], i - 0.2, i + 0.2, color="black")
+    ax.set_xticks(range(len(rows)), [r["who"] for r in rows], fontsize=7)
+    ax.set_ylabel(ylabel)
+    if ylim:
+        ax.set_ylim(**ylim)
+    ax.set_title(title)
+    save_figure(fig, path)
 
 
 def dumps(obj: Any) -> str:

@@ -59,7 +59,10 @@ CELLS = (
          "ppo_lstm", 4096, stateful=True),
     Cell("reach-sac-her", "testkit.goal_envs:PointReach", "goal-conditioned (testkit), HER", "sac", 3000,
          {"replay_buffer_class": "HerReplayBuffer", "net_arch": [64, 64], "batch_size": 128}),
-    Cell("valves-ppo", "testkit.matrix_plants:ThreeValves", "MultiDiscrete (testkit)", "ppo", 2048),
+    Cell("valves-ppo", "testkit.matrix_plants:ThreeValves", "MultiDiscrete (testkit)", "ppo", 8192),
+    Cell("pump-a2c", "testkit.matrix_plants:ValveAndPump", "MultiDiscrete with start (testkit)", "a2c", 8192),
+    Cell("valves-binary-ppo_lstm", "testkit.matrix_plants:ThreeValvesBinary", "MultiBinary (testkit)", "ppo_lstm",
+         8192, stateful=True),
 )  # fmt: skip
 
 

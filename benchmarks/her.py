@@ -22,7 +22,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.common import RESULTS, markdown_table, pyplot, save_figure, write_results
+from benchmarks.common import RESULTS, markdown_table, plot_per_seed, write_results
 from testkit.goal_envs import success_rate
 
 _logger = logging.getLogger("benchmarks.her")
@@ -105,17 +105,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     }
     out = Path(args.out)
     write_results(args.name, data, md, out)
-    plt = pyplot()
-    if plt is not None:
-        fig, ax = plt.subplots(figsize=(6.5, 3.2))
-        for i, r in enumerate(rows):
-            ax.scatter([i] * len(r["success"]), r["success"], color="tab:blue")
-            ax.hlines(r["mean"], i - 0.2, i + 0.2, color="black")
-        ax.set_xticks(range(len(rows)), [r["who"] for r in rows], fontsize=7)
-        ax.set_ylabel("success rate")
-        ax.set_ylim(-0.05, 1.05)
-        ax.set_title(f"{ENV}, {args.steps:,} steps")
-        save_figure(fig, out / f"{args.name}.png")
+    plot_per_seed(rows, "success", "success rate", f"{ENV}, {args.steps:,} steps", out / f"{args.name}.png",
+                  bottom=-0.05, top=1.05)  # fmt: skip
     return data
 
 

@@ -1,6 +1,7 @@
-"""A camera replay buffer's memory, frames stored as uint8 (rl2edge's ObservationStore, as SB3 stores them)
-next to the same buffer storing every value as float32 (what rl2edge did before issue 46), side by side in
-one run: the resident memory it takes once full, the time to add a transition and to sample a batch.
+"""A camera replay buffer's memory, frames stored as uint8 (rl2edge's ObservationStore, as SB3 stores them),
+then also each observation stored once (`optimize_memory_usage`, SharedObsReplayBuffer), next to the same
+buffer storing every value as float32 (what rl2edge did before issue 46), side by side in one run: the
+resident memory it takes once full, the time to add a transition and to sample a batch.
 
     PYTHONPATH=. python benchmarks/replay_memory.py [--transitions 100000] [--batch 256]
 
@@ -23,7 +24,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.common import RESULTS, markdown_table, pyplot, save_figure, write_results
-from rl2edge.train.core.replay import ReplayBuffer
+from rl2edge.train.core.replay import ReplayBuffer, SharedObsReplayBuffer
 
 _logger = logging.getLogger("benchmarks.replay_memory")
 PIXELS, VECTOR = 84 * 84 * 3, 1
@@ -37,7 +38,11 @@ def rss_bytes() -> int:
     raise RuntimeError("no VmRSS in /proc/self/status")
 
 
-def measure(name: str, uint8: bool, transitions: int, batch: int, rng: np.random.Generator) -> dict[str, Any]:
+def measure(
+    name: str, uint8: bool, transitions: int, batch: int, rng: np.random.Generator, once: bool = False
+) -> dict[str, Any]:
+    """`once`: each observation stored once; the chunk of an add is then its n_envs (500 envs: an add's
+    cost per transition stays comparable with the other rows')."""
     mask = np.zeros(PIXELS + VECTOR, bool)
     mask[:PIXELS] = True
     chunk = 500  # transitions per add, made before the baseline is read
@@ -45,7 +50,12 @@ def measure(name: str, uint8: bool, transitions: int, batch: int, rng: np.random
     frames[:, PIXELS:] = rng.normal(size=(chunk, VECTOR))
     gc.collect()
     before = rss_bytes()
-    buf = ReplayBuffer(transitions, (PIXELS + VECTOR,), False, 1, pixels=mask if uint8 else None)
+    pixels = mask if uint8 else None
+    buf = (
+        SharedObsReplayBuffer(transitions, (PIXELS + VECTOR,), False, 1, chunk, pixels=pixels)
+        if once
+        else ReplayBuffer(transitions, (PIXELS + VECTOR,), False, 1, pixels=pixels)
+    )
     t0 = time.perf_counter()
     for start in range(0, transitions, chunk):
         n = min(chunk, transitions - start)
@@ -57,7 +67,7 @@ def measure(name: str, uint8: bool, transitions: int, batch: int, rng: np.random
     for _ in range(samples):
         buf.sample(1, batch, rng, lambda x: x)
     sample_s = (time.perf_counter() - t0) / samples
-    stored = buf.obs.nbytes + buf.next_obs.nbytes
+    stored = buf.obs.nbytes + (0 if once else buf.next_obs.nbytes)
     row = {
         "storage": name,
         "transitions": transitions,
@@ -80,7 +90,11 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
         return
     fig, ax = plt.subplots(figsize=(6, 3.2))
     names = [r["storage"] for r in rows]
-    ax.barh(names, [r["rss_growth_bytes"] / 2**30 for r in rows], color=["tab:green", "tab:gray"])
+    ax.barh(
+        names,
+        [r["rss_growth_bytes"] / 2**30 for r in rows],
+        color=["tab:blue", "tab:green", "tab:gray"][: len(rows)],
+    )
     ax.set_xlabel("resident memory of the full buffer (GiB)")
     ax.set_title(f"Replay of {rows[0]['transitions']:,} transitions of an 84x84x3 frame")
     save_figure(fig, path)
@@ -96,10 +110,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
     rng = np.random.default_rng(0)
     rows = [
-        measure("uint8 frames (now)", True, args.transitions, args.batch, rng),
-        measure("float32 (before)", False, args.transitions, args.batch, rng),
+        measure(
+            "uint8 frames, each once (optimize_memory_usage)", True, args.transitions, args.batch, rng, True
+        ),
+        measure("uint8 frames (default)", True, args.transitions, args.batch, rng),
+        measure("float32 (before issue 46)", False, args.transitions, args.batch, rng),
     ]
-    ratio = rows[0]["rss_growth_bytes"] / rows[1]["rss_growth_bytes"]
+    ratio = rows[1]["rss_growth_bytes"] / rows[2]["rss_growth_bytes"]
+    once_ratio = rows[0]["rss_growth_bytes"] / rows[1]["rss_growth_bytes"]
     head = ["storage", "transitions", "stored GiB", "resident GiB", "add us/transition", "sample ms/batch"]
     body = [
         [r["storage"], f"{r['transitions']:,}", f"{r['observation_bytes_stored'] / 2**30:.2f}",
@@ -108,12 +126,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         for r in rows
     ]  # fmt: skip
     md = markdown_table(head, body) + (
-        f"\n\nResident memory with uint8 frames: {ratio:.3f} of float32's. Observation and next observation "
-        "are both stored (not yet once, as SB3's optimize_memory_usage does); 'resident' is the growth of "
-        "VmRSS once every slot is written, 'stored' the arrays' own size. A sample reassembles float32 "
-        "batches (obs and next_obs) from the uint8 frames."
+        f"\n\nResident memory with uint8 frames: {ratio:.3f} of float32's; storing each observation once "
+        f"(`optimize_memory_usage: true`) takes {once_ratio:.3f} of that (the ring holds the buffer's "
+        "transitions plus one add's next observations: 500 here). 'resident' is the growth of VmRSS once "
+        "every slot is written, 'stored' the arrays' own size. A sample reassembles float32 batches (obs "
+        "and next_obs) from the uint8 frames."
     )
-    data = {"rows": rows, "resident_ratio": ratio}
+    data = {"rows": rows, "resident_ratio": ratio, "once_ratio": once_ratio}
     out = Path(args.out)
     write_results(args.name, data, md, out)
     plot(rows, out / f"{args.name}.png")

@@ -39,11 +39,15 @@ class DeployablePolicy(nn.Module):
         action: ActionSpec,
         head: str,
         obs_layout: str = "flat",
+        flat_network: bool = False,
     ):
         """`obs_layout` HWC: the graph takes NCHW (torch's convention); the runtime transposes the env's
-        observation for ONNX, and onnx2tf makes the TFLite input NHWC, the env's own order."""
+        observation for ONNX, and onnx2tf makes the TFLite input NHWC, the env's own order.
+        `flat_network`: an image whose network takes its values flat in the env's own order (rl2edge's
+        Nature-CNN encoder, train.core.spaces.network_view): the graph takes the image as above and
+        flattens it back to that order, so the statistics stay flat."""
         super().__init__()
-        self.obs_layout = obs_layout
+        self.obs_layout, self.flat_network = obs_layout, flat_network
         if head not in HEADS:
             raise ExportError(f"unknown action head {head!r}")
         transform = ActionTransform(action)
@@ -51,9 +55,9 @@ class DeployablePolicy(nn.Module):
             raise ExportError(f"action head {head} does not fit a {action.kind} action space")
         self.actor, self.head = actor, head
         mean, inv_std = norm.constants()
-        if obs_layout == "HWC":  # statistics follow the graph's CHW order
+        if obs_layout == "HWC" and not flat_network:  # statistics follow the graph's CHW order
             mean, inv_std = mean.transpose(2, 0, 1), inv_std.transpose(2, 0, 1)
-        flat = obs_layout == "flat"
+        flat = obs_layout == "flat" or flat_network
         self.register_buffer(
             "obs_mean", torch.from_numpy(np.ascontiguousarray(mean.reshape(-1) if flat else mean))
         )
@@ -71,7 +75,7 @@ class DeployablePolicy(nn.Module):
             self.register_buffer("act_start", torch.tensor(action.starts, dtype=torch.int64))
             self.start = 0 if not any(action.starts) else None
         elif self.discrete:
-            self.start = transform.start
+            self.start = action.start
         else:
             self.register_buffer("act_center", torch.from_numpy(transform.center))
             self.register_buffer("act_half_range", torch.from_numpy(transform.half_range))
@@ -79,7 +83,10 @@ class DeployablePolicy(nn.Module):
             self.register_buffer("act_high", torch.tensor(action.high, dtype=torch.float32))
 
     def normalized(self, obs: torch.Tensor) -> torch.Tensor:
-        x = obs.reshape(obs.shape[0], -1) if self.obs_layout == "flat" else obs
+        if self.flat_network:  # NCHW back to the env's HWC, then its values in that order
+            x = (obs.permute(0, 2, 3, 1) if self.obs_layout == "HWC" else obs).reshape(obs.shape[0], -1)
+        else:
+            x = obs.reshape(obs.shape[0], -1) if self.obs_layout == "flat" else obs
         x = (x - self.obs_mean) * self.obs_inv_std
         if self.per_element_clip:
             x = torch.maximum(torch.minimum(x, self.obs_clip), -self.obs_clip)
@@ -179,5 +186,7 @@ def build_deployable(ckpt: Checkpoint, agent: Any) -> tuple[DeployablePolicy, Ru
     actor = load_actor(ckpt, agent).eval()
     norm = ckpt.normalizer()  # a frame stack's takes K observations (train.core.frame_stack)
     head = head_for(ckpt.algo, ckpt.action.categorical)
-    policy = DeployablePolicy(actor, norm, ckpt.action, head).eval()
+    obs = ckpt.observation
+    image = not obs.is_dict and obs.layout != "flat"  # an image Box: the encoder takes it flat
+    policy = DeployablePolicy(actor, norm, ckpt.action, head, obs.layout, flat_network=image).eval()
     return policy, norm

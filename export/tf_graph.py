@@ -59,8 +59,9 @@ class GraphParts:
     """K > 1: the network takes the last K observations (`obs_dim` is K times one's); the served graph takes
     one and keeps the K-1 previous ones as its state (rl2edge.specs.FRAME_STACK_CELL)."""
     matrix_shape: tuple[int, ...] = ()
-    """A matrix observation's shape (ObservationSpec.is_matrix): the graph takes it so, and flattens it
-    row-major before the normalization, as the torch route's DeployablePolicy."""
+    """A matrix observation's shape (ObservationSpec.is_matrix), or an image Box's (HWC or CHW, the env's
+    order, which the TFLite input keeps): the graph takes it so, and flattens it row-major before the
+    normalization, as the torch route's DeployablePolicy."""
 
     @property
     def input_shape(self) -> list[int]:

@@ -194,14 +194,15 @@ def resolve_safe_action(policy: Policy, configured: tuple[float, ...] | None) ->
     Box one."""
     act = policy.action_spec
     if act.multi_discrete:
-        lo, hi = act.index_bounds
+        first, last = act.index_bounds
         if configured is None:
-            return lo.astype(np.float64).tolist()
+            return first.astype(np.float64).tolist()
         safe = np.asarray(configured, np.float64)
-        if safe.shape != lo.shape or np.any(safe < lo) or np.any(safe > hi) or np.any(safe != np.rint(safe)):
+        outside = np.any(safe < first) or np.any(safe > last) if safe.shape == first.shape else True
+        if outside or np.any(safe != np.rint(safe)):
             raise ConfigError(
-                f"safe_action {short_repr(list(configured))} must be {lo.size} action indices, one per component, "
-                f"each inside [{short_repr(lo.tolist())}, {short_repr(hi.tolist())}]"
+                f"safe_action {short_repr(list(configured))} must be {first.size} action indices, one per "
+                f"component, each inside [{short_repr(first.tolist())}, {short_repr(last.tolist())}]"
             )
         return safe.tolist()
     if act.discrete:

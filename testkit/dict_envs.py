@@ -100,6 +100,28 @@ class CameraCartPole(_KeyedEnv):
         return {"camera": frame, "cart": obs[:2].astype(np.float32)}
 
 
+class BoxCameraCartPole(gym.ObservationWrapper):
+    """CartPole (Discrete actions, 200 steps) observed by CameraCartPole's camera alone: a 36x36x1 uint8
+    Box outside a Dict (HWC, as SB3's CnnPolicy takes an Atari frame). `channels_first`: 1x36x36 (CHW)."""
+
+    metadata = {"render_modes": []}  # noqa: RUF012
+    channels_first = False
+
+    def __init__(self) -> None:
+        super().__init__(CameraCartPole())
+        s = CameraCartPole.SIZE
+        shape = (1, s, s) if self.channels_first else (s, s, 1)
+        self.observation_space = gym.spaces.Box(0, 255, shape, np.uint8)
+
+    def observation(self, observation: Any) -> np.ndarray:
+        frame = observation["camera"]
+        return np.ascontiguousarray(frame.transpose(2, 0, 1)) if self.channels_first else frame
+
+
+class BoxCameraCartPoleCHW(BoxCameraCartPole):
+    channels_first = True
+
+
 class CameraPendulum(_KeyedEnv):
     """Pendulum (a Box torque, 200 steps) observed by a colour camera and a rate gyro: {"camera": a 36x36x3
     uint8 frame (channel-last, as a camera gives it; the rod from the pivot at the centre in channel 0, its

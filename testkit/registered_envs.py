@@ -89,10 +89,10 @@ class TextLog(_Still):
     observation_space = gym.spaces.Text(16)
 
 
-class BareCamera(_Still):
-    """A camera frame outside a Dict."""
+class TinyCamera(_Still):
+    """A camera frame outside a Dict smaller than the Nature-CNN's 36x36."""
 
-    observation_space = gym.spaces.Box(0, 255, (36, 36, 3), np.uint8)
+    observation_space = gym.spaces.Box(0, 255, (16, 16, 3), np.uint8)
 
 
 class DictWithDiscreteKey(_Still):

@@ -128,7 +128,7 @@ class StandinPlc:
 
             self.env = make_env(env_id)
             space = self.env.action_space
-            self.discrete = hasattr(space, "n")
+            self.discrete = type(space).__name__ == "Discrete"  # MultiBinary has an `n` too
             obs_space = self.env.observation_space
             if isinstance(getattr(obs_space, "spaces", None), Mapping):  # a Dict: its keys, in order
                 obs_keys = [(str(k), int(np.prod(sub.shape))) for k, sub in obs_space.spaces.items()]
@@ -472,6 +472,8 @@ class StandinPlc:
         space = self.env.action_space
         if self.discrete:
             return int(action[0])
+        if not hasattr(space, "low"):  # MultiDiscrete/MultiBinary: one index per component, as written
+            return np.asarray([round(float(v)) for v in action], space.dtype).reshape(space.shape)
         a = np.asarray([float(v) for v in action], np.float32).reshape(space.shape)
         return np.clip(a, space.low, space.high).astype(space.dtype)
 

@@ -356,8 +356,10 @@ def test_replay_memory_benchmark_smoke(tmp_path: Path) -> None:
     data = main(["--transitions", "600", "--batch", "32", "--out", str(tmp_path)])
     for ext in ("json", "md", "png"):
         assert (tmp_path / f"replay_memory.{ext}").stat().st_size > 0
-    uint8, float32 = data["rows"]
-    # the arrays' own size, exactly: a byte per pixel against four, the float32 value alike
+    once, uint8, float32 = data["rows"]
+    # the arrays' own size, exactly: a byte per pixel against four, the float32 value alike; once: one
+    # observation per slot of a ring of the transitions plus one add's (500)
+    assert once["observation_bytes_stored"] == (600 + 500) * (84 * 84 * 3 + 4)
     assert uint8["observation_bytes_stored"] == 2 * 600 * (84 * 84 * 3 + 4)
     assert float32["observation_bytes_stored"] == 2 * 600 * (84 * 84 * 3 + 1) * 4
 
@@ -376,15 +378,26 @@ def test_her_benchmark_smoke(tmp_path: Path) -> None:
 
 
 @integration
+def test_sac_vs_sb3_benchmark_smoke(tmp_path: Path) -> None:
+    from benchmarks.sac_vs_sb3 import main
+
+    data = main(["--steps", "300", "--seeds", "0", "--episodes", "1", "--out", str(tmp_path)])
+    for ext in ("json", "md", "png"):
+        assert (tmp_path / f"sac_vs_sb3.{ext}").stat().st_size > 0
+    assert [r["who"] for r in data["rows"]] == ["rl2edge SAC (torch, int8 file)", "SB3 SAC (predict)"]
+    assert all(len(r["per_seed"]) == 1 and r["mean"] == r["mean"] for r in data["rows"])  # not NaN
+
+
+@integration
 def test_env_matrix_benchmark_smoke(tmp_path: Path) -> None:
     from benchmarks.env_matrix import main
 
-    data = main(["--cells", "cartpole-ppo,valves-ppo", "--episodes", "2", "--out", str(tmp_path)])
+    data = main(["--cells", "valves-ppo,pendulum-dqn", "--episodes", "2", "--out", str(tmp_path)])
     for ext in ("json", "md", "png"):
         assert (tmp_path / f"env_matrix.{ext}").stat().st_size > 0
     works, refused = data["rows"]
     assert works["outcome"] == "works" and works["served_equals_evaluate"], works
-    assert refused["outcome"] == "refused" and "MultiDiscrete([2 2 2]) is not supported" in refused["reason"]
+    assert refused["outcome"] == "refused" and "DQN needs a Discrete action space" in refused["reason"]
 
 
 @integration

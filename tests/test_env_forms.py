@@ -63,7 +63,7 @@ def test_a_matrix_observation_is_flattened_for_the_network_and_keeps_its_shape()
         ("TupleSensors", ["observation space Tuple(", "gymnasium.wrappers.FlattenObservation"]),
         ("TextLog", ["observation space Text(", "fixed-size Box"]),
         ("DictWithDiscreteKey", ["Dict observation key 'mode' is Discrete(3)", "FlattenObservation"]),
-        ("BareCamera", ["observes a HWC image [36, 36, 3] outside a Dict", '{"camera": frame}']),
+        ("TinyCamera", ["observation image 'image' is 16x16", "needs at least 36x36 pixels"]),
     ],
 )
 def test_a_space_rl2edge_does_not_take_is_refused_before_any_work(

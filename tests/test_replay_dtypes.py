@@ -86,3 +86,93 @@ def test_sac_on_a_camera_trains_the_same_with_uint8_frames(
     b = tiny_train(env, tmp_path / "float32", steps=160, algo="sac", framework=framework, **overrides)
     assert seen[2:] == [0, 0]
     assert_same_weights(a, b)
+
+
+# ------------------------------------------------------------ each observation once (optimize_memory_usage)
+def _stream(steps: int, n_envs: int, size: int, seed: int = 0):  # type: ignore[no-untyped-def]
+    """Vectorized env steps as the off-policy driver adds them: (obs, action id, reward, next_obs (the
+    final observation where an episode ended), terminated, done), episodes of random length, some
+    terminated, some truncated; the next add's obs is the reset observation where one ended."""
+    rng = np.random.default_rng(seed)
+    obs = rng.normal(size=(n_envs, size)).astype(np.float32)
+    left = rng.integers(2, 9, n_envs)
+    for t in range(steps):
+        nxt = rng.normal(size=(n_envs, size)).astype(np.float32)
+        left -= 1
+        done = left == 0
+        terminated = done & (rng.random(n_envs) < 0.5)
+        ids = (t * n_envs + np.arange(n_envs)).astype(np.float32)[:, None]
+        yield obs, ids, ids[:, 0], nxt, terminated.astype(np.float32), done
+        reset = rng.normal(size=(n_envs, size)).astype(np.float32)
+        obs = np.where(done[:, None], reset, nxt)
+        left = np.where(done, rng.integers(2, 9, n_envs), left)
+
+
+def test_each_observation_once_gives_the_plain_buffers_transitions() -> None:
+    """Fed the same steps of 3 envs: until the ring wraps, the same draws give the plain buffer's batches
+    bit for bit (the final observation of an ended episode, not the reset one, as next_obs); once it
+    wraps, every sampled transition is still a true one (its action id names the obs and next_obs it had)."""
+    from rl2edge.train.core.replay import SharedObsReplayBuffer
+
+    n_envs, size = 3, 5
+    plain = ReplayBuffer(60, (size,), False, 1)
+    once = SharedObsReplayBuffer(60, (size,), False, 1, n_envs)
+    truth: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+    ident = lambda x: x  # noqa: E731
+    for step, (obs, ids, rew, nxt, term, done) in enumerate(_stream(45, n_envs, size)):
+        for b in (plain, once):
+            b.add(obs, ids, rew, nxt, term)
+            b.mark_episode_ends(done)
+        for i in range(n_envs):
+            truth[int(ids[i, 0])] = (obs[i], nxt[i])
+        if step < 19:  # 20 adds fill the 60 transitions: the ring (63) has not wrapped
+            got, want = (b.sample(2, 16, np.random.default_rng(step), ident) for b in (once, plain))
+            for field in ("obs", "actions", "rewards", "next_obs", "dones"):
+                assert np.array_equal(getattr(got, field), getattr(want, field)), (step, field)
+    assert len(once) == 60 and once.obs.nbytes == 63 * size * 4  # one copy: plain stores 2 x 60
+    batch = once.sample(4, 32, np.random.default_rng(9), ident)
+    oldest = 45 * n_envs - 60  # action ids below it were overwritten
+    for a, o, nx in zip(
+        batch.actions.reshape(-1), batch.obs.reshape(-1, size), batch.next_obs.reshape(-1, size), strict=True
+    ):
+        assert a >= oldest, a
+        assert np.array_equal(o, truth[int(a)][0]) and np.array_equal(nx, truth[int(a)][1]), a
+    assert 0 < len(once.final) <= 60  # one kept observation per ended episode still in the buffer
+
+
+def test_storing_once_halves_what_the_memory_check_counts(monkeypatch: pytest.MonkeyPatch) -> None:
+    """5 x 10^5 84x84x3 frames under a 24 GiB limit: 19.7 GiB as obs and next_obs is refused, with the
+    option named; stored once, 9.9 GiB, it is not."""
+    from rl2edge.train.core.replay import SharedObsReplayBuffer
+
+    monkeypatch.setattr(replay, "memory_limit", lambda: 24 * 2**30)
+    pixels = np.ones(84 * 84 * 3, bool)
+    with pytest.raises(ConfigError, match=r"19.7 GiB .*`optimize_memory_usage: true`"):
+        ReplayBuffer(5 * 10**5, (pixels.size,), True, 4, pixels=pixels)
+    SharedObsReplayBuffer(5 * 10**5, (pixels.size,), True, 4, 1, pixels=pixels)  # numpy commits lazily
+
+
+def test_optimize_memory_usage_is_refused_where_transitions_are_not_one_step(tmp_path: Path) -> None:
+    from rl2edge.train.algos import build_config
+
+    with pytest.raises(ConfigError, match="optimize_memory_usage is for uniform one-step replay"):
+        build_config("CartPole-v1", overrides={"optimize_memory_usage": True}, algo="rainbow")
+    with pytest.raises(ConfigError, match="HerReplayBuffer relabels stored transitions"):
+        build_config("testkit.goal_envs:PointReach", algo="sac",
+                     overrides={"optimize_memory_usage": True, "replay_buffer_class": "HerReplayBuffer"})  # fmt: skip
+
+
+@pytest.mark.integration  # about 15 s for both
+@pytest.mark.parametrize("framework", ["torch", "tf"])
+def test_sac_on_a_camera_trains_the_same_storing_each_observation_once(
+    tmp_path: Path, framework: str
+) -> None:
+    """The same seed with `optimize_memory_usage` on and off: the same checkpoint, weight for weight (the
+    batches are equal bit for bit while the buffer has not wrapped, as in a run shorter than buffer_size),
+    across CameraPendulum's episode ends (200 steps; truncations bootstrapped from their final frame)."""
+    overrides = {"learning_starts": 64, "batch_size": 16, "net_arch": [16, 16]}
+    env = "testkit.dict_envs:CameraPendulum"
+    a = tiny_train(env, tmp_path / "once", steps=420, algo="sac", framework=framework,
+                   optimize_memory_usage=True, **overrides)  # fmt: skip
+    b = tiny_train(env, tmp_path / "twice", steps=420, algo="sac", framework=framework, **overrides)
+    assert_same_weights(a, b)

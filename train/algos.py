@@ -167,7 +167,7 @@ def _off_policy(
 
 _CONFIG = "rl2edge.train.core.config"
 _RECURRENT_CONFIG = "rl2edge.train.core.recurrent_config"
-_ON_MLP = {
+_ON_MLP: dict[str, Any] = {
     "image_keys": True,
     "compiled": {"torch": _TORCH_ON_COMPILED},
     "compile_notes": {"tf": _TF_ON_NOTE},
@@ -246,15 +246,15 @@ def build_config(
 def check_env(algo: str, env_id: str) -> None:
     """The env can be made, and its action space and image keys suit the algorithm (a clear error before
     any work)."""
-    from rl2edge.train.core.encoder_spec import refuse_image_keys
+    from rl2edge.train.core.encoder_spec import encoder_spec, refuse_image_keys
     from rl2edge.train.core.envs import make_env
-    from rl2edge.train.core.spaces import action_spec, check_trainable, observation_spec
+    from rl2edge.train.core.spaces import action_spec, network_view, observation_spec
 
     row = get(algo)
     env = make_env(env_id)
     try:
         spec = observation_spec(env.observation_space)  # a space rl2edge does not take: refused here
-        check_trainable(spec, env_id)
+        encoder_spec(network_view(spec))  # an image too small for the Nature-CNN: refused here
         row.check_action_space(action_spec(env.action_space).kind, env_id)  # an unsupported space: refused
         if not row.image_keys:
             takes = [a.name for a in ALGOS.values() if a.image_keys]

@@ -59,10 +59,9 @@ def _algo_of(path: Path) -> str:
     policy_class = data.get("policy_class")
     module = getattr(policy_class, "__module__", "")
     name = getattr(policy_class, "__name__", str(policy_class))
-    if "Cnn" in name:
+    if "Cnn" in name and module == "sb3_contrib.common.recurrent.policies":
         raise ExportError(
-            f"{path}: {name} is not supported yet; MlpPolicy (Box) and MultiInputPolicy (Dict, camera keys "
-            "included) models are"
+            f"{path}: CnnLstmPolicy ({name}) is not supported yet; RecurrentPPO's MlpLstmPolicy is"
         )
     if module == "sb3_contrib.common.recurrent.policies":  # sb3-contrib's RecurrentPPO
         if "MultiInput" in name:
@@ -114,9 +113,13 @@ class Sb3Actor(nn.Module):
         two equal dims (a square frame, H == W) fails to convert ("Output tensors of a Functional model
         must be the output of a TensorFlow Layer"). A Mul by 1/255 and SB3's Div by 255 differ by at most
         one float32 ulp of the scaled pixel."""
-        if not self.keys:
-            return net.extract_features(flat, extractor)
         from stable_baselines3.common.preprocessing import is_image_space
+
+        if not self.keys:
+            if is_image_space(net.observation_space, check_channels=False) and net.normalize_images:
+                # a CnnPolicy's frame (NCHW, as SB3's network takes it): scaled flat, then reshaped (see above)
+                return extractor((flat.reshape(flat.shape[0], -1) * (1.0 / 255.0)).reshape(flat.shape))
+            return net.extract_features(flat, extractor)
 
         obs = {}
         for k, part, shape, transpose in self.keys:
@@ -279,7 +282,7 @@ def _same_spaces(model: Any, env: Any) -> bool:
             and list(mo.spaces) == list(eo.spaces)
             and all(mo[k].shape == eo[k].shape or _transposed(mo[k].shape, eo[k].shape) for k in mo.spaces)
         )
-    return bool(eo.shape == mo.shape)
+    return bool(eo.shape == mo.shape or _transposed(mo.shape, eo.shape))  # a CnnPolicy's HWC frame
 
 
 def from_path(path: Path, options: SourceOptions) -> ExportSource:
@@ -320,17 +323,18 @@ def source_from_sb3(path: Path, env_id: str | None, vecnormalize: Path | None) -
                 f"{path} was trained on {model.observation_space} -> {model.action_space}; {env_id} has "
                 f"{env.observation_space} -> {env.action_space}. Is --env right?"
             )
-        # The artifact takes the observation as the env (and the PLC) gives it: a Dict's image keys in the
-        # env's layout, which may be the transpose of what SB3's network saw
+        # The artifact takes the observation as the env (and the PLC) gives it: a Dict's image keys, or a
+        # CnnPolicy's frame, in the env's layout, which may be the transpose of what SB3's network saw
         dict_env = env.observation_space if observation_is_dict(model) else None
+        space = dict_env or (env.observation_space if len(env.observation_space.shape or ()) == 3 else None)
         observation = observation_spec(
-            dict_env or model.observation_space, env.metadata.get("observation_units") if dict_env else None
+            space or model.observation_space, env.metadata.get("observation_units") if dict_env else None
         )
     finally:
         env.close()
-    if len(observation.shape) != 1 and not observation.is_matrix:  # a matrix: SB3's FlattenExtractor
+    if algo == "recurrent_ppo" and observation.layout != "flat":
         raise ExportError(
-            f"{path}: image/multi-dimensional observations {list(observation.shape)} are not supported yet"
+            f"{path}: a recurrent policy of an image {list(observation.shape)} is not supported yet"
         )
     norm, vn = _normalizer(vecnormalize, observation)
     head = _head(model, algo, action.discrete)
@@ -345,7 +349,10 @@ def source_from_sb3(path: Path, env_id: str | None, vecnormalize: Path | None) -
         actor = LSTMCellActor(_RecurrentView(model.policy, action.discrete))  # type: ignore[arg-type]
     else:
         actor = Sb3Actor(model, algo, keys)
-    policy = DeployablePolicy(actor, norm, action, head).eval()
+    # a CnnPolicy's frame: the graph takes NCHW, SB3's own order (the env's HWC frame transposed, as SB3's
+    # VecTransposeImage does); onnx2tf gives the TFLite file the env's NHWC
+    layout = observation.layout if not observation.is_dict else "flat"
+    policy = DeployablePolicy(actor, norm, action, head, layout).eval()
 
     def sb3_predict(obs: np.ndarray) -> Any:
         x: Any = np.asarray(obs, np.float32)

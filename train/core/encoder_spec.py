@@ -22,7 +22,7 @@ from rl2edge.errors import ConfigError
 from rl2edge.specs import ObservationKey, ObservationSpec
 from rl2edge.train.core.network_spec import EncoderKey, EncoderSpec
 from rl2edge.train.core.normalization import RunningNormalizer
-from rl2edge.train.core.spaces import image_layout
+from rl2edge.train.core.spaces import image_layout, network_view
 
 CNN_OUTPUT_DIM = 256  # SB3's CombinedExtractor default
 NATURE_CNN = ((32, 8, 4), (64, 4, 2), (64, 3, 1))  # (channels, kernel, stride) per conv layer
@@ -59,7 +59,7 @@ def encoder_spec(spec: ObservationSpec, cnn_output_dim: int = CNN_OUTPUT_DIM) ->
         _, h, w = chw(k)
         if conv_out(h) < 1 or conv_out(w) < 1:
             raise ConfigError(
-                f"Dict observation key {k.name!r} is a {h}x{w} image: the Nature-CNN (8x8/4, 4x4/2, 3x3/1) "
+                f"observation image {k.name!r} is {h}x{w}: the Nature-CNN (8x8/4, 4x4/2, 3x3/1) "
                 "needs at least 36x36 pixels. Render the camera larger, or give it as a vector key"
             )
         keys.append(
@@ -92,7 +92,9 @@ def in_channels(key: EncoderKey) -> int:
 
 def image_mask(spec: ObservationSpec) -> np.ndarray | None:
     """The flat observation's uint8 pixels (a bool mask), which the network scales and the normalizer
-    leaves raw; None without such frames."""
+    leaves raw; None without such frames. `spec`: the env's (an image Box is one image key) or the
+    network's view."""
+    spec = network_view(spec)
     if not any(k.is_image and _is_uint8_image(k) for k in spec.keys):
         return None
     mask = np.zeros(spec.size, bool)
@@ -110,12 +112,14 @@ def checkpoint_normalizer(observation: ObservationSpec, d: dict[str, Any]) -> Ru
 
 def refuse_image_keys(spec: ObservationSpec, algo: str, takes: list[str]) -> None:
     """Refuse an image key for `algo`, whose networks take no encoder, naming the algorithms that do
-    (`takes`, train.algos' rows with image_keys) and the SB3 route."""
-    images = [k for k in spec.keys if k.is_image]
+    (`takes`, train.algos' rows with image_keys) and the SB3 route. An image Box outside a Dict is one
+    image key."""
+    images = [k for k in network_view(spec).keys if k.is_image]
     if images:
         k = images[0]
+        what = f"Dict observation key {k.name!r} is" if spec.is_dict else "the observation is"
         raise ConfigError(
-            f"Dict observation key {k.name!r} is an image {k.shape}: rl2edge trains image keys with "
+            f"{what} an image {k.shape}: rl2edge trains images with "
             f"{' and '.join(a.upper() for a in takes)} (a Nature-CNN per image key); {algo.upper()} does not "
             f"take them yet. Train with --algo {takes[0]}, or train with Stable-Baselines3's MultiInputPolicy "
             'and export the .zip: `rl2edge export model.zip --env ENV_ID` (docs/export.md, "Stable-Baselines3 '

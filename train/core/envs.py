@@ -17,7 +17,6 @@ from rl2edge.train.core.partial_envs import register as _register_partial_envs
 from rl2edge.train.core.spaces import (
     FlatBoxObservation,
     FlatDictObservation,
-    image_layout,
     observation_spec,
 )
 
@@ -65,7 +64,7 @@ def make_env(env_id: str, **kwargs: Any) -> gym.Env:
 
 def make_vec_env(env_id: str, n_envs: int, frame_stack: int = 1) -> gym.vector.SyncVectorEnv:
     """n copies in one process, as training sees them: a Dict observation as one vector
-    (FlatDictObservation), a matrix observation as one vector (FlatBoxObservation), the last `frame_stack` observations stacked (train.core.frame_stack). SAME_STEP
+    (FlatDictObservation), a matrix or image Box as one vector (FlatBoxObservation), the last `frame_stack` observations stacked (train.core.frame_stack). SAME_STEP
     autoreset keeps the final observation of each episode in infos['final_obs'], which PPO needs to
     bootstrap truncated episodes."""
     factory = _env_factory(env_id)
@@ -75,10 +74,9 @@ def make_vec_env(env_id: str, n_envs: int, frame_stack: int = 1) -> gym.vector.S
         space = env.observation_space
         if isinstance(space, gym.spaces.Dict):
             env = FlatDictObservation(env)
-        elif (
-            isinstance(space, gym.spaces.Box) and len(space.shape) > 1 and image_layout(space.shape) == "flat"
-        ):
-            env = FlatBoxObservation(env)  # a (5, 5) matrix: flattened for the MLP, its shape kept
+        elif isinstance(space, gym.spaces.Box) and len(space.shape) > 1:
+            # a (5, 5) matrix, flattened for the MLP, or an image, for its Nature-CNN: its shape kept
+            env = FlatBoxObservation(env)
         return StackedObservation(env, frame_stack) if frame_stack > 1 else env
 
     return gym.vector.SyncVectorEnv([make] * n_envs, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)

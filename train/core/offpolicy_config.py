@@ -13,7 +13,7 @@ from rl2edge.train.core.action_noise import GaussianNoise, OUNoise
 from rl2edge.train.core.config import RunConfig
 from rl2edge.train.core.her import HER_CLASS, her_options
 from rl2edge.train.core.nstep import NStepCollector
-from rl2edge.train.core.replay import PrioritizedReplayBuffer, ReplayBuffer
+from rl2edge.train.core.replay import PrioritizedReplayBuffer, ReplayBuffer, SharedObsReplayBuffer
 from rl2edge.train.core.schedules import Schedule
 
 
@@ -52,6 +52,10 @@ class OffPolicyConfig(RunConfig):
     None: uniform replay. SB3's name."""
     replay_buffer_kwargs: dict[str, Any] = field(default_factory=dict)
     """HerReplayBuffer's n_sampled_goal (4) and goal_selection_strategy (future), SB3's names."""
+    optimize_memory_usage: bool = False
+    """Store each observation once (a transition's next observation is its env's next one): half the
+    replay's observation memory, what camera frames need (train.core.replay.SharedObsReplayBuffer).
+    Uniform replay only. SB3's name."""
 
     def validate(self) -> None:
         super().validate()
@@ -70,6 +74,15 @@ class OffPolicyConfig(RunConfig):
             )
         if self.replay_buffer_class == HER_CLASS:
             her_options(self.replay_buffer_kwargs)
+        if not isinstance(self.optimize_memory_usage, bool):
+            raise ConfigError(
+                f"optimize_memory_usage must be true or false, got {short_repr(self.optimize_memory_usage)}"
+            )
+        if self.optimize_memory_usage and self.replay_buffer_class is not None:
+            raise ConfigError(
+                f"optimize_memory_usage stores each observation once in uniform replay; {HER_CLASS} relabels "
+                "stored transitions with goals of its own: leave one of them out"
+            )
         for name in ("buffer_size", "batch_size", "train_freq"):
             if int(getattr(self, name)) <= 0:
                 raise ConfigError(f"{name} must be a positive integer, got {getattr(self, name)}")
@@ -98,6 +111,10 @@ class OffPolicyConfig(RunConfig):
         act_dim: int,
         pixels: np.ndarray | None = None,
     ) -> ReplayBuffer:
+        if self.optimize_memory_usage:
+            return SharedObsReplayBuffer(
+                capacity, obs_shape, discrete, act_dim, int(self.n_envs), pixels=pixels
+            )
         return ReplayBuffer(capacity, obs_shape, discrete, act_dim, pixels=pixels)
 
     def make_nstep(self, n_envs: int) -> NStepCollector | None:
@@ -306,6 +323,11 @@ class RainbowConfig(DQNConfig):
         if self.replay_buffer_class is not None:
             raise ConfigError(
                 f"Rainbow's replay is prioritized with n-step returns; {HER_CLASS} is for DQN, SAC, TD3 and DDPG"
+            )
+        if self.optimize_memory_usage:
+            raise ConfigError(
+                "optimize_memory_usage is for uniform one-step replay (DQN, SAC, TD3, DDPG); Rainbow's n-step "
+                "transitions each carry an observation n steps on: leave it out"
             )
         if self.n_step < 1:
             raise ConfigError(f"n_step must be >= 1, got {self.n_step}")

@@ -58,12 +58,13 @@ def memory_limit() -> int | None:
     return min(limits) if limits else None
 
 
-def check_fits_memory(capacity: int, obs_size: int, pixels: int = 0) -> None:
-    """Refuse a buffer whose observations (obs and next_obs: `pixels` uint8 values each, the rest float32)
-    would not fit in the memory this process may use. numpy's zeros are committed only as they fill, so
-    such a buffer would not fail here but hours into the run; camera frames make it likely (84x84x3 at
-    SB3's default of 10^6 transitions: 39.4 GiB in uint8)."""
-    need = 2 * capacity * observation_bytes(obs_size, pixels)
+def check_fits_memory(capacity: int, obs_size: int, pixels: int = 0, copies: int = 2) -> None:
+    """Refuse a buffer whose observations (`copies` per transition: obs and next_obs, or 1 where each is
+    stored once; `pixels` uint8 values each, the rest float32) would not fit in the memory this process
+    may use. numpy's zeros are committed only as they fill, so such a buffer would not fail here but
+    hours into the run; camera frames make it likely (84x84x3 at SB3's default of 10^6 transitions: 39.4
+    GiB in uint8, 19.7 with optimize_memory_usage)."""
+    need = copies * capacity * observation_bytes(obs_size, pixels)
     total = memory_limit()
     if total is None:
         return
@@ -78,6 +79,7 @@ def check_fits_memory(capacity: int, obs_size: int, pixels: int = 0) -> None:
             f"{need / 2**30:.1f} GiB for the observations, more than 80 % of the "
             f"{total / 2**30:.1f} GiB of memory this process may use. Lower buffer_size (a --config file: "
             "`buffer_size: N`)"
+            + ("" if copies == 1 else ", or store each observation once: `optimize_memory_usage: true`")
         )
     if need > 2**30:
         _logger.info("the replay buffer's observations take up to %.1f GiB as it fills", need / 2**30)
@@ -204,12 +206,19 @@ class ReplayBuffer:
             normalize(self.obs[idx]),
             self.actions[idx],
             self.rewards[idx],
-            normalize(self.next_obs[idx]),
+            normalize(self._next_obs(idx)),
             self.dones[idx],
             None if self.discounts is None else self.discounts[idx],
             np.ones(idx.shape, np.float32) if weights is None else weights,
             idx,
         )
+
+    def _next_obs(self, idx: np.ndarray) -> np.ndarray:
+        return self.next_obs[idx]
+
+    def _slots(self, k: np.ndarray) -> np.ndarray:
+        """The slots of the k-th stored transitions (k < size)."""
+        return k
 
     def sample(
         self,
@@ -220,8 +229,90 @@ class ReplayBuffer:
     ) -> ReplayBatch:
         if self.size == 0:
             raise ValueError("cannot sample from an empty replay buffer")
-        idx = rng.integers(0, self.size, size=(n, batch_size))
-        return self._batch(idx, normalize)
+        return self._batch(self._slots(rng.integers(0, self.size, size=(n, batch_size))), normalize)
+
+
+class SharedObsReplayBuffer(ReplayBuffer):
+    """SB3's `optimize_memory_usage`: each observation stored once, a transition's next observation being
+    the next one its env gave, `n_envs` slots further on. One ring of capacity + n_envs slots: the newest
+    transitions' next observations wait in the n_envs slots past them, which hold no transition, so at most
+    `capacity` are sampled. Where an episode ended (`mark_episode_ends`), the slot past it will hold the
+    reset observation: the true final one is kept aside for that transition, so the next observations
+    sampled are bit for bit the plain buffer's, truncations bootstrapped from the right state (SB3's own
+    form refuses timeouts with this option; here they keep working). One observation per episode is the
+    cost. Uniform replay only: n-step collectors (Rainbow) and HER add transitions of their own cadence."""
+
+    def __init__(
+        self,
+        capacity: int,
+        obs_shape: tuple[int, ...],
+        discrete: bool,
+        act_dim: int,
+        n_envs: int,
+        pixels: np.ndarray | None = None,
+    ):
+        if len(obs_shape) != 1:
+            raise ValueError(f"the replay buffer stores flat observations, not {obs_shape}")
+        size = int(obs_shape[0])
+        check_fits_memory(
+            int(capacity) + n_envs, size, 0 if pixels is None else int(np.count_nonzero(pixels)), 1
+        )
+        self.n_envs, self.ring = int(n_envs), int(capacity) + int(n_envs)
+        self.capacity, self.discrete = int(capacity), discrete
+        self.obs = ObservationStore(self.ring, size, pixels)
+        self.actions = (
+            np.zeros(self.ring, np.int64) if discrete else np.zeros((self.ring, act_dim), np.float32)
+        )
+        self.rewards = np.zeros(self.ring, np.float32)
+        self.dones = np.zeros(self.ring, np.float32)
+        self.discounts = None
+        self.has_final = np.zeros(self.ring, bool)
+        self.final: dict[int, np.ndarray] = {}
+        self.pos, self.size = 0, 0
+        self._last = np.zeros(0, np.int64)
+
+    def add(
+        self,
+        obs: np.ndarray,
+        actions: np.ndarray,
+        rewards: np.ndarray,
+        next_obs: np.ndarray,
+        terminated: np.ndarray,
+        discounts: np.ndarray | None = None,
+    ) -> np.ndarray:
+        if len(rewards) != self.n_envs:
+            raise ValueError(f"this buffer takes one transition per env ({self.n_envs}), got {len(rewards)}")
+        idx = (self.pos + np.arange(self.n_envs)) % self.ring
+        for i in np.flatnonzero(self.has_final[idx]):  # slots reused: their old final observations go
+            self.final.pop(int(idx[i]), None)
+        self.has_final[idx] = False
+        self.obs[idx] = obs
+        self.obs[(idx + self.n_envs) % self.ring] = next_obs  # until the next add: then its obs, the same
+        self.actions[idx] = actions
+        self.rewards[idx] = rewards
+        self.dones[idx] = terminated
+        self.pos = int((self.pos + self.n_envs) % self.ring)
+        self.size = min(self.size + self.n_envs, self.capacity)
+        self._last = idx
+        return idx
+
+    def mark_episode_ends(self, done: np.ndarray) -> None:
+        """The envs whose episode ended at the step just added: their next slot will hold the reset
+        observation, so each one's final observation is kept for its transition."""
+        for i in np.flatnonzero(done):
+            slot = int(self._last[i])
+            self.final[slot] = self.obs[np.array([(slot + self.n_envs) % self.ring])][0].copy()
+            self.has_final[slot] = True
+
+    def _next_obs(self, idx: np.ndarray) -> np.ndarray:
+        next_obs = self.obs[(idx + self.n_envs) % self.ring]
+        for at in zip(*np.nonzero(self.has_final[idx]), strict=True):
+            next_obs[at] = self.final[int(idx[at])]
+        return next_obs
+
+    def _slots(self, k: np.ndarray) -> np.ndarray:
+        """The last `size` transitions before `pos`: until the ring wraps, the plain buffer's slots."""
+        return (self.pos - self.size + k) % self.ring
 
 
 class PrioritizedReplayBuffer(ReplayBuffer):

@@ -97,18 +97,28 @@ class FlatDictObservation(gym.ObservationWrapper):
         return self.spec_of_keys.flatten(observation).astype(np.float32)
 
 
+IMAGE_KEY = "image"
+"""The one key an image Box outside a Dict is to the network (its encoder's name for the frame)."""
+
+
 def network_view(spec: ObservationSpec) -> ObservationSpec:
     """The observation as the network sees it: a Box of two or more axes that is not an image flattened
-    row-major (SB3's FlattenExtractor); anything else as it is. The manifest and the node map keep the
-    env's shape; the PLC gives its values as one flat array in that (C) order."""
-    if not spec.is_matrix:
-        return spec
-    return ObservationSpec((spec.size,), spec.dtype, spec.low, spec.high, "flat")
+    row-major (SB3's FlattenExtractor); an image Box (HWC or CHW) a Dict of one image key, which gets the
+    Nature-CNN as SB3's CnnPolicy gives it one (its values flat in the env's own order, as an image key
+    travels); anything else as it is. The checkpoint, the manifest and the node map keep the env's shape;
+    the PLC gives a matrix's values as one flat array in that (C) order."""
+    if spec.is_matrix:
+        return ObservationSpec((spec.size,), spec.dtype, spec.low, spec.high, "flat")
+    if not spec.is_dict and spec.layout != "flat":
+        return ObservationSpec.of_keys(
+            [ObservationKey(IMAGE_KEY, spec.shape, spec.dtype, spec.low, spec.high)]
+        )
+    return spec
 
 
 class FlatBoxObservation(gym.ObservationWrapper):
-    """A Box observation of two or more axes (not an image) as training sees it: one float32 vector,
-    row-major; `spec_of_box` keeps the env's own shape for the checkpoint and the artifact."""
+    """A Box observation of two or more axes (a matrix, or an image outside a Dict) as training sees it: one
+    float32 vector, row-major; `spec_of_box` keeps the env's own shape for the checkpoint and the artifact."""
 
     def __init__(self, env: gym.Env):
         super().__init__(env)
@@ -117,18 +127,6 @@ class FlatBoxObservation(gym.ObservationWrapper):
 
     def observation(self, observation: Any) -> np.ndarray:
         return np.asarray(observation, np.float32).reshape(-1)
-
-
-def check_trainable(spec: ObservationSpec, env_id: str) -> None:
-    """rl2edge's networks take a vector, a matrix (flattened) or a Dict whose image keys get a
-    Nature-CNN each; an image outside a Dict is refused before any work, with the wrapper that makes it a key."""
-    if not spec.is_dict and spec.layout != "flat":
-        raise ConfigError(
-            f"{env_id} observes a {spec.layout} image {list(spec.shape)} outside a Dict: rl2edge trains images "
-            'as Dict keys (a Nature-CNN per key). Return {"camera": frame} from the env (a '
-            "gymnasium.ObservationWrapper whose observation_space is Dict(camera=the Box)), then train it "
-            "with an algorithm that takes image keys (docs/own-env.md)"
-        )
 
 
 def image_layout(shape: tuple[int, ...]) -> str:

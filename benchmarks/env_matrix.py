@@ -7,7 +7,8 @@ that the path works on that plant, not how well the algorithm solves it.
     PYTHONPATH=. python benchmarks/env_matrix.py [--cells NAME,...] [--episodes 5]
 
 Writes benchmarks/results/env_matrix.{json,md,png}. The plants: Gymnasium's classic control, Box2D and
-MuJoCo sets, highway-env, MiniGrid, a goal-conditioned one with HER, and a MultiDiscrete one."""
+MuJoCo sets, highway-env, MiniGrid, a goal-conditioned one with HER, MultiDiscrete and MultiBinary
+valves, and a camera alone (an image Box outside a Dict)."""
 
 from __future__ import annotations
 
@@ -59,6 +60,7 @@ CELLS = (
          "ppo_lstm", 4096, stateful=True),
     Cell("reach-sac-her", "testkit.goal_envs:PointReach", "goal-conditioned (testkit), HER", "sac", 3000,
          {"replay_buffer_class": "HerReplayBuffer", "net_arch": [64, 64], "batch_size": 128}),
+    Cell("camera-ppo", "testkit.dict_envs:BoxCameraCartPole", "a camera alone, 36x36x1 (testkit)", "ppo", 4096),
     Cell("valves-ppo", "testkit.matrix_plants:ThreeValves", "MultiDiscrete (testkit)", "ppo", 8192),
     Cell("pump-a2c", "testkit.matrix_plants:ValveAndPump", "MultiDiscrete with start (testkit)", "a2c", 8192),
     Cell("valves-binary-ppo_lstm", "testkit.matrix_plants:ThreeValvesBinary", "MultiBinary (testkit)", "ppo_lstm",

@@ -290,7 +290,7 @@ def check_fit(nodes: BoundNodes, io: PlantIo) -> None:
         )
     for i, b in enumerate(nodes.action):
         lo, hi = tv.value_range(b.vtype)
-        if io.integer:
+        if io.discrete or io.integer:
             # the indices this node holds: one component's (a scalar per component), or all of them (an array)
             one = b.length is None and len(nodes.action) == io.action_size
             first = io.action_low[i] if one else min(io.action_low)

@@ -69,7 +69,7 @@ class StandInLoop:
         self.last_status: CycleStatus | None = None
         self.cfg = LoopConfig(period_ms=period_ms)
         self.policy = SimpleNamespace(
-            manifest=_manifest(artifact), backend_name="ai-edge-litert", discrete=True, close=lambda: None
+            manifest=_manifest(artifact), backend_name="ai-edge-litert", discrete=True, categorical=True, close=lambda: None
         )
         self.updates: PolicyUpdates | None = None
         self.metrics: ServeMetrics | None = None
@@ -507,6 +507,7 @@ def test_the_artifact_label_names_the_serving_artifact_after_a_refused_update(tm
             manifest=_manifest(path, "CartPole-v1"),
             backend_name="ai-edge-litert",
             discrete=True,
+            categorical=True,
             close=lambda: None,
         )
 

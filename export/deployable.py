@@ -39,15 +39,15 @@ class DeployablePolicy(nn.Module):
         action: ActionSpec,
         head: str,
         obs_layout: str = "flat",
-        flat_network: bool = False,
+        flat_input: bool = False,
     ):
         """`obs_layout` HWC: the graph takes NCHW (torch's convention); the runtime transposes the env's
         observation for ONNX, and onnx2tf makes the TFLite input NHWC, the env's own order.
-        `flat_network`: an image whose network takes its values flat in the env's own order (rl2edge's
-        Nature-CNN encoder, train.core.spaces.network_view): the graph takes the image as above and
-        flattens it back to that order, so the statistics stay flat."""
+        `flat_input`: the graph takes the observation's values flat, in the env's own order: an image Box
+        of rl2edge's own, whose encoder reshapes them (train.core.spaces.network_view), as a Dict's camera
+        key travels (a 4-D input would be taken for NCHW by onnx2tf)."""
         super().__init__()
-        self.obs_layout, self.flat_network = obs_layout, flat_network
+        self.obs_layout, self.flat_input = obs_layout, flat_input
         if head not in HEADS:
             raise ExportError(f"unknown action head {head!r}")
         transform = ActionTransform(action)
@@ -55,20 +55,23 @@ class DeployablePolicy(nn.Module):
             raise ExportError(f"action head {head} does not fit a {action.kind} action space")
         self.actor, self.head = actor, head
         mean, inv_std = norm.constants()
-        if obs_layout == "HWC" and not flat_network:  # statistics follow the graph's CHW order
+        if obs_layout == "HWC":  # statistics follow the graph's CHW order
             mean, inv_std = mean.transpose(2, 0, 1), inv_std.transpose(2, 0, 1)
-        flat = obs_layout == "flat" or flat_network
-        self.register_buffer(
-            "obs_mean", torch.from_numpy(np.ascontiguousarray(mean.reshape(-1) if flat else mean))
-        )
-        self.register_buffer(
-            "obs_inv_std", torch.from_numpy(np.ascontiguousarray(inv_std.reshape(-1) if flat else inv_std))
-        )
+        flat = obs_layout == "flat"
+        # An image graph's statistics carry the batch axis (1, C, H, W): onnx2tf turns the NCHW input into
+        # NHWC and transposes 4-D constants with it, but broadcasts a 3-D (C, H, W) one against the NHWC
+        # tensor as it stands (C = 1: a [1, 36, 36, 36] tensor). Without normalization an image graph has
+        # none of these ops (x - 0) * 1.
+        self.skip_norm = not flat and not norm.enabled
+        shape = (-1,) if flat else (1, *mean.shape)
+        self.register_buffer("obs_mean", torch.from_numpy(np.ascontiguousarray(mean.reshape(shape))))
+        self.register_buffer("obs_inv_std", torch.from_numpy(np.ascontiguousarray(inv_std.reshape(shape))))
         self.norm_clip = float(norm.clip) if norm.enabled else None
         bounds = norm.clip_bounds()  # per element where some are left raw (SB3's norm_obs_keys)
         self.per_element_clip = bounds is not None
         if bounds is not None:
-            self.register_buffer("obs_clip", torch.from_numpy(bounds.reshape(-1)))
+            bounds = bounds.transpose(2, 0, 1) if obs_layout == "HWC" else bounds
+            self.register_buffer("obs_clip", torch.from_numpy(np.ascontiguousarray(bounds.reshape(shape))))
         self.discrete = transform.discrete
         self.nvec = list(action.nvec) if action.multi_discrete else None
         if self.nvec is not None:  # one index per component: argmax of its slice, plus its start
@@ -83,10 +86,9 @@ class DeployablePolicy(nn.Module):
             self.register_buffer("act_high", torch.tensor(action.high, dtype=torch.float32))
 
     def normalized(self, obs: torch.Tensor) -> torch.Tensor:
-        if self.flat_network:  # NCHW back to the env's HWC, then its values in that order
-            x = (obs.permute(0, 2, 3, 1) if self.obs_layout == "HWC" else obs).reshape(obs.shape[0], -1)
-        else:
-            x = obs.reshape(obs.shape[0], -1) if self.obs_layout == "flat" else obs
+        x = obs.reshape(obs.shape[0], -1) if self.obs_layout == "flat" else obs
+        if self.skip_norm:
+            return x
         x = (x - self.obs_mean) * self.obs_inv_std
         if self.per_element_clip:
             x = torch.maximum(torch.minimum(x, self.obs_clip), -self.obs_clip)
@@ -135,7 +137,9 @@ class DeployablePolicy(nn.Module):
         return [(int(a), int(n)) for a, n in zip(firsts, self.nvec, strict=True)]
 
     def input_shape(self, obs_shape: tuple[int, ...]) -> tuple[int, ...]:
-        """The graph's input for one observation: the env's shape, or CHW for HWC images."""
+        """The graph's input for one observation: the env's shape, CHW for HWC images, or its values flat."""
+        if self.flat_input:
+            return (int(np.prod(obs_shape)),)
         if self.obs_layout == "HWC":
             h, w, c = obs_shape
             return (c, h, w)
@@ -143,6 +147,8 @@ class DeployablePolicy(nn.Module):
 
     def from_env_layout(self, obs: np.ndarray) -> np.ndarray:
         """A batch of observations as the env gives them -> the graph's input order."""
+        if self.flat_input:
+            return np.ascontiguousarray(obs).reshape(len(obs), -1)
         return np.ascontiguousarray(obs.transpose(0, 3, 1, 2)) if self.obs_layout == "HWC" else obs
 
 
@@ -186,7 +192,5 @@ def build_deployable(ckpt: Checkpoint, agent: Any) -> tuple[DeployablePolicy, Ru
     actor = load_actor(ckpt, agent).eval()
     norm = ckpt.normalizer()  # a frame stack's takes K observations (train.core.frame_stack)
     head = head_for(ckpt.algo, ckpt.action.categorical)
-    obs = ckpt.observation
-    image = not obs.is_dict and obs.layout != "flat"  # an image Box: the encoder takes it flat
-    policy = DeployablePolicy(actor, norm, ckpt.action, head, obs.layout, flat_network=image).eval()
+    policy = DeployablePolicy(actor, norm, ckpt.action, head, flat_input=ckpt.observation.is_image).eval()
     return policy, norm

@@ -350,7 +350,7 @@ def _common_manifest(
             "opset": OPSET,
             "input": list(_keys(source.observation)) or INPUT_NAME,  # a Dict: one input per key
             "output": OUTPUT_NAME,
-            "input_layout": _graph_layout(source.observation, onnx=True),
+            "input_layout": _graph_layout(source, onnx=True),
         }
         if onnx_path
         else None,
@@ -417,7 +417,7 @@ def _make_file(
         "model": {
             "file": "policy.tflite",
             "format": "tflite",
-            "input": {"layout": _graph_layout(source.observation, onnx=False)},
+            "input": {"layout": _graph_layout(source, onnx=False)},
         },
         "quantization": quantization,
     }
@@ -639,10 +639,11 @@ def _noise_calibration(source: ExportSource, data: Any) -> dict[str, np.ndarray]
     return extra
 
 
-def _graph_layout(observation: ObservationSpec, onnx: bool) -> str | None:
-    """Image models: NCHW in torch and its ONNX file, NHWC after onnx2tf. Flat observations: None."""
-    layout = observation.layout
-    if layout == "flat":
+def _graph_layout(source: ExportSource, onnx: bool) -> str | None:
+    """Image models: NCHW in torch and its ONNX file, NHWC after onnx2tf. Flat observations, and images a
+    graph takes flat (rl2edge's own, `flat_frames`): None."""
+    layout = source.observation.layout
+    if layout == "flat" or source.flat_frames:
         return None
     return "NCHW" if onnx and layout == "HWC" else "N" + ("HWC" if layout == "HWC" else layout)
 

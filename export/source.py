@@ -63,6 +63,10 @@ class ExportSource(Protocol):
     @property
     def nvec(self) -> tuple[int, ...] | None: ...
 
+    flat_frames: bool
+    """The graph takes an image observation's values flat, in the env's own order (rl2edge's own image-Box
+    checkpoints, whose Nature-CNN encoder reshapes them); False: in its shape, or no image."""
+
     @property
     def act_dim(self) -> int: ...
 
@@ -140,6 +144,9 @@ class GraphSource:
     rate_limit: RateLimit | None = None
     """The action-rate limit folded after the policy (its state `prev_action` last in `states`); set with
     `limit_rate`."""
+    flat_frames: bool = False
+    """The graph takes an image observation's values flat, in the env's own order (rl2edge's own image-Box
+    checkpoints); False: in its shape (NCHW for an SB3 CnnPolicy), or no image."""
 
     def fold_noise(self, spec: NoiseSpec) -> None:
         from rl2edge.export.graph_spec import check_noise_fits

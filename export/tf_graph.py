@@ -59,9 +59,9 @@ class GraphParts:
     """K > 1: the network takes the last K observations (`obs_dim` is K times one's); the served graph takes
     one and keeps the K-1 previous ones as its state (rl2edge.specs.FRAME_STACK_CELL)."""
     matrix_shape: tuple[int, ...] = ()
-    """A matrix observation's shape (ObservationSpec.is_matrix), or an image Box's (HWC or CHW, the env's
-    order, which the TFLite input keeps): the graph takes it so, and flattens it row-major before the
-    normalization, as the torch route's DeployablePolicy."""
+    """A matrix observation's shape (ObservationSpec.is_matrix): the graph takes it so, and flattens it
+    row-major before the normalization, as the torch route's DeployablePolicy. An image Box of rl2edge's
+    own is taken flat (`obs_dim` values in the env's order), as a Dict's camera key."""
 
     @property
     def input_shape(self) -> list[int]:
@@ -385,12 +385,12 @@ class TFSource(GraphSource):
         self, obs: np.ndarray, noise: np.ndarray, state: np.ndarray | None
     ) -> tuple[np.ndarray, Any]:
         start = None if state is None else np.zeros((len(obs), 1), np.float32)  # OU: carried, never reset
-        args = [np.asarray(a, np.float32) for a in (obs, noise, start, state) if a is not None]
+        args = [self._rows(obs), *(np.asarray(a, np.float32) for a in (noise, start, state) if a is not None)]
         out = self.module.noisy_batch(*args)
         return out["action"].numpy(), (out[STATE_OUTPUT].numpy() if STATE_OUTPUT in out else None)
 
     def distribution(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        m, log_std = self.module.distribution(np.asarray(obs, np.float32))
+        m, log_std = self.module.distribution(self._rows(obs))
         return m.numpy(), np.exp(log_std.numpy())
 
     def cell_step(
@@ -403,11 +403,16 @@ class TFSource(GraphSource):
         outputs = [step[t.output].numpy() for t in self.cell_states]
         return step["action"].numpy(), step["out"].numpy(), outputs
 
+    def _rows(self, obs: np.ndarray) -> np.ndarray:
+        """A batch of env observations as the graph takes them (an image's values flat: `flat_frames`)."""
+        x = np.asarray(obs, np.float32)
+        return x.reshape(len(x), -1) if self.flat_frames else x
+
     def deployable_actions(self, obs: np.ndarray) -> np.ndarray:
-        return self.module.batch(np.asarray(obs, np.float32))["action"].numpy()
+        return self.module.batch(self._rows(obs))["action"].numpy()
 
     def pre_head(self, obs: np.ndarray) -> np.ndarray:
-        return self.module.pre_head(np.asarray(obs, np.float32)).numpy()
+        return self.module.pre_head(self._rows(obs)).numpy()
 
     def write_saved_model(self, work: Path, onnx_path: Path | None) -> Path:
         path = work / "saved_model"

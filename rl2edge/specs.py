@@ -173,6 +173,11 @@ class ObservationSpec:
         return bool(self.keys)
 
     @property
+    def is_image(self) -> bool:
+        """An image Box outside a Dict (HWC or CHW): a camera alone."""
+        return not self.keys and self.layout != "flat"
+
+    @property
     def is_matrix(self) -> bool:
         """A Box of two or more axes that is not an image (highway-env's (5, 5) Kinematics): the graph
         takes it in its shape and flattens it row-major for the MLP; a PLC gives it as one flat array."""

@@ -54,9 +54,10 @@ def test_an_algorithm_without_image_encoders_names_the_ones_with() -> None:
 def test_a_camera_alone_trains_exports_int8_and_runs_in_the_runtime(
     tmp_path: Path, algo: str, framework: str, env_id: str
 ) -> None:
-    """A short run (what is checked is the path, not the return): the checkpoint keeps the frame's shape,
-    the int8 file takes it in the env's own layout (NHWC for a camera's HWC, NCHW for CHW), uint8 frames
-    straight in, and `evaluate` runs it."""
+    """A short run (what is checked is the path, not the return): the checkpoint and the manifest keep the
+    frame's shape, the int8 file takes its values flat in the env's own order (as a Dict's camera key: a
+    4-D input would be taken for NCHW by the converter), `Policy.predict` takes the frame in its shape,
+    uint8 straight in, and `evaluate` runs it."""
     from rl2edge.runtime import Policy
 
     run, art = tmp_path / "run", tmp_path / "art"
@@ -67,8 +68,9 @@ def test_a_camera_alone_trains_exports_int8_and_runs_in_the_runtime(
     assert ckpt["network"]["encoder"]["keys"][0]["name"] == IMAGE_KEY
     assert main(["export", str(run), "--quantize", "int8", "--out", str(art)]) == 0
     manifest = json.loads((art / "manifest.json").read_text())
-    layout = "NHWC" if env_id == HWC else "NCHW"
-    assert manifest["model"]["input"]["layout"] == layout, manifest["model"]["input"]
+    shape = [36, 36, 1] if env_id == HWC else [1, 36, 36]
+    assert manifest["observation"]["shape"] == shape, manifest["observation"]
+    assert manifest["model"]["input"]["shape"] == [1, 36 * 36] and manifest["model"]["input"]["layout"] is None
     policy = Policy.load(art)
     frame, _ = make_env(env_id).reset(seed=3)
     assert policy.predict(frame) in (0, 1) and policy.predict(frame.astype(np.float32)) == policy.predict(

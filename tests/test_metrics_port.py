@@ -69,7 +69,11 @@ class StandInLoop:
         self.last_status: CycleStatus | None = None
         self.cfg = LoopConfig(period_ms=period_ms)
         self.policy = SimpleNamespace(
-            manifest=_manifest(artifact), backend_name="ai-edge-litert", discrete=True, categorical=True, close=lambda: None
+            manifest=_manifest(artifact),
+            backend_name="ai-edge-litert",
+            discrete=True,
+            categorical=True,
+            close=lambda: None,
         )
         self.updates: PolicyUpdates | None = None
         self.metrics: ServeMetrics | None = None

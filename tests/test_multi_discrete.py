@@ -22,6 +22,7 @@ from rl2edge.errors import ConfigError
 from rl2edge.specs import ActionSpec, ActionTransform
 from rl2edge.train.core.spaces import action_spec
 
+ROOT = Path(__file__).resolve().parents[1]
 VALVES = "testkit.matrix_plants:ThreeValves"
 BINARY = "testkit.matrix_plants:ThreeValvesBinary"
 PUMP = "testkit.matrix_plants:ValveAndPump"
@@ -170,6 +171,16 @@ def test_a_safe_action_must_be_one_index_per_component(tmp_path: Path) -> None:
 
 
 # ------------------------------------------------------------------------------- end to end (integration)
+@pytest.fixture(scope="module")
+def _testkit_importable() -> Any:
+    """The CLI's processes (train, export, plc-sim, serve) import testkit's plants as a user's own module."""
+    import os
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+        yield
+
+
 def _cli(*args: str | Path) -> Any:
     from testkit.cli import rl2edge
 
@@ -194,7 +205,9 @@ def _random_return(env_id: str, episodes: int) -> float:
 
 
 @pytest.fixture(scope="module", params=["torch", "tf"])
-def valves_int8(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path]:
+def valves_int8(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, _testkit_importable: Any
+) -> tuple[str, Path]:
     """PPO on the three-valve tank (MultiDiscrete([2, 2, 2])), 16k steps, exported int8."""
     fw = request.param
     root = tmp_path_factory.mktemp(f"valves-{fw}")
@@ -276,7 +289,7 @@ def test_faults_write_the_per_component_safe_action_to_the_plc(
 @pytest.mark.integration
 @pytest.mark.parametrize(("env_id", "node_type"), [(PUMP, "Int16"), (BINARY, "Boolean")])
 def test_one_typed_scalar_node_per_component_on_another_opcua_stack(
-    env_id: str, node_type: str, tmp_path: Path
+    env_id: str, node_type: str, tmp_path: Path, _testkit_importable: Any
 ) -> None:
     """A data block with one node per component, as a PLC declares valves and a selector switch: Int16s
     for MultiDiscrete([2, 3], start=[0, 1]) and Booleans for MultiBinary(3), on node-opcua (not asyncua).

@@ -27,10 +27,7 @@ def source(ckpt: Checkpoint, agent: Any, description: dict[str, Any]) -> TFSourc
     head = head_for(ckpt.algo, ckpt.action.categorical)
     keys = tuple((key.name, key.size) for key in ckpt.observation.keys)
     k = ckpt.frame_stack
-    # a matrix or an image Box: the graph takes it in its shape (an image in the env's own order, which
-    # the TFLite file keeps) and flattens it for the network
-    obs = ckpt.observation
-    matrix = obs.shape if obs.is_matrix or (not obs.is_dict and obs.layout != "flat") else ()
+    matrix = ckpt.observation.shape if ckpt.observation.is_matrix else ()  # an image Box: taken flat
     parts = GraphParts(
         net, norm, ckpt.action, ckpt.observation.size * k, head, keys, frame_stack=k, matrix_shape=matrix
     )
@@ -45,4 +42,5 @@ def source(ckpt: Checkpoint, agent: Any, description: dict[str, Any]) -> TFSourc
         algo=ckpt.algo,
         policy_distribution=agent.policy_distribution,
         parts=parts,
+        flat_frames=ckpt.observation.is_image,
     )

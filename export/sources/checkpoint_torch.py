@@ -30,4 +30,5 @@ def source(ckpt: Checkpoint, agent: Any, description: dict[str, Any]) -> TorchSo
         policy_distribution=agent.policy_distribution,
         policy=policy,
         stateful_graph=stacked,
+        flat_frames=ckpt.observation.is_image,
     )

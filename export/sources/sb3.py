@@ -91,6 +91,7 @@ class Sb3Actor(nn.Module):
         self.algo = algo
         self.policy = model.policy
         self.keys = keys
+        self._prescaled: dict[int, nn.Module | None] = {}  # a CnnPolicy's extractors, 1/255 folded in
 
     def forward(self, flat: torch.Tensor) -> torch.Tensor:
         p = self.policy
@@ -117,8 +118,12 @@ class Sb3Actor(nn.Module):
 
         if not self.keys:
             if is_image_space(net.observation_space, check_channels=False) and net.normalize_images:
-                # a CnnPolicy's frame (NCHW, as SB3's network takes it): scaled flat, then reshaped (see above)
-                return extractor((flat.reshape(flat.shape[0], -1) * (1.0 / 255.0)).reshape(flat.shape))
+                key = id(extractor)
+                if key not in self._prescaled:
+                    self._prescaled[key] = _prescaled(extractor)
+                scaled = self._prescaled[key]
+                if scaled is not None:
+                    return scaled(flat)
             return net.extract_features(flat, extractor)
 
         obs = {}
@@ -129,6 +134,22 @@ class Sb3Actor(nn.Module):
             x = x.reshape(-1, *shape)
             obs[k] = x.permute(0, 3, 1, 2) if transpose else x
         return extractor(obs)
+
+
+def _prescaled(extractor: nn.Module) -> nn.Module | None:
+    """A CnnPolicy's Nature-CNN with SB3's 1/255 folded into its first convolution's weights: conv(x / 255)
+    = conv'(x) with W' = W / 255, equal within float32 rounding. No elementwise op on the 4-D frame is left
+    for onnx2tf, which mistracks the layout of one there (its NCHW input turned NHWC: a reshape of the
+    scaled frame fails to convert). None: an extractor of another form (SB3's own preprocessing is kept)."""
+    import copy
+
+    first = getattr(getattr(extractor, "cnn", None), "0", None)
+    if not isinstance(first, nn.Conv2d):
+        return None
+    scaled = copy.deepcopy(extractor).requires_grad_(False)  # constants of the traced graph
+    with torch.no_grad():
+        scaled.cnn[0].weight.mul_(1.0 / 255.0)
+    return scaled
 
 
 class _RecurrentView:

@@ -106,7 +106,8 @@ def image_mask(spec: ObservationSpec) -> np.ndarray | None:
 def checkpoint_normalizer(observation: ObservationSpec, d: dict[str, Any]) -> RunningNormalizer:
     """A checkpoint's normalizer as training used it: its statistics, with the pixels left raw."""
     norm = RunningNormalizer.from_dict(observation.shape, d)
-    norm.raw = image_mask(observation)
+    mask = image_mask(observation)  # flat: an image Box's, in the env's order
+    norm.raw = None if mask is None else mask.reshape(observation.shape)
     return norm
 
 

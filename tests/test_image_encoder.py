@@ -278,7 +278,7 @@ def test_every_algorithm_trains_and_exports_a_camera_env(
 
 def test_a_frame_too_small_for_the_nature_cnn_is_refused() -> None:
     space = gym.spaces.Dict([("cam", gym.spaces.Box(0, 255, (24, 24, 1), np.uint8))])
-    with pytest.raises(ConfigError, match=r"'cam' is a 24x24 image: .* at least 36x36"):
+    with pytest.raises(ConfigError, match=r"observation image 'cam' is 24x24: .* at least 36x36"):
         encoder_spec(observation_spec(space))
 
 

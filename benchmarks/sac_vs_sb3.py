@@ -1,6 +1,7 @@
 """SAC next to Stable-Baselines3's SAC on a plant neither project tuned to, in one run: the same env, budget,
 hyperparameters (SB3's defaults: 256x256, batch 256, lr 3e-4, learning_starts 100, one gradient step per
-env step) and seeds, runs interleaved seed by seed so that the machine's load falls on both alike.
+env step, no observation normalization: rl2edge's own default normalizes, so it is turned off here) and
+seeds, runs interleaved seed by seed so that the machine's load falls on both alike.
 
     PYTHONPATH=. python benchmarks/sac_vs_sb3.py [--env HalfCheetah-v5] [--steps 10000] [--seeds 0,1,2]
 
@@ -37,7 +38,8 @@ def rl2edge_run(env_id: str, seed: int, steps: int, episodes: int, work: Path) -
     from testkit.runs import export_run, tiny_train
 
     t0 = time.perf_counter()
-    run = tiny_train(env_id, work / f"run-{seed}", steps=steps, seed=seed, algo="sac")
+    # SB3's SAC has no observation normalization; rl2edge's default has it (VecNormalize-like): off here
+    run = tiny_train(env_id, work / f"run-{seed}", steps=steps, seed=seed, algo="sac", normalize_obs=False)
     took = time.perf_counter() - t0
     export_run(run, work / f"art-{seed}", "int8")
     policy = Policy.load(work / f"art-{seed}")
@@ -90,7 +92,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
              f"{r['train_s']:.0f}", f"{r['steps_per_s']:.0f}"] for r in rows]  # fmt: skip
     md = markdown_table(head, body) + (
         f"\n\n{args.env}, {args.steps:,} env steps of SAC per seed with SB3's default hyperparameters in both "
-        f"(rl2edge's defaults are SB3's; no preset for this env), seeds {args.seeds}, runs interleaved. Return: "
+        f"(rl2edge's are SB3's but for its observation normalization, turned off here; no preset for this env), "
+        f"seeds {args.seeds}, runs interleaved. Return: "
         f"the mean over {args.episodes} deterministic episodes (env seeds {EVAL_SEED}..), rl2edge's from its "
         "int8 artifact. A 2-core CPU budget: the RL Zoo trains HalfCheetah for 1M steps (about 9,500); "
         "this compares the two early in learning."

@@ -70,7 +70,9 @@ def test_a_camera_alone_trains_exports_int8_and_runs_in_the_runtime(
     manifest = json.loads((art / "manifest.json").read_text())
     shape = [36, 36, 1] if env_id == HWC else [1, 36, 36]
     assert manifest["observation"]["shape"] == shape, manifest["observation"]
-    assert manifest["model"]["input"]["shape"] == [1, 36 * 36] and manifest["model"]["input"]["layout"] is None
+    assert (
+        manifest["model"]["input"]["shape"] == [1, 36 * 36] and manifest["model"]["input"]["layout"] is None
+    )
     policy = Policy.load(art)
     frame, _ = make_env(env_id).reset(seed=3)
     assert policy.predict(frame) in (0, 1) and policy.predict(frame.astype(np.float32)) == policy.predict(

@@ -28,6 +28,7 @@ from rl2edge.train.core.replay import ReplayBuffer, SharedObsReplayBuffer
 
 _logger = logging.getLogger("benchmarks.replay_memory")
 PIXELS, VECTOR = 84 * 84 * 3, 1
+ONCE_ENVS = 100
 
 
 def rss_bytes() -> int:
@@ -41,11 +42,13 @@ def rss_bytes() -> int:
 def measure(
     name: str, uint8: bool, transitions: int, batch: int, rng: np.random.Generator, once: bool = False
 ) -> dict[str, Any]:
-    """`once`: each observation stored once; the chunk of an add is then its n_envs (500 envs: an add's
-    cost per transition stays comparable with the other rows')."""
+    """`once`: each observation stored once; an add is then one transition per env, 100 envs (a divisor
+    of any multiple of 100 transitions; the other rows add 500 at a time)."""
     mask = np.zeros(PIXELS + VECTOR, bool)
     mask[:PIXELS] = True
-    chunk = 500  # transitions per add, made before the baseline is read
+    chunk = ONCE_ENVS if once else 500  # transitions per add, made before the baseline is read
+    if once and transitions % chunk:
+        raise SystemExit(f"--transitions must be a multiple of {chunk} (the stored-once buffer's envs)")
     frames = rng.integers(0, 256, (chunk, PIXELS + VECTOR)).astype(np.float32)
     frames[:, PIXELS:] = rng.normal(size=(chunk, VECTOR))
     gc.collect()
@@ -128,7 +131,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     md = markdown_table(head, body) + (
         f"\n\nResident memory with uint8 frames: {ratio:.3f} of float32's; storing each observation once "
         f"(`optimize_memory_usage: true`) takes {once_ratio:.3f} of that (the ring holds the buffer's "
-        "transitions plus one add's next observations: 500 here). 'resident' is the growth of VmRSS once "
+        "transitions plus one add's next observations: 100 envs here). 'resident' is the growth of VmRSS once "
         "every slot is written, 'stored' the arrays' own size. A sample reassembles float32 batches (obs "
         "and next_obs) from the uint8 frames."
     )

@@ -358,8 +358,8 @@ def test_replay_memory_benchmark_smoke(tmp_path: Path) -> None:
         assert (tmp_path / f"replay_memory.{ext}").stat().st_size > 0
     once, uint8, float32 = data["rows"]
     # the arrays' own size, exactly: a byte per pixel against four, the float32 value alike; once: one
-    # observation per slot of a ring of the transitions plus one add's (500)
-    assert once["observation_bytes_stored"] == (600 + 500) * (84 * 84 * 3 + 4)
+    # observation per slot of a ring of the transitions plus one add's (100 envs)
+    assert once["observation_bytes_stored"] == (600 + 100) * (84 * 84 * 3 + 4)
     assert uint8["observation_bytes_stored"] == 2 * 600 * (84 * 84 * 3 + 4)
     assert float32["observation_bytes_stored"] == 2 * 600 * (84 * 84 * 3 + 1) * 4
 
@@ -395,7 +395,8 @@ def test_env_matrix_benchmark_smoke(tmp_path: Path) -> None:
     data = main(["--cells", "valves-ppo,pendulum-dqn", "--episodes", "2", "--out", str(tmp_path)])
     for ext in ("json", "md", "png"):
         assert (tmp_path / f"env_matrix.{ext}").stat().st_size > 0
-    works, refused = data["rows"]
+    rows = {r["cell"]: r for r in data["rows"]}
+    works, refused = rows["valves-ppo"], rows["pendulum-dqn"]
     assert works["outcome"] == "works" and works["served_equals_evaluate"], works
     assert refused["outcome"] == "refused" and "DQN needs a Discrete action space" in refused["reason"]
 

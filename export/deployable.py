@@ -74,9 +74,8 @@ class DeployablePolicy(nn.Module):
             self.register_buffer("obs_clip", torch.from_numpy(np.ascontiguousarray(bounds.reshape(shape))))
         self.discrete = transform.discrete
         self.nvec = list(action.nvec) if action.multi_discrete else None
-        if self.nvec is not None:  # one index per component: argmax of its slice, plus its start
-            self.register_buffer("act_start", torch.tensor(action.starts, dtype=torch.int64))
-            self.start = 0 if not any(action.starts) else None
+        if self.nvec is not None:  # one index per component: argmax of its slice, plus its start (if any)
+            self.act_start = torch.tensor(action.starts, dtype=torch.int64) if any(action.starts) else None
         elif self.discrete:
             self.start = action.start
         else:
@@ -122,7 +121,7 @@ class DeployablePolicy(nn.Module):
             # slices, not split: onnx2tf turns ONNX's Split into SplitV with int64 sizes, which TFLite
             # runs only as a TF Select (flex) op
             action = torch.stack([out[:, a : a + n].argmax(-1) for a, n in self._slices()], -1)
-            return action if self.start == 0 else action + self.act_start
+            return action if self.act_start is None else action + self.act_start
         if self.head == "argmax":
             action = out.argmax(-1)
             return action + self.start if self.start else action

@@ -44,8 +44,8 @@ def numpy_head(
 ) -> np.ndarray:
     """The head in float32 numpy, the formulas of export.deployable.DeployablePolicy.head_of."""
     out = np.asarray(out, np.float32)
-    if head == "argmax" and isinstance(transform.start, np.ndarray):  # multi-discrete: one per component
-        return argmax_heads(out, tuple(int(n) for n in transform.nvec)) + transform.start
+    if head == "argmax" and transform.nvec is not None:  # multi-discrete: one index per component
+        return argmax_heads(out, transform.nvec) + transform.start
     if head == "argmax":
         return out.argmax(-1) + transform.start
     if head == "clip":

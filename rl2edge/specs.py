@@ -350,9 +350,10 @@ class ActionSpec:
 class ActionTransform:
     def __init__(self, spec: ActionSpec):
         self.discrete = spec.categorical
+        # a multi-discrete action's choices per component (its starts: `start`); None otherwise
+        self.nvec = spec.nvec if spec.multi_discrete else None
         if self.discrete:
             self.start = spec.start if spec.discrete else np.asarray(spec.starts, np.int64)
-            self.nvec = spec.heads
         else:
             low = np.asarray(spec.low, np.float64)
             high = np.asarray(spec.high, np.float64)

@@ -143,7 +143,7 @@ class HerReplayBuffer(ReplayBuffer):
         if valid.size == 0:
             raise ValueError("no finished episode to sample yet; raise learning_starts past one episode")
         idx = valid[rng.integers(0, valid.size, size=(n, batch_size))]
-        obs, next_obs = self.obs[idx], self.next_obs[idx]  # copies: relabelled in place
+        obs, next_obs = self.obs[idx], self._next_obs(idx)  # copies: relabelled in place
         rewards = self.rewards[idx].copy()
         k = int(self.her_ratio * batch_size)  # the first k of each batch are relabelled
         if k:
@@ -177,7 +177,7 @@ class HerReplayBuffer(ReplayBuffer):
         else:  # episode
             step = rng.integers(0, length)
         at = ((start + step) % self.rows) * self.n_envs + envs
-        return self.next_obs[at][..., self.achieved]
+        return self._next_obs(at)[..., self.achieved]
 
 
 def her_buffer(cfg: Any, run: Any, capacity: int, act_dim: int) -> HerReplayBuffer:

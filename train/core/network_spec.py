@@ -145,11 +145,6 @@ class NetworkSpec:
         return bool(self.required("discrete"))
 
     @property
-    def heads(self) -> tuple[int, ...]:
-        """A categorical actor's logits per component: (act_dim,) for one Discrete head."""
-        return self.action_nvec if self.action_nvec is not None else (self.act_dim,)
-
-    @property
     def recurrent(self) -> bool:
         return self.lstm_hidden_size is not None
 

@@ -135,6 +135,9 @@ class ObservationStore:
 
 
 class ReplayBuffer:
+    stores_next_obs = True
+    """A copy of each transition's next observation (SharedObsReplayBuffer derives it instead)."""
+
     def __init__(
         self,
         capacity: int,
@@ -143,21 +146,25 @@ class ReplayBuffer:
         act_dim: int,
         with_discounts: bool = False,
         pixels: np.ndarray | None = None,
+        spare: int = 0,
     ):
-        """`pixels`: which values of the flat observation are uint8 pixels (stored as uint8)."""
+        """`pixels`: which values of the flat observation are uint8 pixels (stored as uint8). `spare`: slots
+        of the ring beyond `capacity`, which hold no sampled transition (SharedObsReplayBuffer's)."""
         if len(obs_shape) != 1:
             raise ValueError(f"the replay buffer stores flat observations, not {obs_shape}")
         self.capacity, self.discrete = int(capacity), discrete
+        self.slots = self.capacity + int(spare)
         size = int(obs_shape[0])
-        check_fits_memory(self.capacity, size, 0 if pixels is None else int(np.count_nonzero(pixels)))
-        self.obs = ObservationStore(self.capacity, size, pixels)
-        self.next_obs = ObservationStore(self.capacity, size, pixels)
+        copies = 2 if self.stores_next_obs else 1
+        check_fits_memory(self.slots, size, 0 if pixels is None else int(np.count_nonzero(pixels)), copies)
+        self.obs = ObservationStore(self.slots, size, pixels)
+        self.next_obs = ObservationStore(self.slots, size, pixels) if self.stores_next_obs else None
         self.actions = (
-            np.zeros(self.capacity, np.int64) if discrete else np.zeros((self.capacity, act_dim), np.float32)
+            np.zeros(self.slots, np.int64) if discrete else np.zeros((self.slots, act_dim), np.float32)
         )
-        self.rewards = np.zeros(self.capacity, np.float32)
-        self.dones = np.zeros(self.capacity, np.float32)
-        self.discounts = np.zeros(self.capacity, np.float32) if with_discounts else None
+        self.rewards = np.zeros(self.slots, np.float32)
+        self.dones = np.zeros(self.slots, np.float32)
+        self.discounts = np.zeros(self.slots, np.float32) if with_discounts else None
         self.pos, self.size = 0, 0
 
     def __len__(self) -> int:
@@ -182,9 +189,9 @@ class ReplayBuffer:
         """A batch of transitions (one per env, or an n-step collector's); the oldest are overwritten once
         the buffer is full. Returns where they went."""
         n = len(rewards)
-        idx = (self.pos + np.arange(n)) % self.capacity
+        idx = (self.pos + np.arange(n)) % self.slots
         self.obs[idx] = obs
-        self.next_obs[idx] = next_obs
+        self._store_next_obs(idx, next_obs)
         self.actions[idx] = actions
         self.rewards[idx] = rewards
         self.dones[idx] = terminated
@@ -192,9 +199,13 @@ class ReplayBuffer:
             if discounts is None:
                 raise ValueError("this buffer stores n-step discounts; pass them")
             self.discounts[idx] = discounts
-        self.pos = int((self.pos + n) % self.capacity)
+        self.pos = int((self.pos + n) % self.slots)
         self.size = min(self.size + n, self.capacity)
         return idx
+
+    def _store_next_obs(self, idx: np.ndarray, next_obs: np.ndarray) -> None:
+        assert self.next_obs is not None
+        self.next_obs[idx] = next_obs
 
     def _batch(
         self,
@@ -214,11 +225,13 @@ class ReplayBuffer:
         )
 
     def _next_obs(self, idx: np.ndarray) -> np.ndarray:
+        assert self.next_obs is not None
         return self.next_obs[idx]
 
     def _slots(self, k: np.ndarray) -> np.ndarray:
-        """The slots of the k-th stored transitions (k < size)."""
-        return k
+        """The slots of the k-th stored transitions (k < size): the last `size` written before `pos`. Until
+        the ring wraps, slot k itself (with no spare slots, always)."""
+        return k if self.slots == self.capacity else (self.pos - self.size + k) % self.slots
 
     def sample(
         self,
@@ -242,6 +255,8 @@ class SharedObsReplayBuffer(ReplayBuffer):
     form refuses timeouts with this option; here they keep working). One observation per episode is the
     cost. Uniform replay only: n-step collectors (Rainbow) and HER add transitions of their own cadence."""
 
+    stores_next_obs = False
+
     def __init__(
         self,
         capacity: int,
@@ -251,24 +266,9 @@ class SharedObsReplayBuffer(ReplayBuffer):
         n_envs: int,
         pixels: np.ndarray | None = None,
     ):
-        if len(obs_shape) != 1:
-            raise ValueError(f"the replay buffer stores flat observations, not {obs_shape}")
-        size = int(obs_shape[0])
-        check_fits_memory(
-            int(capacity) + n_envs, size, 0 if pixels is None else int(np.count_nonzero(pixels)), 1
-        )
-        self.n_envs, self.ring = int(n_envs), int(capacity) + int(n_envs)
-        self.capacity, self.discrete = int(capacity), discrete
-        self.obs = ObservationStore(self.ring, size, pixels)
-        self.actions = (
-            np.zeros(self.ring, np.int64) if discrete else np.zeros((self.ring, act_dim), np.float32)
-        )
-        self.rewards = np.zeros(self.ring, np.float32)
-        self.dones = np.zeros(self.ring, np.float32)
-        self.discounts = None
-        self.has_final = np.zeros(self.ring, bool)
-        self.final: dict[int, np.ndarray] = {}
-        self.pos, self.size = 0, 0
+        super().__init__(capacity, obs_shape, discrete, act_dim, pixels=pixels, spare=n_envs)
+        self.n_envs = int(n_envs)
+        self.final: dict[int, np.ndarray] = {}  # slot -> the final observation of its ended episode
         self._last = np.zeros(0, np.int64)
 
     def add(
@@ -282,37 +282,27 @@ class SharedObsReplayBuffer(ReplayBuffer):
     ) -> np.ndarray:
         if len(rewards) != self.n_envs:
             raise ValueError(f"this buffer takes one transition per env ({self.n_envs}), got {len(rewards)}")
-        idx = (self.pos + np.arange(self.n_envs)) % self.ring
-        for i in np.flatnonzero(self.has_final[idx]):  # slots reused: their old final observations go
-            self.final.pop(int(idx[i]), None)
-        self.has_final[idx] = False
-        self.obs[idx] = obs
-        self.obs[(idx + self.n_envs) % self.ring] = next_obs  # until the next add: then its obs, the same
-        self.actions[idx] = actions
-        self.rewards[idx] = rewards
-        self.dones[idx] = terminated
-        self.pos = int((self.pos + self.n_envs) % self.ring)
-        self.size = min(self.size + self.n_envs, self.capacity)
+        idx = super().add(obs, actions, rewards, next_obs, terminated, discounts)
+        for slot in idx.tolist():  # slots reused: their old final observations go
+            self.final.pop(slot, None)
         self._last = idx
         return idx
+
+    def _store_next_obs(self, idx: np.ndarray, next_obs: np.ndarray) -> None:
+        self.obs[(idx + self.n_envs) % self.slots] = next_obs  # until the next add: then its obs, the same
 
     def mark_episode_ends(self, done: np.ndarray) -> None:
         """The envs whose episode ended at the step just added: their next slot will hold the reset
         observation, so each one's final observation is kept for its transition."""
-        for i in np.flatnonzero(done):
-            slot = int(self._last[i])
-            self.final[slot] = self.obs[np.array([(slot + self.n_envs) % self.ring])][0].copy()
-            self.has_final[slot] = True
+        for slot in self._last[np.flatnonzero(done)].tolist():
+            self.final[slot] = self.obs[np.array([(slot + self.n_envs) % self.slots])][0]
 
     def _next_obs(self, idx: np.ndarray) -> np.ndarray:
-        next_obs = self.obs[(idx + self.n_envs) % self.ring]
-        for at in zip(*np.nonzero(self.has_final[idx]), strict=True):
-            next_obs[at] = self.final[int(idx[at])]
+        next_obs = self.obs[(idx + self.n_envs) % self.slots]
+        if self.final:
+            for at in np.argwhere(np.isin(idx, list(self.final))):
+                next_obs[tuple(at)] = self.final[int(idx[tuple(at)])]
         return next_obs
-
-    def _slots(self, k: np.ndarray) -> np.ndarray:
-        """The last `size` transitions before `pos`: until the ring wraps, the plain buffer's slots."""
-        return (self.pos - self.size + k) % self.ring
 
 
 class PrioritizedReplayBuffer(ReplayBuffer):

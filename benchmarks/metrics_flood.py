@@ -81,13 +81,19 @@ FLOOD = textwrap.dedent(
 )
 
 
-def _summary(path: Path) -> dict[str, Any]:
-    for _ in range(50):
+def _summary(
+    path: Path, timeout_s: float = 5.0, serve: subprocess.Popen[bytes] | None = None
+) -> dict[str, Any]:
+    """The summary serve rewrites each stats interval. The first one waits for serve's start (the imports and
+    the model's child-process probe take some 10 s on a loaded 2-core machine), and gives up if serve ends."""
+    deadline = time.monotonic() + timeout_s
+    while True:
         try:
             return json.loads(path.read_text())
         except (OSError, ValueError):
+            if time.monotonic() > deadline or (serve is not None and serve.poll() is not None):
+                raise RuntimeError(f"no summary at {path}") from None
             time.sleep(0.1)
-    raise RuntimeError(f"no summary at {path}")
 
 
 def _phase(name: str, seconds: float, summary: Path, attack: list[str] | None) -> dict[str, Any]:
@@ -131,7 +137,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             stdout=log.open("wb"), stderr=subprocess.STDOUT,
         )  # fmt: skip
         try:
-            _summary(summary)  # serve is up and has written its first summary
+            _summary(summary, 120.0, serve)  # serve is up and has written its first summary
             time.sleep(2.0)
             phases = [_phase("quiet", args.seconds, summary, None)]
             scrape = [sys.executable, "-c", SCRAPERS, f"http://127.0.0.1:{port}/metrics", str(args.seconds)]

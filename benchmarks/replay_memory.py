@@ -103,6 +103,16 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
     save_figure(fig, path)
 
 
+def _ratio(num: int, den: int) -> float | None:
+    """None where the growth is too small to read: a small buffer may fit in memory the allocator kept
+    from the previous row, so VmRSS does not grow at all."""
+    return num / den if num > 0 and den > 0 else None
+
+
+def _fmt(ratio: float | None) -> str:
+    return "n/a (too small to read from VmRSS)" if ratio is None else f"{ratio:.3f}"
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--transitions", type=int, default=100_000)
@@ -119,8 +129,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         measure("uint8 frames (default)", True, args.transitions, args.batch, rng),
         measure("float32 (before issue 46)", False, args.transitions, args.batch, rng),
     ]
-    ratio = rows[1]["rss_growth_bytes"] / rows[2]["rss_growth_bytes"]
-    once_ratio = rows[0]["rss_growth_bytes"] / rows[1]["rss_growth_bytes"]
+    ratio = _ratio(rows[1]["rss_growth_bytes"], rows[2]["rss_growth_bytes"])
+    once_ratio = _ratio(rows[0]["rss_growth_bytes"], rows[1]["rss_growth_bytes"])
     head = ["storage", "transitions", "stored GiB", "resident GiB", "add us/transition", "sample ms/batch"]
     body = [
         [r["storage"], f"{r['transitions']:,}", f"{r['observation_bytes_stored'] / 2**30:.2f}",
@@ -129,8 +139,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         for r in rows
     ]  # fmt: skip
     md = markdown_table(head, body) + (
-        f"\n\nResident memory with uint8 frames: {ratio:.3f} of float32's; storing each observation once "
-        f"(`optimize_memory_usage: true`) takes {once_ratio:.3f} of that (the ring holds the buffer's "
+        f"\n\nResident memory with uint8 frames: {_fmt(ratio)} of float32's; storing each observation once "
+        f"(`optimize_memory_usage: true`) takes {_fmt(once_ratio)} of that (the ring holds the buffer's "
         "transitions plus one add's next observations: 100 envs here). 'resident' is the growth of VmRSS once "
         "every slot is written, 'stored' the arrays' own size. A sample reassembles float32 batches (obs "
         "and next_obs) from the uint8 frames."

@@ -165,7 +165,7 @@ class GraphSource:
 
         if self.categorical:
             raise ExportError(
-                f"--max-action-rate limits how fast a Box action moves; this policy's action is {self.action.kind}. "
+                f"--max-action-rate limits how fast a Box action moves; this policy's action is {self.action.space_name}. "
                 "Export without it"
             )
         if self.noise is not None:

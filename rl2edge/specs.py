@@ -314,6 +314,13 @@ class ActionSpec:
         return self.kind in ("discrete", "multi_discrete")
 
     @property
+    def space_name(self) -> str:
+        """Gymnasium's name for the action space, as messages name it."""
+        if self.multi_discrete:
+            return "MultiBinary" if self.binary else "MultiDiscrete"
+        return "Discrete" if self.discrete else "Box"
+
+    @property
     def heads(self) -> tuple[int, ...]:
         """A categorical action's logits per component: (n,) for Discrete, nvec for MultiDiscrete."""
         return (self.n,) if self.discrete else self.nvec

@@ -114,6 +114,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args.verbose:
         for handler in logging.getLogger().handlers:
             handler.addFilter(_one_line_asyncua)
+    args.argv = list(sys.argv[1:] if argv is None else argv)  # `train --nproc` starts its ranks with it
     func: Callable[[argparse.Namespace], int] = args.func
     quiet: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
     if (

@@ -21,6 +21,10 @@ class CheckpointError(Rl2EdgeError):
     """A checkpoint directory is missing, incomplete, corrupted or of an unknown format."""
 
 
+class TrainingError(Rl2EdgeError):
+    """A training job failed while it ran: one of a data-parallel job's processes died or stopped answering."""
+
+
 class ExportError(Rl2EdgeError):
     """Exporting a checkpoint to an artifact failed."""
 

@@ -19,7 +19,7 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rl2edge.errors import CheckpointError, ConfigError
+from rl2edge.errors import CheckpointError, ConfigError, TrainingError
 from rl2edge.train.core.config import OnPolicyConfig
 from rl2edge.train.core.network_spec import NetworkSpec
 from rl2edge.train.core.threads import set_cpu_threads
@@ -342,6 +342,40 @@ def check_rollout_workers(cfg: RunConfig, workers: int) -> None:
         )
 
 
+def data_parallel_names() -> list[str]:
+    """The algorithms `train --nproc` runs (torch): the on-policy ones, recurrent included."""
+    return on_policy_names()
+
+
+def check_data_parallel(cfg: RunConfig, framework: str, world: int) -> None:
+    """`train --nproc` (or a torchrun job) suits this run: torch, an on-policy algorithm, and a share of
+    the envs and of every minibatch for each process (train.data_parallel.sharding)."""
+    names = _either(data_parallel_names())
+    if not get(cfg.algo).on_policy:
+        raise ConfigError(
+            f"--nproc runs a data-parallel learner for {names}; {cfg.algo} learns from a replay buffer in one "
+            "process (use --seeds to use more processes)"
+        )
+    if framework != "torch":
+        raise ConfigError(
+            "--nproc is built on torch.distributed: use --framework torch (TensorFlow's counterpart, "
+            "tf.distribute.MirroredStrategy, is not wired in: docs/ray.md)"
+        )
+    from rl2edge.train.data_parallel.sharding import check_shardable
+
+    check_shardable(cfg, world)
+
+
+def per_process(cfg: RunConfig, world: int) -> RunConfig:
+    """`train --per-process`: the config's n_envs, n_timesteps and batch_size are each process's (rsl-rl's
+    and CleanRL's convention); the job's are `world` times as many."""
+    assert isinstance(cfg, OnPolicyConfig)  # check_data_parallel refuses the others
+    scaled: dict[str, Any] = {"n_envs": cfg.n_envs * world, "n_timesteps": cfg.n_timesteps * world}
+    if "batch_size" in {f.name for f in dataclasses.fields(cfg)}:
+        scaled["batch_size"] = cfg.batch_size * world
+    return dataclasses.replace(cfg, **scaled)
+
+
 def _load(path: str) -> Any:
     module, attr = path.split(":")
     return getattr(importlib.import_module(module), attr)
@@ -361,6 +395,7 @@ def train(
     threads: int = 1,
     compile_update: bool = False,
     matmul_precision: str = "highest",
+    data_parallel: bool = False,
 ) -> TrainResult:
     """Train cfg.algo with `framework`'s agent: the one entry point of the CLI, the tests and the
     benchmarks. `agent_out`, when given, receives the agent (tests read its state and trace counts).
@@ -371,7 +406,9 @@ def train(
     run their forward pass and loss as one torch.compile graph (TorchPPO.compile_update), torch SAC and
     TD3/DDPG their gradient step (TorchOffPolicyBase.compile_update), TF's off-policy agents their
     training phase as one XLA computation (TFOffPolicyBase.compile_update). `matmul_precision`: torch's
-    float32 matmul precision in the run's training phases (train.torch_backend.matmul_precision)."""
+    float32 matmul precision in the run's training phases (train.torch_backend.matmul_precision).
+    `data_parallel`: this process is one rank of the job torchrun's variables describe (train.data_parallel):
+    it steps its share of the envs and of each minibatch; rank 0 writes `run_dir`."""
     set_cpu_threads(threads)
     check_matmul_precision(matmul_precision, framework)
     algo = get(cfg.algo)
@@ -392,6 +429,21 @@ def train(
         extra["make_pool"] = functools.partial(RayRolloutPool, rollout_workers)
     if on_evaluation is not None:
         extra["on_evaluation"] = on_evaluation
+    replicas = None
+    if data_parallel:
+        from rl2edge.train.data_parallel.group import Replicas
+        from rl2edge.train.data_parallel.sharding import ShardedAgent
+
+        if rollout_workers:
+            raise ConfigError("--nproc and --rollout-workers do not combine; use one of them")
+        assert isinstance(cfg, OnPolicyConfig)
+        if cfg.norm_obs_update != "rollout":  # every process's observations are known after the rollout only
+            _logger.info("--nproc: normalization statistics move once per rollout (norm_obs_update: rollout)")
+            cfg = dataclasses.replace(cfg, norm_obs_update="rollout")
+        replicas = Replicas.join(device)
+        check_data_parallel(cfg, framework, replicas.world)
+        device = replicas.device(device)
+        extra["replicas"] = replicas
     cls = algo.agent_class(framework)
 
     def make_agent(network: NetworkSpec, cfg: RunConfig, seed: int, device: str) -> Any:
@@ -402,11 +454,24 @@ def train(
             agent.compile_update()
         if agent_out is not None:
             agent_out.append(agent)
-        return agent
+        return agent if replicas is None else ShardedAgent(agent, replicas)
 
     if matmul_precision != "highest":
         _logger.info("torch float32 matmul precision of the training phases: %s", matmul_precision)
     driver = _load(algo.driver)
-    return driver(
-        env_id, cfg, seed, run_dir, make_agent, algo.network, device=device, progress=progress, **extra
-    )
+    try:
+        return driver(
+            env_id, cfg, seed, run_dir, make_agent, algo.network, device=device, progress=progress, **extra
+        )
+    except RuntimeError as exc:
+        if replicas is None:
+            raise
+        # gloo and NCCL report a peer that died as a RuntimeError from the collective it was in
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise TrainingError(
+            f"rank {replicas.rank} of {replicas.world}: a collective failed ({first}); another process of "
+            "the job has stopped or died"
+        ) from exc
+    finally:
+        if replicas is not None:
+            replicas.close()

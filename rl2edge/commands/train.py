@@ -25,6 +25,7 @@ def add_parser(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
         FRAMEWORKS,
         MATMUL_PRECISIONS,
         compile_help,
+        data_parallel_names,
         rollout_worker_names,
     )
 
@@ -38,7 +39,9 @@ def add_parser(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
         epilog="examples:\n  rl2edge train --algo ppo --framework torch --env CartPole-v1 --steps 100000 --seed 0 --out runs/cp\n"
         "  rl2edge train --algo sac --framework tf --env Pendulum-v1 --seed 0 --out runs/pd-sac   # preset: 20k steps\n"
         "  rl2edge train --algo ppo --env CartPole-v1 --seeds 0,1,2 --out runs/cp-seeds   # in parallel on Ray\n"
-        "  rl2edge train --algo ppo --env MyTwin-v0 --rollout-workers 4 --address head:6379   # rollouts on Ray",
+        "  rl2edge train --algo ppo --env MyTwin-v0 --rollout-workers 4 --address head:6379   # rollouts on Ray\n"
+        "  rl2edge train --algo ppo_lstm --env MyTwin-v0 --nproc 4 --device cuda   # one learner process per GPU\n"
+        "  torchrun --nnodes 2 --nproc-per-node 4 ... $(which rl2edge) train --algo ppo --env MyTwin-v0   # several nodes",
     )
     t.add_argument("--algo", default=DEFAULT, choices=list(ALGOS), help=f"algorithm (default: {DEFAULT})")
     t.add_argument("--framework", default="torch", choices=FRAMEWORKS, help="backend (default: torch)")
@@ -67,6 +70,22 @@ def add_parser(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
         metavar="N",
         help=f"{'/'.join(rollout_worker_names())} (not the recurrent ones): spread the n_envs environments over N Ray actors, each stepping its share with a copy "
         "of the policy (for slow simulators); the learner broadcasts the weights every update",
+    )
+    t.add_argument(
+        "--nproc",
+        type=bounded.PROCESSES,
+        default=1,
+        metavar="N",
+        help=f"{'/'.join(data_parallel_names())}, torch: a data-parallel learner of N processes on torch.distributed "
+        "(one per GPU, NCCL; gloo on CPUs), each stepping its share of the n_envs envs with its share of every "
+        "minibatch, gradients averaged; rank 0 writes the run. --steps stays the whole job's (docs/ray.md). "
+        "Under torchrun leave it out: torchrun starts the processes",
+    )
+    t.add_argument(
+        "--per-process",
+        action="store_true",
+        help="with --nproc or torchrun: n_envs, the step budget and batch_size are each process's, so the job "
+        "collects N times as much (rsl-rl's and CleanRL's convention)",
     )
     t.add_argument(
         "--address",
@@ -114,12 +133,15 @@ def run(args: argparse.Namespace) -> int:
     from rl2edge.train.algos import (
         build_config,
         check_compile,
+        check_data_parallel,
         check_env,
         check_matmul_precision,
         check_rollout_workers,
+        per_process,
     )
     from rl2edge.train.core.envs import check_env_id
     from rl2edge.train.core.threads import set_cpu_threads
+    from rl2edge.train.data_parallel.job import world_from_env
 
     seeds = list(args.seeds) if args.seeds else None
     check_env_id(args.env)
@@ -136,11 +158,35 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("--seeds and --rollout-workers do not combine; use one of them")
     if args.address and not (seeds or args.rollout_workers):
         raise ConfigError("--address joins a Ray cluster for --seeds or --rollout-workers; add one of them")
+    job = world_from_env()  # (rank, world, local rank) under torchrun or --nproc's own ranks
+    world = job[1] if job is not None else args.nproc
+    if job is not None and args.nproc not in (1, world):
+        raise ConfigError(
+            f"--nproc {args.nproc} inside a job of WORLD_SIZE {world}: torchrun started the processes; leave "
+            "--nproc out"
+        )
+    if world > 1:
+        if seeds or args.rollout_workers:
+            raise ConfigError("--nproc does not combine with --seeds or --rollout-workers; use one of them")
+        if args.per_process:
+            cfg = per_process(cfg, world)
+        check_data_parallel(cfg, args.framework, world)
+    elif args.per_process:
+        raise ConfigError("--per-process sizes each process of --nproc N (or of a torchrun job); add --nproc")
     tag = f"s{args.seed}" if not seeds else "seeds"
     run_dir = Path(
         args.out or f"runs/{args.env.replace('/', '_').replace(':', '_')}_{args.algo}_{args.framework}_{tag}"
     )
+    if job is not None and job[0] != 0:  # rank 0 writes the run; this rank's files go nowhere
+        return _run_rank(args, cfg, job)
     check_output_dir(run_dir, force=args.force, what="train")
+    if world > 1 and job is None:
+        from rl2edge.train.data_parallel.launch import run_job
+
+        _logger.info(
+            "starting %d processes of this command (ranks 0-%d); rank 0 writes %s", world, world - 1, run_dir
+        )
+        return run_job(args.argv, world)
     if seeds:
         return _run_seeds(args, cfg, seeds, run_dir)
     if args.rollout_workers:
@@ -148,10 +194,12 @@ def run(args: argparse.Namespace) -> int:
 
         with ray_session(args.address, num_cpus=args.rollout_workers):
             return _run_one(args, cfg, run_dir)
-    return _run_one(args, cfg, run_dir)
+    return _run_one(args, cfg, run_dir, job)
 
 
-def _run_one(args: argparse.Namespace, cfg: RunConfig, run_dir: Path) -> int:
+def _run_one(
+    args: argparse.Namespace, cfg: RunConfig, run_dir: Path, job: tuple[int, int, int] | None = None
+) -> int:
     from rl2edge.fileio import atomic_directory
     from rl2edge.train.algos import train
 
@@ -182,14 +230,18 @@ def _run_one(args: argparse.Namespace, cfg: RunConfig, run_dir: Path) -> int:
             threads=args.threads,
             compile_update=args.compile,
             matmul_precision=args.matmul_precision,
+            data_parallel=job is not None,
         )
         check_interrupted()
+    world = job[1] if job is not None else 1
+    head = ["run", *(["processes"] if world > 1 else []), "steps", "wall s", "steps/s", "eval return"]
     print(
         table(
-            ["run", "steps", "wall s", "steps/s", "eval return"],
+            head,
             [
                 [
                     str(run_dir),
+                    *([world] if world > 1 else []),
                     result.steps,
                     f"{result.wall_time_s:.1f}",
                     f"{result.steps_per_s:.0f}",
@@ -199,6 +251,31 @@ def _run_one(args: argparse.Namespace, cfg: RunConfig, run_dir: Path) -> int:
         )
     )
     print(f"next: rl2edge export {run_dir} --quantize int8 --out artifacts/{run_dir.name}")
+    return 0
+
+
+def _run_rank(args: argparse.Namespace, cfg: RunConfig, job: tuple[int, int, int]) -> int:
+    """A rank other than 0 of a data-parallel job: it trains its share in a folder of its own, removed at
+    the end (rank 0 writes the run)."""
+    import tempfile
+
+    from rl2edge.train.algos import train
+
+    logging.getLogger().setLevel(max(logging.getLogger().level, logging.WARNING))  # rank 0 reports the job
+    with tempfile.TemporaryDirectory(prefix=f"rl2edge-rank{job[0]}-") as scratch:
+        train(
+            args.framework,
+            args.env,
+            cfg,
+            args.seed,
+            Path(scratch),
+            device=args.device,
+            progress=False,
+            threads=args.threads,
+            compile_update=args.compile,
+            matmul_precision=args.matmul_precision,
+            data_parallel=True,
+        )
     return 0
 
 

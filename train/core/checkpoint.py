@@ -48,6 +48,8 @@ class Checkpoint:
     seed: int | None = None
     total_timesteps: int | None = None
     hyperparameters: dict[str, Any] | None = None
+    world_size: int = 1
+    """The processes of the data-parallel job that trained it (train.data_parallel); 1 before issue 47."""
 
     @property
     def weights_path(self) -> Path:
@@ -131,6 +133,7 @@ def load_checkpoint(run_dir: str | Path) -> Checkpoint:
             meta.get("seed"),
             meta.get("total_timesteps"),
             meta.get("hyperparameters"),
+            int(meta.get("world_size", 1)),
         )
     except CheckpointError as exc:
         raise CheckpointError(f"{meta_path}: {exc}") from None

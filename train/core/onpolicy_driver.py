@@ -102,6 +102,7 @@ def train_onpolicy(
     progress: bool | None = None,
     on_evaluation: Callable[[int, EvalResult], bool] | None = None,
     make_pool: PoolFactory | None = None,
+    replicas: Replicas | None = None,
 ) -> TrainResult:
     """`cfg`: the family's config; the update also reads batch_size, n_epochs, clip_range and target_kl,
     PPO's fields, which A2C's config holds as class attributes (one step on the whole rollout, no clip).
@@ -113,7 +114,12 @@ def train_onpolicy(
     A recurrent network (the config's `network_fields` give its cell) brings its own rollout parts
     (train.core.recurrent_rollout): a collector that carries each env's state, a buffer of whole env
     sequences replayed from the state they began with, and an evaluator that resets the state per episode;
-    the loop is this one."""
+    the loop is this one.
+
+    `replicas`, in a data-parallel job (train.data_parallel): this process steps its share of the envs, the
+    rollouts are gathered onto every process, `make_agent` gives an agent that trains on this process's
+    share of each minibatch (train.data_parallel.sharding); only the lead (rank 0) evaluates, logs and writes the checkpoint, and a stop on any process
+    stops all at the same update."""
     # SEEDING: once, here. Env seeds are given at the first reset; the agent factory seeds its framework
     # before it initializes anything; numpy's generator drives the minibatch order.
     rng = np.random.default_rng(seed)
@@ -135,6 +141,7 @@ def train_onpolicy(
         collector_class, buffer_class = RecurrentCollector, SequenceBuffer
         run.act_fn = lambda agent_, norm_: StatefulEvaluator(agent_, norm_, to_env, run.flatten, network)
     agent = make_agent(network, cfg, seed, device)
+    lead = replicas is None or replicas.lead
     buffer = buffer_class(cfg.n_steps, cfg.n_envs, obs_shape, discrete, act_spec.output_width, nvec)
 
     # The update's settings: PPO's fields, which A2C's config holds as class attributes (no clip, one epoch)
@@ -148,6 +155,13 @@ def train_onpolicy(
     if make_pool is not None:
         pool: RolloutPool = make_pool(env_id, cfg, seed, network, act_spec)
         run.envs.close()  # the learner steps no env itself
+    elif replicas is not None:  # this process's share of the envs, made here
+        first, count = replicas.env_share(cfg.n_envs)
+        run.envs.close()
+        collector = collector_class(
+            env_id, first, count, seed, cfg.gamma, network, norm, False, to_env, cfg.n_envs
+        )
+        pool = GatheredPool(collector, replicas.gather)
     else:
         collector = collector_class(
             env_id, 0, cfg.n_envs, seed, cfg.gamma, network, norm, live_norm, to_env, cfg.n_envs, envs=envs
@@ -156,7 +170,7 @@ def train_onpolicy(
     norm.update(pool.initial_obs())
     recent_returns = run.recent_returns
     global_step = 0
-    bar = run.begin(agent, n_updates * batch_steps, progress)
+    bar = run.begin(agent, n_updates * batch_steps, progress if lead else False)
     try:
         for update in range(n_updates):
             progress_remaining = 1.0 - update / n_updates
@@ -197,15 +211,18 @@ def train_onpolicy(
             if recent_returns:
                 row["rollout_return_mean"] = float(np.mean(recent_returns[-20:]))
                 bar.set_postfix(ret=f"{row['rollout_return_mean']:.1f}")
-            if run.evaluation_due(global_step):
-                run.evaluate_into(row, agent, global_step)
-            run.log(global_step, row)
-            if run.stop_requested:
+            if lead:
+                if run.evaluation_due(global_step):
+                    run.evaluate_into(row, agent, global_step)
+                run.log(global_step, row)
+            if replicas.any(run.stop_requested) if replicas is not None else run.stop_requested:
                 break
     finally:
         run.close(bar)
         pool.close()
-    return run.finish(agent, global_step, network)
+    if not lead:  # the lead writes the run; the others' weights are the same
+        return run.unwritten(global_step)
+    return run.finish(agent, global_step, network, replicas.world if replicas is not None else 1)
 
 
 def assemble(
@@ -240,6 +257,22 @@ class RolloutPool(Protocol):
     def close(self) -> None: ...
 
 
+class Replicas(Protocol):
+    """A data-parallel job as the driver sees it (train.data_parallel.group.Replicas)."""
+
+    lead: bool
+    world: int
+
+    def env_share(self, n_envs: int) -> tuple[int, int]:
+        """(first, count): this process's envs."""
+
+    def gather(self, obj: Any) -> list[Any]:
+        """Every process's `obj`, in rank order."""
+
+    def any(self, flag: bool) -> bool:
+        """Whether any process's flag is set."""
+
+
 class LocalRolloutPool:
     """Every env in this process, acted on by the learner's own agent and normalizer."""
 
@@ -254,3 +287,18 @@ class LocalRolloutPool:
 
     def close(self) -> None:
         self.collector.close()
+
+
+class GatheredPool(LocalRolloutPool):
+    """This process's share of the envs, its rollouts gathered with the other processes' in env order: every
+    process of a data-parallel job gets the rollout one process over all the envs would collect."""
+
+    def __init__(self, collector: RolloutCollector, gather: Callable[[Any], list[Any]]):
+        super().__init__(collector)
+        self.gather = gather
+
+    def initial_obs(self) -> np.ndarray:
+        return np.concatenate(self.gather(self.collector.raw_obs))
+
+    def collect(self, n_steps: int, agent: OnPolicyAgent, norm: RunningNormalizer) -> Segment:
+        return Segment.concat(self.gather(super().collect(n_steps, agent, norm)))

@@ -82,9 +82,26 @@ class Segment:
         last = np.concatenate([p.last_values for p in parts])
         episodes = sorted(e for p in parts for e in p.episodes)  # single-process order: step, then env
         starts = None if parts[0].starts is None else cat("starts")
+        trace = None if parts[0].init_state is None else _concat_traces([p.init_state for p in parts])
         return Segment(
-            **{n: cat(n) for n in names}, last_values=last, raw_obs=raw, episodes=episodes, starts=starts
+            **{n: cat(n) for n in names},
+            last_values=last,
+            raw_obs=raw,
+            episodes=episodes,
+            starts=starts,
+            init_state=trace,
         )
+
+
+def _concat_traces(traces: list[Any]) -> list[Any]:
+    """Recurrent collectors' state traces (per step: the actor's state parts [L, m, H], the critic's or None)
+    of consecutive env slices as one trace over all the envs."""
+    cat = lambda states: tuple(np.concatenate(parts, axis=1) for parts in zip(*states, strict=True))  # noqa: E731
+    out = []
+    for steps in zip(*traces, strict=True):
+        critic = None if steps[0][1] is None else cat([s[1] for s in steps])
+        out.append((cat([s[0] for s in steps]), critic))
+    return out
 
 
 class RolloutCollector:

@@ -72,10 +72,12 @@ def finish_run(
     wall: float,
     spaces: tuple[ObservationSpec, ActionSpec],
     network: NetworkSpec,
+    world_size: int = 1,
 ) -> TrainResult:
     """Evaluate, keep the best policy, write checkpoint.json (+ weights) and summary.json. `act_fn(agent,
     norm)` gives the deterministic raw-observation -> env-action callable; `spaces` the observation and
-    action specs; `network` what export rebuilds the policy from."""
+    action specs; `network` what export rebuilds the policy from; `world_size` the processes of a
+    data-parallel job (train.data_parallel) that trained it."""
     algo, eval_episodes = cfg.algo, cfg.eval_episodes
     meta = {
         "observation_space": spaces[0].to_json(),
@@ -107,6 +109,7 @@ def finish_run(
             "env_id": env_id,
             "seed": seed,
             "total_timesteps": global_step,
+            "world_size": world_size,
             **meta,
             "normalization": norm.to_dict(),
             "versions": library_versions("torch" if agent.framework == "torch" else "tensorflow"),
@@ -119,7 +122,8 @@ def finish_run(
             "algo": algo,
             "steps": global_step,
             "wall_time_s": wall,
-            "steps_per_s": global_step / wall,
+            "steps_per_s": global_step / wall,  # the whole job's env steps
+            "world_size": world_size,
             "device": agent.device,
             "framework": agent.framework,
             # what the training phases' matmuls computed in (train --matmul-precision): another run
@@ -254,7 +258,11 @@ class TrainingRun:
             self.metrics.close()
         self.envs.close()
 
-    def finish(self, agent: Any, global_step: int, network: NetworkSpec) -> TrainResult:
+    def unwritten(self, global_step: int) -> TrainResult:
+        """A data-parallel job's other processes: the run as far as they know it (the lead writes it)."""
+        return TrainResult(self.run_dir, global_step, time.perf_counter() - self._start, EvalResult([], []))
+
+    def finish(self, agent: Any, global_step: int, network: NetworkSpec, world_size: int = 1) -> TrainResult:
         return finish_run(
             cfg=self.cfg,
             agent=agent,
@@ -268,4 +276,5 @@ class TrainingRun:
             wall=time.perf_counter() - self._start,
             spaces=(self.frame_spec, self.act_spec),
             network=network.replace(frame_stack=int(self.cfg.frame_stack)),
+            world_size=world_size,
         )

@@ -140,6 +140,9 @@ class TorchPPO:
             _logger.info("training through autograd: %s", exc)
         self.autograd = self.backprop is None
         self.compiled = False
+        # A data-parallel job's gradient average over its processes (train.data_parallel), between the
+        # backward pass and the clip: None in one process.
+        self.grad_sync: Callable[[list[torch.Tensor]], None] | None = None
 
     def compile_update(self) -> None:
         """`train --compile`: the forward pass and the loss as one torch.compile graph (fullgraph, static
@@ -251,6 +254,8 @@ class TorchPPO:
             loss.backward()
         else:
             stats = self.written_out_grads(mb, clip)
+        if self.grad_sync is not None:
+            self.grad_sync(self.params)
         clip_grad_norm(self.params, self.cfg.max_grad_norm)
         fused_adam_step(self.optimizer)
         return stats  # on the device: one sync per update, not five per minibatch

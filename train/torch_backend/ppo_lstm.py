@@ -45,6 +45,7 @@ class TorchRecurrentPPO:
         self.policy = RecurrentActorCritic(network).to(dev)
         self.params = list(self.policy.parameters())
         self.optimizer = self.make_optimizer()
+        self.grad_sync: Callable[[list[torch.Tensor]], None] | None = None  # as TorchPPO's
 
     def make_optimizer(self) -> torch.optim.Optimizer:
         return torch.optim.Adam(self.params, lr=self.cfg.learning_rate(1.0), eps=1e-5, fused=True)
@@ -108,6 +109,8 @@ class TorchRecurrentPPO:
                 loss, stats = self.loss(mb, clip)
                 clear_grads(self.optimizer)
                 loss.backward()
+                if self.grad_sync is not None:
+                    self.grad_sync(self.params)
                 clip_grad_norm(self.params, self.cfg.max_grad_norm)
                 fused_adam_step(self.optimizer)
                 rows.append(stats)

@@ -438,7 +438,9 @@ def train(
             raise ConfigError("--nproc and --rollout-workers do not combine; use one of them")
         assert isinstance(cfg, OnPolicyConfig)
         if cfg.norm_obs_update != "rollout":  # every process's observations are known after the rollout only
-            _logger.info("--nproc: normalization statistics move once per rollout (norm_obs_update: rollout)")
+            _logger.info(
+                "a data-parallel job: normalization statistics move once per rollout (norm_obs_update: rollout)"
+            )
             cfg = dataclasses.replace(cfg, norm_obs_update="rollout")
         replicas = Replicas.join(device)
         check_data_parallel(cfg, framework, replicas.world)

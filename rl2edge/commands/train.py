@@ -186,7 +186,7 @@ def run(args: argparse.Namespace) -> int:
         _logger.info(
             "starting %d processes of this command (ranks 0-%d); rank 0 writes %s", world, world - 1, run_dir
         )
-        return run_job(args.argv, world)
+        return run_job(args.argv, world, run_dir)
     if seeds:
         return _run_seeds(args, cfg, seeds, run_dir)
     if args.rollout_workers:

@@ -158,8 +158,10 @@ def train_onpolicy(
     elif replicas is not None:  # this process's share of the envs, made here
         first, count = replicas.env_share(cfg.n_envs)
         run.envs.close()
+        # Forward passes over the share's rows only (pad_to: count): a rank's acting costs its share, where
+        # the Ray workers' padding to every env's row buys bit-equal rollouts at the cost of the whole batch.
         collector = collector_class(
-            env_id, first, count, seed, cfg.gamma, network, norm, False, to_env, cfg.n_envs
+            env_id, first, count, seed, cfg.gamma, network, norm, False, to_env, count
         )
         pool = GatheredPool(collector, replicas.gather)
     else:

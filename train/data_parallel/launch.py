@@ -7,14 +7,17 @@ Rank 0 writes the run (atomically, as one process would); the supervisor itself 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import IO
 
 from rl2edge.errors import TrainingError
@@ -67,13 +70,15 @@ def _terminal(stream: IO[str]) -> IO[str] | None:
     return stream
 
 
-def run_job(argv: Sequence[str], nproc: int) -> int:
+def run_job(argv: Sequence[str], nproc: int, out: Path) -> int:
     """Run `rl2edge <argv>` as ranks 0..nproc-1 of one job on this machine; 0 when every rank succeeded.
-    Raises TrainingError naming the first rank that failed (the others are stopped)."""
+    Raises TrainingError naming the first rank that failed (the others are stopped). `out`: the run's
+    --out, whose staging folder a killed rank 0 could not remove (the supervisor removes it)."""
     env = dict(os.environ)
     env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), WORLD_SIZE=str(nproc))
     env.update(LOCAL_WORLD_SIZE=str(nproc), GROUP_RANK="0")
     procs: list[subprocess.Popen[bytes]] = []
+    started = time.time()
     try:
         for rank in range(nproc):
             procs.append(
@@ -91,16 +96,30 @@ def run_job(argv: Sequence[str], nproc: int) -> int:
             if failed:
                 rank, code = failed[0]
                 _stop(procs)
+                _remove_staging(out, started)
+                said = " (its own message is above)" if code > 0 else ""
                 raise TrainingError(
                     f"rank {rank} of {nproc} {_describe(code)}; the other processes were stopped and --out is "
-                    "as it was (its own message is above)"
+                    f"as it was{said}"
                 )
             if all(c == 0 for c in codes):
                 return 0
             time.sleep(POLL_S)
     except Interrupted as exc:  # Ctrl-C reached the ranks too; a SIGTERM only this process: passed on
         _stop(procs, exc.signum)
+        _remove_staging(out, started)
         raise
     except BaseException:
         _stop(procs)
+        _remove_staging(out, started)
         raise
+
+
+def _remove_staging(out: Path, since: float) -> None:
+    """Rank 0 writes the run beside --out (rl2edge.fileio.atomic_directory) and removes that folder when it
+    fails; killed (SIGKILL, the OOM killer) it cannot: the folders of this job's time are removed here."""
+    for staging in out.parent.glob(f".{out.name}.*.partial"):
+        with contextlib.suppress(OSError):
+            if staging.stat().st_mtime >= since - 1.0:
+                shutil.rmtree(staging, ignore_errors=True)
+                _logger.info("removed %s, left by a rank that was killed", staging)

@@ -4,6 +4,8 @@ These check that the scripts work, not the figures (those belong to the benchmar
 from __future__ import annotations
 
 import json
+import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -421,3 +423,39 @@ def test_fleet_benchmark_smoke(cartpole_all, tmp_path: Path) -> None:
     for u in (new, back):  # a known-good policy may take over before the client has written its database
         assert 0 < u["install_s"] < u["committed_s"] and 0 < u["answering_s"] < u["committed_s"]
     assert data["serve"]["invalid"] == 0 and data["serve"]["inference_errors"] == 0
+
+
+@integration
+def test_train_scaling_benchmark_smoke(tmp_path: Path) -> None:
+    from benchmarks.train_scaling import JOBS, main
+
+    data = main(["--algos", "ppo", "--steps", "512", "--seeds", "0", "--out", str(tmp_path)])
+    for ext in ("json", "md", "png"):
+        assert (tmp_path / f"train_scaling.{ext}").stat().st_size > 0
+    assert [(r["job"], r["world_size"], r["steps"]) for r in data["runs"]] == [
+        (JOBS[0], 1, 512), (JOBS[1], 2, 512), (JOBS[2], 2, 512)
+    ]  # fmt: skip
+    assert data["rows"][0]["ratio"] == 1.0 and all(r["mean"] > 0 for r in data["rows"])
+
+
+@integration
+def test_gpu_check_dry_mode_runs_its_own_commands(tmp_path: Path) -> None:
+    """scripts/gpu_check.sh --device cpu: every command the GPU run would type, on tiny budgets, so that the
+    script a GPU session runs cannot rot on the CPU-only CI."""
+    import subprocess
+
+    from benchmarks.gpu_check import cases
+
+    root = Path(__file__).resolve().parents[1]
+    proc = subprocess.run(
+        [str(root / "scripts" / "gpu_check.sh"), "--device", "cpu", "--out", str(tmp_path)],
+        capture_output=True, text=True, timeout=900, env={**os.environ, "PYTHON": sys.executable},
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = json.loads((tmp_path / "gpu_check_dry.json").read_text())["rows"]
+    assert [r["case"] for r in rows] == [c.name for c in cases()]
+    ran = [r for r in rows if "skipped" not in r]
+    assert [r["case"] for r in ran] == [c.name for c in cases() if c.on_device]
+    assert all(r["device_used"] == "cpu" and r["steps_per_s"] > 0 for r in ran)
+    assert next(r for r in ran if r["case"] == "ppo --nproc 2")["world_size"] == 2
+    assert (tmp_path / "gpu_check_dry.md").stat().st_size > 0

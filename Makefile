@@ -34,8 +34,16 @@ test: install
 
 # The integration tier (CI runs it after `make test`): sweeps, seeds and rollout workers on a real Ray (a
 # local one and a two-node cluster), and every benchmark script end to end on tiny settings (some 7 minutes).
+# The CPU-bound files (training, export, parity checks; serve only in lockstep, deadline 60 s) run two at a
+# time, one file per worker (pytest-xdist: a file's module fixtures are made once); the rest one at a time:
+# Ray clusters, the Mender client's system state, serve loops whose timing is measured, the benchmarks.
+PARALLEL_INTEGRATION := tests/test_image_encoder.py tests/test_recurrent_tf.py tests/test_recurrent_gru.py \
+  tests/test_env_forms.py tests/test_trained_elsewhere.py tests/test_sb3_export.py tests/test_sb3_recurrent.py \
+  tests/test_replay_dtypes.py tests/test_her.py tests/test_image_box.py tests/test_frame_stack.py \
+  tests/test_dict_observations.py
 test-integration: install
-	$(PY) -m pytest -m "integration and not slow"
+	$(PY) -m pytest -m "integration and not slow" -n 2 --dist loadfile $(PARALLEL_INTEGRATION)
+	$(PY) -m pytest -m "integration and not slow" $(addprefix --ignore=,$(PARALLEL_INTEGRATION))
 
 # The edge install on CPython 3.10 (the Jetson's): the wheel with [edge] in its own venv, and the runtime and
 # bridge tests run there against it (CI runs this after `make test` and `make test-integration`).

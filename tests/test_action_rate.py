@@ -44,7 +44,9 @@ def _limited(run: Path, out: Path, quantize: str = "int8") -> Path:
     return out
 
 
-@pytest.fixture(scope="module", params=["torch", "tf"])
+# The limit is export's graph, the same for both backends' checkpoints: torch's in the integration tier,
+# tf's in the slow one (`make test-all`); the recurrent test below takes tf in the tier.
+@pytest.fixture(scope="module", params=["torch", pytest.param("tf", marks=pytest.mark.slow)])
 def exported(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):
     """(limited artifacts: <mode>/ for every mode, the unlimited fp32 artifact) of a briefly trained PPO."""
     root = tmp_path_factory.mktemp(f"rate-{request.param}")
@@ -167,7 +169,7 @@ def test_a_discrete_policy_or_a_wrong_number_of_rates_is_refused(
     assert not (tmp_path / "cp").exists() and not (tmp_path / "pd").exists()
 
 
-@pytest.mark.parametrize("framework", ["torch", "tf"])
+@pytest.mark.parametrize("framework", [pytest.param("torch", marks=pytest.mark.slow), "tf"])
 def test_a_recurrent_policy_carries_its_lstm_state_and_the_previous_action(
     framework: str, tmp_path: Path
 ) -> None:

@@ -372,7 +372,7 @@ def per_process(cfg: RunConfig, world: int) -> RunConfig:
     assert isinstance(cfg, OnPolicyConfig)  # check_data_parallel refuses the others
     scaled: dict[str, Any] = {"n_envs": cfg.n_envs * world, "n_timesteps": cfg.n_timesteps * world}
     if "batch_size" in {f.name for f in dataclasses.fields(cfg)}:
-        scaled["batch_size"] = cfg.batch_size * world
+        scaled["batch_size"] = int(getattr(cfg, "batch_size")) * world  # noqa: B009  (PPO's field, not A2C's)
     return dataclasses.replace(cfg, **scaled)
 
 

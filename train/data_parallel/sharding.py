@@ -27,12 +27,17 @@ def shard(mb: Any, world: int, rank: int) -> tuple[Any, float]:
         envs = mb.advantages.shape[1]
         lo, hi = share_bounds(envs, world, rank)
         cut = lambda a: a[:, lo:hi]  # noqa: E731  [T, E, ...] and states [L, E, H]
-        part = SequenceMinibatch(
-            *(cut(getattr(mb, f)) for f in ("obs", "actions", "old_logprobs", "old_values", "advantages")),
-            cut(mb.returns),
-            cut(mb.starts),
-            tuple(cut(s) for s in mb.actor_state),
-            None if mb.critic_state is None else tuple(cut(s) for s in mb.critic_state),
+        part = replace(
+            mb,
+            obs=cut(mb.obs),
+            actions=cut(mb.actions),
+            old_logprobs=cut(mb.old_logprobs),
+            old_values=cut(mb.old_values),
+            advantages=cut(mb.advantages),
+            returns=cut(mb.returns),
+            starts=cut(mb.starts),
+            actor_state=tuple(cut(s) for s in mb.actor_state),
+            critic_state=None if mb.critic_state is None else tuple(cut(s) for s in mb.critic_state),
         )
         return part, (hi - lo) / envs
     n = mb.advantages.shape[0]
@@ -51,7 +56,8 @@ def shard(mb: Any, world: int, rank: int) -> tuple[Any, float]:
 
 def check_shardable(cfg: Any, world: int) -> None:
     """Every rank needs a non-empty share of every minibatch: refused before any process starts."""
-    steps = cfg.n_envs * cfg.n_steps
+    n_steps, algo = int(cfg.n_steps), str(cfg.algo)
+    steps = cfg.n_envs * n_steps
     if cfg.n_envs < world:
         raise ConfigError(
             f"--nproc {world}: each process steps its share of the n_envs {cfg.n_envs} envs; set n_envs to "
@@ -59,13 +65,13 @@ def check_shardable(cfg: Any, world: int) -> None:
         )
     batch = getattr(cfg, "batch_size", None) or steps  # A2C: the whole rollout
     if isinstance(cfg, LSTMFields):
-        sequences = batch // cfg.n_steps
+        sequences = batch // n_steps
         if sequences < world:
             held = f"{sequences} whole sequence(s)" if sequences else "part of one sequence"
             raise ConfigError(
-                f"--nproc {world}: {cfg.algo} splits each minibatch's whole env sequences over the processes, "
-                f"and a minibatch of batch_size {batch} with n_steps {cfg.n_steps} holds {held}; set "
-                f"batch_size to n_steps x {world} ({cfg.n_steps * world}) or more, or use --per-process"
+                f"--nproc {world}: {algo} splits each minibatch's whole env sequences over the processes, "
+                f"and a minibatch of batch_size {batch} with n_steps {n_steps} holds {held}; set "
+                f"batch_size to n_steps x {world} ({n_steps * world}) or more, or use --per-process"
             )
         return
     smallest = min(batch, steps % batch or batch)

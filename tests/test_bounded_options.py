@@ -64,6 +64,7 @@ TABLE: dict[str, dict[str, set[str]]] = {
         "--seed": {"0"},
         "--seeds": {"0"},
         "--rollout-workers": {"0"},
+        "--nproc": set(),
         "--threads": set(),
     },
     "tune": {

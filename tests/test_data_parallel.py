@@ -187,3 +187,18 @@ def test_two_torchrun_nodes_train_one_run_that_exports_and_serves_like_any_other
     assert proc.returncode == 0, proc.stderr[-3000:]
     expected = evaluate(Policy.load(art).predict, "CartPole-v1", 2, 3).returns
     assert served_returns(art, "CartPole-v1", 2, 3, tmp_path) == expected
+
+
+def test_per_process_budgets_make_the_job_n_times_the_config(tmp_path: Path) -> None:
+    """--per-process: the config's n_envs, steps and batch_size are each process's (rsl-rl's convention), so
+    a 2-process job of n_envs 2 and 64 steps collects 128 steps from 4 envs in minibatches of 64."""
+    cfg = tmp_path / "c.yml"
+    cfg.write_text("n_envs: 2\nn_steps: 32\nbatch_size: 32\nn_epochs: 1\n")
+    out = tmp_path / "run"
+    args = ["-q", "train", "--algo", "ppo", "--env", "CartPole-v1", "--steps", "64", "--device", "cpu",
+            "--config", str(cfg), "--nproc", "2", "--per-process", "--out", str(out), "--no-progress"]  # fmt: skip
+    assert main(args) == 0
+    ckpt = json.loads((out / "checkpoint.json").read_text())
+    hp = ckpt["hyperparameters"]
+    assert (hp["n_envs"], hp["n_timesteps"], hp["batch_size"]) == (4, 128, 64)
+    assert ckpt["world_size"] == 2 and ckpt["total_timesteps"] == 128

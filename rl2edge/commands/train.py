@@ -76,7 +76,7 @@ def add_parser(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
         type=bounded.PROCESSES,
         default=1,
         metavar="N",
-        help=f"{'/'.join(data_parallel_names())}, torch: a data-parallel learner of N processes on torch.distributed "
+        help=f"{', '.join(n.lower() for n in data_parallel_names())} in torch: a data-parallel learner of N processes on torch.distributed "
         "(one per GPU, NCCL; gloo on CPUs), each stepping its share of the n_envs envs with its share of every "
         "minibatch, gradients averaged; rank 0 writes the run. --steps stays the whole job's (docs/ray.md). "
         "Under torchrun leave it out: torchrun starts the processes",

@@ -40,7 +40,7 @@ test: install
 PARALLEL_INTEGRATION := tests/test_image_encoder.py tests/test_recurrent_tf.py tests/test_recurrent_gru.py \
   tests/test_env_forms.py tests/test_trained_elsewhere.py tests/test_sb3_export.py tests/test_sb3_recurrent.py \
   tests/test_replay_dtypes.py tests/test_her.py tests/test_image_box.py tests/test_frame_stack.py \
-  tests/test_dict_observations.py
+  tests/test_dict_observations.py tests/test_multi_discrete.py tests/test_toy_algorithm.py tests/test_data_parallel.py
 test-integration: install
 	$(PY) -m pytest -m "integration and not slow" -n 2 --dist loadfile $(PARALLEL_INTEGRATION)
 	$(PY) -m pytest -m "integration and not slow" $(addprefix --ignore=,$(PARALLEL_INTEGRATION))

@@ -13,6 +13,9 @@ import pytest
 # Each runs a benchmark script end to end (10-35 s): `make test-integration` and CI, not `make test`.
 # The one left in `make test` needs only the runtime.
 integration = pytest.mark.integration
+# The smokes that train SB3 or sb3-contrib beside rl2edge (35-40 s each on CI's 2 cores): `make test-all`, not
+# CI, whose 90 minutes the integration tier had outgrown; the scripts' own parts run in the other smokes.
+slow_smoke = pytest.mark.slow
 
 
 @integration
@@ -80,6 +83,7 @@ def test_train_throughput_benchmark_smoke(tmp_path: Path) -> None:
     assert "SB3" in (tmp_path / "train_throughput.md").read_text()
 
 
+@slow_smoke
 @integration
 @pytest.mark.parametrize(("algo", "who"), [("a2c", "torch,sb3"), ("rainbow", "sb3,torch-off,tf-on")])
 def test_train_throughput_of_a2c_and_rainbow_next_to_sb3(algo: str, who: str, tmp_path: Path) -> None:
@@ -158,6 +162,7 @@ def test_returns_benchmark_smoke(tmp_path: Path) -> None:
     assert "500 (50k)" in (tmp_path / "returns.md").read_text()
 
 
+@slow_smoke
 @integration
 def test_returns_camera_suite_smoke(tmp_path: Path) -> None:
     """The camera suite: its own config file, a camera key through the Nature-CNN, and the random policy's
@@ -175,6 +180,7 @@ def test_returns_camera_suite_smoke(tmp_path: Path) -> None:
     )
 
 
+@slow_smoke
 @integration
 def test_returns_memory_suite_smoke(tmp_path: Path) -> None:
     """The memory suite: ppo_lstm (an LSTM, and a GRU from its own config), a2c_lstm, plain PPO and PPO on a
@@ -202,6 +208,7 @@ def test_returns_memory_suite_smoke(tmp_path: Path) -> None:
     assert gru["network"]["rnn"] == "gru"
 
 
+@slow_smoke
 @integration
 def test_recurrent_returns_seed_by_seed_next_to_sb3_contrib(tmp_path: Path) -> None:
     from benchmarks.returns_recurrent import main
@@ -217,6 +224,7 @@ def test_recurrent_returns_seed_by_seed_next_to_sb3_contrib(tmp_path: Path) -> N
     assert all(len(r["returns"]) == 1 and r["returns"][0] > 0 for r in data["rows"])
 
 
+@slow_smoke
 @integration
 def test_recurrent_throughput_next_to_sb3_contrib(tmp_path: Path) -> None:
     from benchmarks.train_throughput import main
@@ -366,6 +374,7 @@ def test_replay_memory_benchmark_smoke(tmp_path: Path) -> None:
     assert float32["observation_bytes_stored"] == 2 * 600 * (84 * 84 * 3 + 1) * 4
 
 
+@slow_smoke
 @integration
 def test_her_benchmark_smoke(tmp_path: Path) -> None:
     from benchmarks.her import main
@@ -379,6 +388,7 @@ def test_her_benchmark_smoke(tmp_path: Path) -> None:
     assert all(len(r["success"]) == 1 and 0.0 <= r["mean"] <= 1.0 for r in data["rows"])
 
 
+@slow_smoke
 @integration
 def test_sac_vs_sb3_benchmark_smoke(tmp_path: Path) -> None:
     from benchmarks.sac_vs_sb3 import main

@@ -14,6 +14,7 @@ from rl2edge.interrupts import check_interrupted, stop_request
 
 if TYPE_CHECKING:
     from rl2edge.train.core.config import RunConfig
+    from rl2edge.train.core.run import TrainResult
 
 _logger = logging.getLogger("rl2edge")
 
@@ -25,7 +26,7 @@ def add_parser(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
         FRAMEWORKS,
         MATMUL_PRECISIONS,
         compile_help,
-        data_parallel_names,
+        on_policy_names,
         rollout_worker_names,
     )
 
@@ -76,8 +77,8 @@ def add_parser(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
         type=bounded.PROCESSES,
         default=1,
         metavar="N",
-        help=f"{', '.join(n.lower() for n in data_parallel_names())} in torch: a data-parallel learner of N processes on torch.distributed "
-        "(one per GPU, NCCL; gloo on CPUs), each stepping its share of the n_envs envs with its share of every "
+        help=f"{', '.join(n.lower() for n in on_policy_names())} in torch: a data-parallel learner of N processes on torch.distributed "
+        "(gloo on CPUs; one per GPU with NCCL, not yet run on a GPU), each stepping its share of the n_envs envs with its share of every "
         "minibatch, gradients averaged; rank 0 writes the run. --steps stays the whole job's (docs/ray.md). "
         "Under torchrun leave it out: torchrun starts the processes",
     )
@@ -201,7 +202,6 @@ def _run_one(
     args: argparse.Namespace, cfg: RunConfig, run_dir: Path, job: tuple[int, int, int] | None = None
 ) -> int:
     from rl2edge.fileio import atomic_directory
-    from rl2edge.train.algos import train
 
     _logger.info(
         "training %s/%s on %s for %d steps, seed %d -> %s",
@@ -218,20 +218,7 @@ def _run_one(
         _logger.info(
             "writing the run to %s until it is complete (TensorBoard: --logdir %s)", staging, staging / "tb"
         )
-        result = train(
-            args.framework,
-            args.env,
-            cfg,
-            args.seed,
-            staging,
-            device=args.device,
-            progress=None if not args.no_progress else False,
-            rollout_workers=args.rollout_workers,
-            threads=args.threads,
-            compile_update=args.compile,
-            matmul_precision=args.matmul_precision,
-            data_parallel=job is not None,
-        )
+        result = _train(args, cfg, staging, job is not None, progress=not args.no_progress)
         check_interrupted()
     world = job[1] if job is not None else 1
     head = ["run", *(["processes"] if world > 1 else []), "steps", "wall s", "steps/s", "eval return"]
@@ -254,28 +241,36 @@ def _run_one(
     return 0
 
 
+def _train(
+    args: argparse.Namespace, cfg: RunConfig, run_dir: Path, data_parallel: bool, progress: bool
+) -> TrainResult:
+    """The command's options as train.algos.train takes them."""
+    from rl2edge.train.algos import train
+
+    return train(
+        args.framework,
+        args.env,
+        cfg,
+        args.seed,
+        run_dir,
+        device=args.device,
+        progress=None if progress else False,
+        rollout_workers=args.rollout_workers,
+        threads=args.threads,
+        compile_update=args.compile,
+        matmul_precision=args.matmul_precision,
+        data_parallel=data_parallel,
+    )
+
+
 def _run_rank(args: argparse.Namespace, cfg: RunConfig, job: tuple[int, int, int]) -> int:
     """A rank other than 0 of a data-parallel job: it trains its share in a folder of its own, removed at
     the end (rank 0 writes the run)."""
     import tempfile
 
-    from rl2edge.train.algos import train
-
     logging.getLogger().setLevel(max(logging.getLogger().level, logging.WARNING))  # rank 0 reports the job
     with tempfile.TemporaryDirectory(prefix=f"rl2edge-rank{job[0]}-") as scratch:
-        train(
-            args.framework,
-            args.env,
-            cfg,
-            args.seed,
-            Path(scratch),
-            device=args.device,
-            progress=False,
-            threads=args.threads,
-            compile_update=args.compile,
-            matmul_precision=args.matmul_precision,
-            data_parallel=True,
-        )
+        _train(args, cfg, Path(scratch), data_parallel=True, progress=False)
     return 0
 
 
@@ -292,7 +287,12 @@ def _run_seeds(args: argparse.Namespace, cfg: RunConfig, seeds: list[int], out: 
         ",".join(map(str, seeds)),
         out,
     )
+    import shutil
+    import tempfile
+
     results = None
+    # the seeds' working folders on this node: removed here, after the session, whatever became of the tasks
+    scratch = Path(tempfile.mkdtemp(prefix="rl2edge-seeds-"))
     try:
         with ray_session(args.address):
             results = train_seeds(
@@ -305,6 +305,7 @@ def _run_seeds(args: argparse.Namespace, cfg: RunConfig, seeds: list[int], out: 
                 threads=args.threads,
                 compile_update=args.compile,
                 matmul_precision=args.matmul_precision,
+                scratch=scratch,
             )
         print(table(["seed", "run", "steps", "wall s", "eval return"], summary_rows(results)))
         finals = [r.eval_mean for r in results]
@@ -317,4 +318,6 @@ def _run_seeds(args: argparse.Namespace, cfg: RunConfig, seeds: list[int], out: 
         if stop.kept is None and results is not None:
             stop.kept = f"every seed had finished: the runs, seeds.json and seeds.md are in {out}"
         raise stop from None  # reported as the stop request, no traceback
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
     return 0

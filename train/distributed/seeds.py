@@ -48,12 +48,16 @@ def _train_one(
     threads: int,
     compile_update: bool,
     matmul_precision: str,
+    scratch: str | None = None,
 ) -> tuple[dict[str, Any], bytes]:
-    """On a Ray worker: one seed's run, in a temporary folder; (its numbers, the folder as an archive)."""
+    """On a Ray worker: one seed's run, in a temporary folder (inside `scratch` when given, made on this node
+    if missing); (its numbers, the folder as an archive)."""
     from rl2edge.train.algos import train
 
     logging.basicConfig(level=logging.WARNING)
-    tmp = Path(tempfile.mkdtemp(prefix=f"rl2edge-s{seed}-"))
+    if scratch is not None:
+        Path(scratch).mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f"rl2edge-s{seed}-", dir=scratch))
     try:
         r = train(
             framework,
@@ -88,9 +92,12 @@ def train_seeds(
     threads: int = 1,
     compile_update: bool = False,
     matmul_precision: str = "highest",
+    scratch: Path | None = None,
 ) -> list[SeedResult]:
     """Train every seed in parallel on the connected Ray, each a task of `threads` CPUs; write
-    <out>/s<seed>, seeds.json and seeds.md."""
+    <out>/s<seed>, seeds.json and seeds.md. `scratch`: the folder the tasks train in (each in its own
+    folder inside), which the caller removes once the Ray session has ended: a task stopped with the
+    session may be killed before its own cleanup runs."""
     import ray
 
     biggest = max((n["Resources"].get("CPU", 0) for n in ray.nodes() if n.get("Alive")), default=0)
@@ -101,7 +108,7 @@ def train_seeds(
             "fewer threads"
         )
     task = ray.remote(num_cpus=threads, max_retries=1)(_train_one)
-    args = (device, threads, compile_update, matmul_precision)
+    args = (device, threads, compile_update, matmul_precision, None if scratch is None else str(scratch))
     pending = {task.remote(framework, env_id, cfg, s, *args): s for s in seeds}
     results: list[SeedResult] = []
     failed: dict[int, str] = {}

@@ -342,15 +342,10 @@ def check_rollout_workers(cfg: RunConfig, workers: int) -> None:
         )
 
 
-def data_parallel_names() -> list[str]:
-    """The algorithms `train --nproc` runs (torch): the on-policy ones, recurrent included."""
-    return on_policy_names()
-
-
 def check_data_parallel(cfg: RunConfig, framework: str, world: int) -> None:
     """`train --nproc` (or a torchrun job) suits this run: torch, an on-policy algorithm, and a share of
     the envs and of every minibatch for each process (train.data_parallel.sharding)."""
-    names = _either(data_parallel_names())
+    names = _either(on_policy_names())  # every on-policy one, recurrent included
     if not get(cfg.algo).on_policy:
         raise ConfigError(
             f"--nproc runs a data-parallel learner for {names}; {cfg.algo} learns from a replay buffer in one "
@@ -444,7 +439,7 @@ def train(
             cfg = dataclasses.replace(cfg, norm_obs_update="rollout")
         replicas = Replicas.join(device)
         check_data_parallel(cfg, framework, replicas.world)
-        device = replicas.device(device)
+        device = replicas.torch_device
         extra["replicas"] = replicas
     cls = algo.agent_class(framework)
 
@@ -465,10 +460,9 @@ def train(
         return driver(
             env_id, cfg, seed, run_dir, make_agent, algo.network, device=device, progress=progress, **extra
         )
-    except RuntimeError as exc:
-        if replicas is None:
+    except RuntimeError as exc:  # a bug stays a traceback; only a peer gone becomes one line
+        if replicas is None or not replicas.lost_peer(exc):
             raise
-        # gloo and NCCL report a peer that died as a RuntimeError from the collective it was in
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise TrainingError(
             f"rank {replicas.rank} of {replicas.world}: a collective failed ({first}); another process of "

@@ -118,12 +118,14 @@ def train_onpolicy(
 
     `replicas`, in a data-parallel job (train.data_parallel): this process steps its share of the envs, the
     rollouts are gathered onto every process, `make_agent` gives an agent that trains on this process's
-    share of each minibatch (train.data_parallel.sharding); only the lead (rank 0) evaluates, logs and writes the checkpoint, and a stop on any process
-    stops all at the same update."""
+    share of each minibatch (train.data_parallel.sharding); only the lead (rank 0) evaluates, logs and
+    writes the checkpoint, and a stop on any process stops all at the same update."""
     # SEEDING: once, here. Env seeds are given at the first reset; the agent factory seeds its framework
     # before it initializes anything; numpy's generator drives the minibatch order.
     rng = np.random.default_rng(seed)
-    run = TrainingRun(env_id, cfg, seed, run_dir, on_evaluation)
+    # a data-parallel process makes only its share of the envs (first .. first + count - 1)
+    first, count = replicas.env_share(cfg.n_envs) if replicas is not None else (0, cfg.n_envs)
+    run = TrainingRun(env_id, cfg, seed, run_dir, on_evaluation, n_envs=count)
     envs, obs_spec, act_spec, norm, to_env = run.envs, run.obs_spec, run.act_spec, run.norm, run.to_env
     discrete, obs_shape = run.discrete, run.obs_shape
     nvec = act_spec.nvec if act_spec.multi_discrete else None
@@ -155,13 +157,11 @@ def train_onpolicy(
     if make_pool is not None:
         pool: RolloutPool = make_pool(env_id, cfg, seed, network, act_spec)
         run.envs.close()  # the learner steps no env itself
-    elif replicas is not None:  # this process's share of the envs, made here
-        first, count = replicas.env_share(cfg.n_envs)
-        run.envs.close()
+    elif replicas is not None:
         # Forward passes over the share's rows only (pad_to: count): a rank's acting costs its share, where
         # the Ray workers' padding to every env's row buys bit-equal rollouts at the cost of the whole batch.
         collector = collector_class(
-            env_id, first, count, seed, cfg.gamma, network, norm, False, to_env, count
+            env_id, first, count, seed, cfg.gamma, network, norm, False, to_env, count, envs=envs
         )
         pool = GatheredPool(collector, replicas.gather)
     else:
@@ -217,7 +217,10 @@ def train_onpolicy(
                 if run.evaluation_due(global_step):
                     run.evaluate_into(row, agent, global_step)
                 run.log(global_step, row)
-            if replicas.any(run.stop_requested) if replicas is not None else run.stop_requested:
+            stop = run.stop_requested
+            if replicas is not None:
+                stop = replicas.any(stop)  # every process stops at the same update
+            if stop:
                 break
     finally:
         run.close(bar)

@@ -104,6 +104,15 @@ def _concat_traces(traces: list[Any]) -> list[Any]:
     return out
 
 
+def share_bounds(size: int, parts: int, index: int) -> tuple[int, int]:
+    """[lo, hi) of part `index` of `size` items cut into `parts` contiguous parts whose sizes differ by at
+    most one (the first size % parts take one more): a Ray rollout worker's or a data-parallel rank's envs,
+    a rank's share of a minibatch."""
+    base, extra = divmod(size, parts)
+    lo = index * base + min(index, extra)
+    return lo, lo + base + (1 if index < extra else 0)
+
+
 class RolloutCollector:
     """Steps envs `first .. first + count - 1` of a run with the weights each rollout is given (the agent's
     `rollout_weights()`, acted with through train.core.numpy_policy: no framework needed here) on

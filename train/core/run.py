@@ -191,12 +191,14 @@ class TrainingRun:
         seed: int,
         run_dir: Path,
         on_evaluation: Callable[[int, EvalResult], bool] | None = None,
+        n_envs: int | None = None,
     ):
+        """`n_envs`: the envs this process steps, when not the config's all (a data-parallel process's share)."""
         self.env_id, self.cfg, self.seed, self.run_dir = env_id, cfg, seed, run_dir
         self.on_evaluation = on_evaluation
         self.stop_requested = False
         k = int(cfg.frame_stack)
-        self.envs = make_vec_env(env_id, cfg.n_envs, k)
+        self.envs = make_vec_env(env_id, cfg.n_envs if n_envs is None else n_envs, k)
         # the observation the env (and the PLC) gives, one frame; the network sees `frame_stack` of them
         self.frame_spec = vec_observation_spec(self.envs)
         check_stackable(self.frame_spec, k)  # flat Box observations only (a matrix is refused)

@@ -1,6 +1,5 @@
 """A data-parallel on-policy learner on torch.distributed: one process per GPU (or per CPU share), as
-torchrun starts them (`rl2edge train --nproc N` starts them itself; Ray Train's TorchTrainer starts them on
-several nodes).
+torchrun starts them, on one node or several (`rl2edge train --nproc N` starts them itself on one).
 
 How a job of N processes gives the update one process would give over the same global batch:
 - the config's n_envs are the job's: process r steps its share of them (train.core.rollout_collector

@@ -1,8 +1,8 @@
 """The process group of a data-parallel job: which process this is, and the collectives the learner uses.
 
 The job's processes find each other through torchrun's environment (RANK, WORLD_SIZE, LOCAL_RANK,
-MASTER_ADDR, MASTER_PORT), which `rl2edge train --nproc N` (train.data_parallel.launch), torchrun and Ray
-Train's TorchTrainer all set. Gradients go over the device's backend (NCCL on GPUs, gloo on CPUs); the
+MASTER_ADDR, MASTER_PORT), which `rl2edge train --nproc N` (train.data_parallel.launch) and torchrun set.
+Gradients go over the device's backend (NCCL on GPUs, not yet run on one; gloo on CPUs); the
 rollouts and the stop flags, numpy objects, over a gloo group beside it, so that they never occupy a GPU.
 """
 
@@ -18,7 +18,8 @@ import torch
 import torch.distributed as dist
 
 from rl2edge.errors import ConfigError
-from rl2edge.train.data_parallel.job import share_bounds, world_from_env
+from rl2edge.train.core.rollout_collector import share_bounds
+from rl2edge.train.data_parallel.job import world_from_env
 
 _logger = logging.getLogger(__name__)
 
@@ -43,8 +44,8 @@ class Replicas:
 
     @classmethod
     def join(cls, device: str, timeout_s: float = TIMEOUT_S) -> Replicas:
-        """Join the job torchrun's variables describe (the default group unless the caller, Ray Train,
-        made it already). `device`: the run's --device; a CUDA job takes GPU LOCAL_RANK and NCCL."""
+        """Join the job torchrun's variables describe (the default group, unless the caller made it
+        already). `device`: the run's --device; a CUDA job takes GPU LOCAL_RANK and NCCL."""
         where = world_from_env()
         if where is None:
             raise ConfigError("no data-parallel job here: WORLD_SIZE is not above 1")
@@ -66,9 +67,16 @@ class Replicas:
         _logger.info("rank %d of %d (local rank %d), %s", rank, world, local_rank, backend)
         return cls(rank, world, local_rank, backend, cpu_group)
 
-    def device(self, device: str) -> str:
-        """The torch device of this rank for the run's --device: its own GPU on a CUDA job."""
+    @property
+    def torch_device(self) -> str:
+        """This rank's torch device: its own GPU on a CUDA job (NCCL), else the CPU."""
         return f"cuda:{self.local_rank}" if self.backend == "nccl" else "cpu"
+
+    @staticmethod
+    def lost_peer(exc: BaseException) -> bool:
+        """Whether `exc` is a collective's report of another rank gone: torch's DistError (NCCL), or the
+        RuntimeError gloo raises with its transport's message ("Connection closed by peer")."""
+        return isinstance(exc, dist.DistError) or (isinstance(exc, RuntimeError) and "gloo" in str(exc))
 
     def env_share(self, n_envs: int) -> tuple[int, int]:
         """(first, count) of this rank's envs: contiguous, as the Ray rollout workers split them."""

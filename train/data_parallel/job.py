@@ -1,7 +1,7 @@
 """Where this process stands in a data-parallel job, read without torch (the CLI decides before importing it).
 
 torchrun's variables: RANK, WORLD_SIZE, LOCAL_RANK (and MASTER_ADDR, MASTER_PORT for the rendezvous); `rl2edge
-train --nproc N` (train.data_parallel.launch) and Ray Train's TorchTrainer set the same ones.
+train --nproc N` (train.data_parallel.launch) sets the same ones.
 """
 
 from __future__ import annotations
@@ -27,10 +27,3 @@ def world_from_env() -> tuple[int, int, int] | None:
     if not 0 <= rank < world:
         raise ConfigError(f"RANK {rank} is outside a job of WORLD_SIZE {world}")
     return rank, world, local
-
-
-def share_bounds(size: int, world: int, rank: int) -> tuple[int, int]:
-    """Rank `rank`'s contiguous share of `size` items (the first size % world ranks take one more)."""
-    base, extra = divmod(size, world)
-    lo = rank * base + min(rank, extra)
-    return lo, lo + base + (1 if rank < extra else 0)

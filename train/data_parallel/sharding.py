@@ -18,7 +18,8 @@ import numpy as np
 from rl2edge.errors import ConfigError
 from rl2edge.train.core.recurrent_config import LSTMFields
 from rl2edge.train.core.recurrent_rollout import SequenceMinibatch
-from rl2edge.train.data_parallel.group import Replicas, share_bounds
+from rl2edge.train.core.rollout_collector import share_bounds
+from rl2edge.train.data_parallel.group import Replicas
 
 
 def shard(mb: Any, world: int, rank: int) -> tuple[Any, float]:

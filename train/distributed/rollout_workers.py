@@ -17,7 +17,7 @@ from rl2edge.specs import ActionSpec
 from rl2edge.train.core.network_spec import NetworkSpec
 from rl2edge.train.core.normalization import RunningNormalizer
 from rl2edge.train.core.numpy_policy import RolloutWeights
-from rl2edge.train.core.rollout_collector import RolloutCollector, Segment
+from rl2edge.train.core.rollout_collector import RolloutCollector, Segment, share_bounds
 
 _logger = logging.getLogger(__name__)
 
@@ -25,13 +25,8 @@ _logger = logging.getLogger(__name__)
 def env_slices(n_envs: int, workers: int) -> list[tuple[int, int]]:
     """(first, count) of each worker's share: contiguous, sizes differing by at most one."""
     assert 0 < workers <= n_envs, "checked by train.algos.check_rollout_workers"
-    base, extra = divmod(n_envs, workers)
-    out, first = [], 0
-    for w in range(workers):
-        count = base + (w < extra)
-        out.append((first, count))
-        first += count
-    return out
+    bounds = [share_bounds(n_envs, workers, w) for w in range(workers)]
+    return [(lo, hi - lo) for lo, hi in bounds]
 
 
 class RolloutWorker:

@@ -18,9 +18,9 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -107,10 +107,21 @@ def _rank_pids(parent: int) -> list[int]:
     return [int(p) for p in out.split()]
 
 
-def test_a_rank_killed_mid_run_stops_the_job_in_seconds_and_keeps_the_previous_run(tmp_path: Path) -> None:
-    """SIGKILL to rank 1 (the OOM killer's way) while both ranks train: the job exits non-zero with one
-    line naming the rank, no rank is left running, and the run that --out held (this job had --force)
-    is intact, with no staging folder beside it."""
+@pytest.mark.parametrize(
+    ("target", "sig", "code", "said"),
+    [
+        ("rank 1", signal.SIGKILL, 2, "rank 1 of 2 was killed by SIGKILL"),
+        # a service manager's stop of the command: the supervisor passes it on to every rank
+        pytest.param("supervisor", signal.SIGTERM, 143, "interrupted by SIGTERM; nothing was written",
+                     marks=pytest.mark.integration),
+    ],
+)  # fmt: skip
+def test_a_rank_killed_mid_run_stops_the_job_in_seconds_and_keeps_the_previous_run(
+    target: str, sig: int, code: int, said: str, tmp_path: Path
+) -> None:
+    """SIGKILL to rank 1 (the OOM killer's way), or SIGTERM to the command, while both ranks train: the job
+    exits non-zero with one line saying which, no rank is left running, and the run that --out held (this
+    job had --force) is intact, with no staging folder beside it."""
     out = tmp_path / "run"
     first = rl2edge("train", "--algo", "ppo", "--env", "CartPole-v1", "--steps", "256", "--device", "cpu",
                     "--out", out, "--no-progress")  # fmt: skip
@@ -128,15 +139,15 @@ def test_a_rank_killed_mid_run_stops_the_job_in_seconds_and_keeps_the_previous_r
             time.sleep(0.1)
         ranks = _rank_pids(proc.pid)
         assert len(ranks) == 2
-        os.kill(ranks[1], signal.SIGKILL)  # ranks start in rank order
+        os.kill(ranks[1] if target == "rank 1" else proc.pid, sig)  # ranks start in rank order
         killed = time.monotonic()
         _, err = proc.communicate(timeout=60)
         took = time.monotonic() - killed
     finally:
         proc.kill()
         proc.wait()
-    assert proc.returncode == 2 and "Traceback" not in err, err[-3000:]
-    assert "rank 1 of 2 was killed by SIGKILL" in err.strip().splitlines()[-1]
+    assert proc.returncode == code and "Traceback" not in err, err[-3000:]
+    assert said in err.strip().splitlines()[-1]
     assert took < 15, f"the job took {took:.1f} s to stop"
     for pid in ranks:
         assert not Path(f"/proc/{pid}").exists() or "zombie" in Path(f"/proc/{pid}/status").read_text()
@@ -150,33 +161,16 @@ def test_two_torchrun_nodes_train_one_run_that_exports_and_serves_like_any_other
     address; here both on loopback), one process each: torchrun, not rl2edge, starts the ranks. Node 0's
     rank 0 writes the run; `rl2edge export` verifies its int8 file against it, and serve over OPC UA gives
     the returns evaluate gives."""
+    from benchmarks.train_scaling import torchrun_nodes
     from rl2edge.runtime import Policy
     from rl2edge.train.core.evaluation import evaluate
-    from testkit.plc import free_port, served_returns
+    from testkit.plc import served_returns
 
-    torchrun = str(Path(sys.executable).with_name("torchrun"))
-    out, port = tmp_path / "run", free_port()
-    train = ["--no-python", EXE, "train", "--algo", "ppo", "--env", "CartPole-v1", "--steps", "8192",
-             "--device", "cpu", "--out", str(out), "--no-progress"]  # fmt: skip
-    rendezvous = [
-        "--nnodes",
-        "2",
-        "--nproc-per-node",
-        "1",
-        "--master-addr",
-        "127.0.0.1",
-        "--master-port",
-        str(port),
-    ]
-    nodes = [
-        subprocess.Popen(
-            [torchrun, *rendezvous, "--node-rank", str(rank), *train],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        for rank in (0, 1)
-    ]
+    out = tmp_path / "run"
+    train = ["train", "--algo", "ppo", "--env", "CartPole-v1", "--steps", "8192", "--device", "cpu",
+             "--out", str(out), "--no-progress"]  # fmt: skip
+    pipe: dict[str, Any] = {"stdout": subprocess.PIPE, "stderr": subprocess.STDOUT, "text": True}
+    nodes = [subprocess.Popen(command, **pipe) for command in torchrun_nodes(train)]
     logs = [n.communicate(timeout=600)[0] for n in nodes]
     assert [n.returncode for n in nodes] == [0, 0], "\n".join(log[-2000:] for log in logs)
     assert "| processes |" in logs[0] and "| processes |" not in logs[1]  # rank 0 reports the job

@@ -32,7 +32,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.common import RESULTS, markdown_table, plot_per_seed, write_results
-from rl2edge.train.data_parallel.launch import free_port
+from rl2edge.ports import free_port
 
 _logger = logging.getLogger("benchmarks.train_scaling")
 EXE = str(Path(sys.executable).with_name("rl2edge"))

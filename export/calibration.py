@@ -4,13 +4,17 @@ environment: the states the deployed policy will actually see, not samples of th
 from __future__ import annotations
 
 from collections.abc import Callable
+import logging
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from rl2edge.export.tolerances import DEFAULT, ROLLOUT_MAX_EPISODE_STEPS, ROLLOUT_MAX_EPISODES
 from rl2edge.specs import ObservationSpec
 from rl2edge.train.core.evaluation import evaluate
+
+_logger = logging.getLogger(__name__)
 
 CALIBRATION_SEED_OFFSET = 1_000
 HELDOUT_SEED_OFFSET = 2_000
@@ -27,16 +31,35 @@ class RolloutData:
     heldout_starts: np.ndarray | None = None
 
 
+@dataclass(frozen=True)
+class _Rollouts:
+    obs: np.ndarray
+    starts: np.ndarray | None
+    episodes: int
+    min_samples: int
+
+    def describe(self, seed: int) -> dict[str, Any]:
+        return {
+            "episodes": self.episodes,
+            "seeds_from": seed,
+            "samples": len(self.obs),
+            "min_samples": self.min_samples,
+        }
+
+
 def _collect(
     act: Callable[[Any], Any],
     env_id: str,
     episodes: int,
     seed: int,
-    max_samples: int,
+    samples: tuple[int, int],
     flatten: Callable[[Any], np.ndarray],
     on_reset: Callable[[], None] | None,
-) -> tuple[np.ndarray, np.ndarray | None]:
-    """The observations (and, for a stateful `act`, which ones start an episode)."""
+    what: str,
+) -> _Rollouts:
+    """At least `episodes` episodes, and more until `samples`' minimum is reached (within the bounds of
+    export.tolerances); the observations (and, for a stateful `act`, which ones start an episode)."""
+    min_samples, max_samples = samples
     seen: list[np.ndarray] = []
     starts: list[int] = []
 
@@ -45,22 +68,36 @@ def _collect(
         if on_reset is not None:
             on_reset()
 
-    evaluate(
+    result = evaluate(
         act,
         env_id,
         episodes,
         seed,
+        max_steps=ROLLOUT_MAX_EPISODE_STEPS,
         on_step=lambda o: seen.append(np.array(flatten(o), np.float32)),
         on_reset=reset,
+        more=lambda: len(seen) < min_samples,
+        max_episodes=ROLLOUT_MAX_EPISODES,
     )
+    if len(seen) < min_samples:
+        _logger.warning(
+            "%s: %d observations from %d episodes of %s, under the minimum of %d: the episodes are too short "
+            "(%.1f steps on average); the check rests on fewer observations than it should",
+            what,
+            len(seen),
+            len(result.lengths),
+            env_id,
+            min_samples,
+            len(seen) / max(1, len(result.lengths)),
+        )
     obs = np.stack(seen)
     if on_reset is not None:  # a stateful policy: whole sequences, cut at the end (never thinned)
         first = np.zeros(len(obs), bool)
         first[starts] = True
-        return obs[:max_samples], first[:max_samples]
+        return _Rollouts(obs[:max_samples], first[:max_samples], len(result.lengths), min_samples)
     if len(obs) > max_samples:  # evenly spaced, so every part of the episodes is represented
         obs = obs[np.linspace(0, len(obs) - 1, max_samples).round().astype(int)]
-    return obs, None
+    return _Rollouts(obs, None, len(result.lengths), min_samples)
 
 
 def collect_rollout_data(
@@ -72,34 +109,44 @@ def collect_rollout_data(
     max_heldout: int,
     flatten: Callable[[Any], np.ndarray] = np.asarray,
     on_reset: Callable[[], None] | None = None,
+    min_calib: int = DEFAULT.calibration_min_samples,
+    min_heldout: int = DEFAULT.heldout_min_samples,
 ) -> RolloutData:
-    """`flatten`: a Dict env's observation -> the keys' concatenation (ObservationSpec.flatten), the form
+    """`episodes` episodes for calibration, half as many for the held-out set, each set extended by more
+    episodes until it holds its minimum number of observations (`min_calib`, `min_heldout`).
+
+    `flatten`: a Dict env's observation -> the keys' concatenation (ObservationSpec.flatten), the form
     the pipeline keeps observations in. `on_reset`: a stateful policy's reset, called at each episode's
     start; the data then keeps whole episodes in order, with their starts."""
     calib_seed, heldout_seed = seed + CALIBRATION_SEED_OFFSET, seed + HELDOUT_SEED_OFFSET
-    calibration, calib_starts = _collect(act, env_id, episodes, calib_seed, max_calib, flatten, on_reset)
-    heldout, heldout_starts = _collect(
-        act, env_id, max(2, episodes // 2), heldout_seed, max_heldout, flatten, on_reset
+    calibration = _collect(
+        act, env_id, episodes, calib_seed, (min_calib, max_calib), flatten, on_reset, "calibration"
+    )
+    heldout = _collect(
+        act,
+        env_id,
+        max(2, episodes // 2),
+        heldout_seed,
+        (min_heldout, max_heldout),
+        flatten,
+        on_reset,
+        "verification",
     )
     return RolloutData(
-        calibration,
-        heldout,
+        calibration.obs,
+        heldout.obs,
         {
             "source": f"rollouts of the trained policy (deterministic) in {env_id}",
-            "calibration": {"episodes": episodes, "seeds_from": calib_seed, "samples": len(calibration)},
-            "heldout": {
-                "episodes": max(2, episodes // 2),
-                "seeds_from": heldout_seed,
-                "samples": len(heldout),
-            },
+            "calibration": calibration.describe(calib_seed),
+            "heldout": heldout.describe(heldout_seed),
             **(
                 {"sequences": "whole episodes in order, the state carried, reset at each episode's start"}
                 if on_reset
                 else {}
             ),
         },
-        calib_starts,
-        heldout_starts,
+        calibration.starts,
+        heldout.starts,
     )
 
 

@@ -292,6 +292,8 @@ def _collect(source: ExportSource, opts: ExportOptions) -> _Collected:
             tol.heldout_max_samples,
             source.observation.flatten,
             on_reset=source.reset if source.states else None,
+            min_calib=tol.calibration_min_samples,
+            min_heldout=tol.heldout_min_samples,
         )
     if source.states:  # the held-out episodes in order, the state carried: per-step actions and margins
         assert data.heldout_starts is not None

@@ -13,6 +13,12 @@ class Tolerances:
     """Representative observations handed to the int8 calibrator."""
     heldout_max_samples: int = 2000
     """Held-out observations on which every file is compared with the source."""
+    calibration_min_samples: int = 500
+    """Rollouts go on past --calib-episodes until the calibration set holds at least this many observations
+    (a weak policy's short episodes would otherwise give a thin set), bounded by ROLLOUT_MAX_EPISODES."""
+    heldout_min_samples: int = 500
+    """Likewise for the held-out set every file is verified on: a short-lived policy is checked on as many
+    observations as a good one."""
     noise_off_rtol: float = 1e-5
     """Folded noise fed zeros vs the deterministic head, max |difference| relative to max(1, max |action|).
     They are two traced graphs of the same arithmetic, which the framework may fuse differently (oneDNN
@@ -25,6 +31,12 @@ class Tolerances:
 
 DEFAULT = Tolerances()
 
+
+# Bounds on the rollouts that collect those samples, so that collection always ends: an episode is cut after
+# ROLLOUT_MAX_EPISODE_STEPS steps (a policy whose episodes never end), and no more than ROLLOUT_MAX_EPISODES
+# episodes are run for one set; a set still under its minimum then gets a one-line warning.
+ROLLOUT_MAX_EPISODE_STEPS = 10_000
+ROLLOUT_MAX_EPISODES = 300
 
 # Figures of the export's checks that are not tolerances of one file against its source (not recorded per
 # file in the manifest); kept here so that every threshold of the export is in one place.

@@ -31,7 +31,7 @@ def run(cmd: list[str], capture: bool = False) -> str:
 
 def closed_loop(exe: str, artifact: Path, env_id: str, seed: int, out: Path, episodes: int = 3) -> None:
     """plc-sim plays the PLC (a real OPC UA server on loopback); serve closes the loop over OPC UA."""
-    from testkit.plc import free_port
+    from rl2edge.ports import free_port
 
     url = f"opc.tcp://127.0.0.1:{free_port()}"
     record, summary = out / "plc-returns.json", out / "serve-summary.json"

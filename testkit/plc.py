@@ -7,7 +7,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import time
 from collections.abc import Iterator
@@ -16,14 +15,10 @@ from typing import Any
 
 from asyncua import Client, ua
 
+from rl2edge.ports import free_port
 from testkit.cli import EXE
 
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port free on `host` right now: where the demo, the tests and the benchmarks put a plc-sim."""
-    with socket.socket() as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
+__all__ = ["free_port"]  # re-exported: tests and benchmarks import it from here
 
 
 # The edge test run (`make test-edge`) serves from the edge venv and runs plc-sim, which needs gymnasium,

@@ -35,8 +35,12 @@ def evaluate(
     max_steps: int | None = None,
     on_step: Callable[[np.ndarray], None] | None = None,
     on_reset: Callable[[], None] | None = None,
+    more: Callable[[], bool] | None = None,
+    max_episodes: int | None = None,
 ) -> EvalResult:
     """Run `act` (raw observation in, env action out) for `episodes` episodes; episode i uses seed+i.
+    With `more`, episodes go on past `episodes` while `more()` says so, up to `max_episodes` in all (export
+    collects rollouts until it has a minimum number of observations, whatever the episodes' lengths).
 
     `on_step` sees every raw observation (export uses it to collect calibration data); `on_reset` is called
     at each episode's start (an act function that keeps state across steps resets it there); without it,
@@ -48,8 +52,10 @@ def evaluate(
     env = make_env(env_id)
     returns, lengths = [], []
     try:
-        for i in range(episodes):
+        i = 0
+        while i < episodes or (more is not None and more() and (max_episodes is None or i < max_episodes)):
             obs, _ = env.reset(seed=seed + i)
+            i += 1
             if on_reset is not None:
                 on_reset()
             done, total, steps = False, 0.0, 0

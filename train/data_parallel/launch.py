@@ -12,7 +12,6 @@ import logging
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -22,6 +21,7 @@ from typing import IO
 
 from rl2edge.errors import TrainingError
 from rl2edge.interrupts import Interrupted
+from rl2edge.ports import free_port
 
 _logger = logging.getLogger(__name__)
 
@@ -30,12 +30,6 @@ GRACE_S = 10.0
 POLL_S = 0.1
 
 _CHILD = "import sys; from rl2edge.cli import main; sys.exit(main())"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _describe(code: int) -> str:

@@ -3,8 +3,8 @@ environment: the states the deployed policy will actually see, not samples of th
 
 from __future__ import annotations
 
-from collections.abc import Callable
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 

@@ -37,7 +37,9 @@ def test_a_stateful_policy_gets_whole_episodes_up_to_the_minimum() -> None:
     assert len(data.heldout) >= DEFAULT.heldout_min_samples
     assert data.heldout_starts[0] and data.heldout_starts.sum() == data.description["heldout"]["episodes"]
     # every episode's rows are whole: the set was not cut (max 10,000) and ends where an episode ends
-    assert len(resets) == data.description["calibration"]["episodes"] + data.description["heldout"]["episodes"]
+    assert (
+        len(resets) == data.description["calibration"]["episodes"] + data.description["heldout"]["episodes"]
+    )
 
 
 def test_collection_is_bounded_and_warns_when_the_minimum_cannot_be_reached(

@@ -25,25 +25,30 @@ install: $(STAMP) $(NODE_STAMP)
 demo: $(STAMP)
 	$(PY) scripts/demo.py
 
-# The default test suite: lint, the type check of all five packages (scripts/typecheck.py), then
-# every test not marked slow or integration (some 14 minutes on 2 cores).
+# pytest's own report of one invocation, where $RL2EDGE_JUNIT_DIR names a folder (.ci/run sets it; its table
+# and benchmarks/ci_time.py read them): junit XML with every test's duration.
+junit = $(if $(RL2EDGE_JUNIT_DIR),--junitxml=$(RL2EDGE_JUNIT_DIR)/$(1).xml)
+# pytest exits 5 when a selection holds no test (a tier with no serial test): that is not a failure here.
+PYTEST_OK5 = ; rc=$$?; [ $$rc -eq 0 ] || [ $$rc -eq 5 ]
+
+# The default test suite: lint, the type check of all five packages (scripts/typecheck.py), then every test not
+# marked slow or integration: two files at a time (pytest-xdist; a file's module fixtures are built once, the
+# session's runs and artifacts once per run: tests/conftest.py), then the `serial` ones alone.
+TIER_DEFAULT := not slow and not integration
 test: install
 	$(PY) -m ruff check .
 	$(PY) scripts/typecheck.py
-	$(PY) -m pytest
+	$(PY) -m pytest -n 2 --dist loadfile -m "$(TIER_DEFAULT) and not serial" $(call junit,default) $(PYTEST_OK5)
+	$(PY) -m pytest -m "$(TIER_DEFAULT) and serial" $(call junit,default-serial) $(PYTEST_OK5)
 
-# The integration tier (CI runs it after `make test`): sweeps, seeds and rollout workers on a real Ray (a
-# local one and a two-node cluster), and every benchmark script end to end on tiny settings (some 7 minutes).
-# The CPU-bound files (training, export, parity checks; serve only in lockstep, deadline 60 s) run two at a
-# time, one file per worker (pytest-xdist: a file's module fixtures are made once); the rest one at a time:
-# Ray clusters, the Mender client's system state, serve loops whose timing is measured, the benchmarks.
-PARALLEL_INTEGRATION := tests/test_image_encoder.py tests/test_recurrent_tf.py tests/test_recurrent_gru.py \
-  tests/test_env_forms.py tests/test_trained_elsewhere.py tests/test_sb3_export.py tests/test_sb3_recurrent.py \
-  tests/test_replay_dtypes.py tests/test_her.py tests/test_image_box.py tests/test_frame_stack.py \
-  tests/test_dict_observations.py tests/test_multi_discrete.py tests/test_toy_algorithm.py tests/test_data_parallel.py
+# The integration tier (CI runs it after `make test`): training, export and serve end to end at larger budgets,
+# Ray clusters, the Mender client, and every benchmark script on tiny settings. Two files at a time, then the
+# `serial` ones alone (Ray clusters, the Mender client's system state, benchmarks and loops whose timing is
+# measured: each says why next to its mark).
+TIER_INTEGRATION := integration and not slow
 test-integration: install
-	$(PY) -m pytest -m "integration and not slow" -n 2 --dist loadfile $(PARALLEL_INTEGRATION)
-	$(PY) -m pytest -m "integration and not slow" $(addprefix --ignore=,$(PARALLEL_INTEGRATION))
+	$(PY) -m pytest -n 2 --dist loadfile -m "$(TIER_INTEGRATION) and not serial" $(call junit,integration) $(PYTEST_OK5)
+	$(PY) -m pytest -m "$(TIER_INTEGRATION) and serial" $(call junit,integration-serial) $(PYTEST_OK5)
 
 # The edge install on CPython 3.10 (the Jetson's): the wheel with [edge] in its own venv, and the runtime and
 # bridge tests run there against it (CI runs this after `make test` and `make test-integration`).

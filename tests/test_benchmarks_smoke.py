@@ -10,6 +10,10 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.serial(
+    "benchmark scripts time what they run: alone, their figures mean what they say"
+)
+
 # Each runs a benchmark script end to end (10-35 s): `make test-integration` and CI, not `make test`.
 # The one left in `make test` needs only the runtime.
 integration = pytest.mark.integration

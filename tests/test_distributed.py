@@ -19,6 +19,8 @@ import pytest
 from testkit.cli import assert_clean_failure, rl2edge
 from testkit.runs import assert_same_weights
 
+pytestmark = pytest.mark.serial("Ray clusters: a local one and a two-node one own ports and /tmp/ray")
+
 ray = pytest.importorskip("ray")
 
 # PPO on CartPole, 4 evaluations: learning rates from 1e-6 (learns nothing) to 3e-3 make a spread that

@@ -25,6 +25,9 @@ from testkit.plc import NO_MISS, running, stop, wait_for_server
 
 pytestmark = [
     pytest.mark.integration,
+    pytest.mark.serial(
+        "the Mender client reads /etc/mender/artifact_info and its update modules from /usr/share: one device per machine"
+    ),
     pytest.mark.skipif(bool(mk.missing()), reason=mk.missing() or "-"),
 ]
 

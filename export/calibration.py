@@ -150,6 +150,30 @@ def collect_rollout_data(
     )
 
 
+STAT_QUANTILES = (0.01, 0.05, 0.25, 0.5, 0.75, 0.95, 0.99)
+STAT_MAX_DIMS = 1024
+"""Observations wider than this (camera frames) get no per-dimension statistics: 12 figures per pixel would
+swell the manifest to megabytes, and a pixel's drift says little."""
+
+
+def observation_stats(rows: np.ndarray, source: str) -> dict[str, Any] | None:
+    """The manifest's `observation_stats`: per flat dimension of the calibration observations, what serve's
+    drift monitor and replay compare the plant with (plc_bridge.drift): range, mean, std and quantiles.
+    None for observations wider than STAT_MAX_DIMS."""
+    x = np.asarray(rows, np.float64).reshape(len(rows), -1)
+    if x.shape[1] > STAT_MAX_DIMS or len(x) == 0:
+        return None
+    return {
+        "source": source,
+        "samples": len(x),
+        "min": x.min(axis=0).tolist(),
+        "max": x.max(axis=0).tolist(),
+        "mean": x.mean(axis=0).tolist(),
+        "std": x.std(axis=0).tolist(),
+        "quantiles": {f"{q:g}": np.quantile(x, q, axis=0).tolist() for q in STAT_QUANTILES},
+    }
+
+
 def pin_uint8_range(calibration: np.ndarray, observation: ObservationSpec) -> np.ndarray:
     """uint8 frames of a [0, 255] space: one pixel at 0 and one at 255 in the calibration set, so that the
     int8 input's range is the space's whole range: scale 1 and zero point -128, whatever the frames seen.

@@ -1,12 +1,14 @@
 """Recorded plant observations for an export without a simulator (`--observations FILE`): a plant often has
-logs and no simulator. An .npz (the array `observations`, or its only array) or a CSV (one row per
+logs and no simulator. An .npz (the array `observations`, or its only array), a CSV (one row per
 observation, the columns in the spec's order: a Dict's keys concatenated; a header line of names is
-skipped). The first two thirds of the rows calibrate int8, the last third is the held-out set every file is
+skipped), or the folder of a flight recorder's trace (`serve --record DIR`: its valid observations, in
+order; runtime.trace). The first two thirds of the rows calibrate int8, the last third is the held-out set every file is
 compared with the source on; each part keeps its rows in order (a stateful policy runs them as one
 sequence from a reset)."""
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +17,7 @@ import numpy as np
 from rl2edge.errors import ConfigError
 from rl2edge.export.calibration import RolloutData
 from rl2edge.fileio import sha256_file
+from rl2edge.runtime.trace import SEGMENT_PREFIX, is_trace, read_trace, segment_index
 from rl2edge.specs import ObservationSpec
 
 MIN_ROWS = 30
@@ -22,9 +25,15 @@ MIN_ROWS = 30
 
 def read_observations(path: Path, observation: ObservationSpec) -> np.ndarray:
     """The file's rows as float32 [n, size]; a wrong width, a non-number, NaN or inf is one line naming where."""
-    if not path.is_file():
+    if path.is_dir():
+        if not is_trace(path):
+            raise ConfigError(
+                f"observations {path} is a folder without trace segments; give an .npz, a .csv or serve's --record folder"
+            )
+        rows = trace_rows(path)
+    elif not path.is_file():
         raise ConfigError(f"observations file {path} does not exist")
-    if path.suffix == ".npz":
+    elif path.suffix == ".npz":
         try:
             data = np.load(path)
             names = data.files
@@ -55,6 +64,23 @@ def read_observations(path: Path, observation: ObservationSpec) -> np.ndarray:
     if len(rows) < MIN_ROWS:
         raise ConfigError(f"observations file {path} has {len(rows)} rows; give at least {MIN_ROWS}")
     return rows.astype(np.float32)
+
+
+def trace_rows(path: Path) -> np.ndarray:
+    """A trace's valid observations (whole and finite; INVALID cycles' are left out), in order."""
+    trace = read_trace(path)
+    rows, _ = trace.observations()
+    return rows.astype(np.float64)
+
+
+def _identity(path: Path) -> str:
+    """sha256 of a file, or of a trace folder's segments in order (each file's digest, hashed)."""
+    if not path.is_dir():
+        return sha256_file(path)
+    digest = hashlib.sha256()
+    for seg in sorted(path.glob(f"{SEGMENT_PREFIX}*.jsonl"), key=segment_index):
+        digest.update(sha256_file(seg).encode())
+    return digest.hexdigest()
 
 
 def _csv(path: Path) -> np.ndarray:
@@ -91,7 +117,7 @@ def recorded_data(
         calibration, heldout = _spaced(calibration, max_calib), _spaced(heldout, max_heldout)
     starts = (lambda n: np.eye(1, n, dtype=bool)[0]) if stateful else None
     description: dict[str, Any] = {
-        "source": f"recorded observations {path} (sha256 {sha256_file(path)})",
+        "source": f"recorded observations {path} (sha256 {_identity(path)})",
         "calibration": {"rows": f"the first two thirds of {len(rows)}", "samples": len(calibration)},
         "heldout": {"rows": "the last third, never seen by calibration", "samples": len(heldout)},
     }

@@ -21,7 +21,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from rl2edge.errors import ConfigError, ExportError
-from rl2edge.export.calibration import collect_rollout_data, pin_uint8_range
+from rl2edge.export.calibration import collect_rollout_data, observation_stats, pin_uint8_range
 from rl2edge.export.graph_spec import (
     EPISODE_START,
     INPUT_NAME,
@@ -247,6 +247,7 @@ def _export(
         source_name=source.reference_name,
     )
     common = _common_manifest(source, opts, onnx_path, got.noise_off)
+    common["observation_stats"] = observation_stats(got.data.calibration, got.data.description["source"])
     manifests: dict[str, dict[str, Any]] = {}
     fp32_row: FileRow | None = None
     for mode in built:

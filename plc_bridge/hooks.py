@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from rl2edge.plc_bridge.observation_guard import Serving
-from rl2edge.plc_bridge.snapshot import UpdateState
+from rl2edge.plc_bridge.snapshot import DriftState, UpdateState
 from rl2edge.plc_bridge.status import CycleStatus
 
 
@@ -31,6 +31,11 @@ class CycleOutcome:
     """Cycles completed so far, this one included."""
     episode_start: bool = False
     """The PLC flagged this observation as an episode's first (the node map's episode_start)."""
+    predicted: bool = False
+    """The policy was called on this observation (its state, if any, advanced): not a fault before
+    inference, nor a re-read of a plant step already decided."""
+    state_reset: bool = False
+    """The policy's state started afresh before this cycle's call (plc_bridge.policy_state's rules)."""
 
 
 class LoopHooks(Protocol):
@@ -55,6 +60,10 @@ class LoopHooks(Protocol):
         """The summary's `policy` section (None: none run)."""
         ...
 
+    def drift_state(self) -> DriftState | None:
+        """The observation drift monitor's figures (None: none runs)."""
+        ...
+
 
 class NoHooks:
     """The loop alone: no policy updates, no metrics, no summary file."""
@@ -72,4 +81,7 @@ class NoHooks:
         return None
 
     def update_summary(self) -> dict[str, Any] | None:
+        return None
+
+    def drift_state(self) -> DriftState | None:
         return None

@@ -197,6 +197,7 @@ class ControlLoop:
             cpu_s=time.process_time() - self._clock.cpu_started,
             stale_after=self.guard.staleness.rule,
             realtime=self.cfg.realtime,
+            drift=self.hooks.drift_state(),
             **extra,
         )
 
@@ -282,6 +283,8 @@ class ControlLoop:
                 lateness_ms=lateness_ms,
                 cycles=self.counters.cycles,
                 episode_start=reading.episode_start,
+                predicted=self.state_rules.predicted_now,
+                state_reset=self.state_rules.reset_now,
             )
         )
         if self._gc is not None:

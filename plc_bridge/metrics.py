@@ -201,6 +201,12 @@ class Health:
             return False, f"the last cycle completed {age:.2f} s ago"
         if snap.last_status != CycleStatus.OK:
             return False, f"the last cycle's status was {snap.last_status.name}"
+        drift = snap.drift
+        if drift is not None and drift.drifting:  # a warning, not a stop: the loop serves on
+            return True, (
+                f"connected, the last cycle was OK; observation drift {drift.score:.2f} past {drift.threshold:g} "
+                "training standard deviations (a warning)"
+            )
         return True, "connected, the last cycle was OK"
 
 
@@ -317,6 +323,25 @@ class ServeMetrics:
         for status, field in STATUS_COUNTERS.items():
             by_status.add_metric([status.name.lower()], n[field])
         yield by_status
+        drift = s.loop.drift
+        if drift is not None and drift.score is not None:
+            per_dim = GaugeMetricFamily(
+                "rl2edge_observation_drift",
+                "Shift of the last window's mean from the training mean, in training standard deviations",
+                labels=["key", "dim"],
+            )
+            for name, value in drift.per_dim.items():
+                key, _, dim = name.rstrip("]").partition("[")
+                per_dim.add_metric([key, dim], value)
+            yield per_dim
+            yield GaugeMetricFamily(
+                "rl2edge_observation_drift_score", "The largest shift over the dimensions", value=drift.score
+            )
+            yield GaugeMetricFamily(
+                "rl2edge_observation_drift_threshold",
+                "The score past which drift is reported",
+                value=drift.threshold,
+            )
         for name, doc in (
             (
                 "deadline_misses",

@@ -39,6 +39,10 @@ class PolicyStateRules:
         """Why the state is reset before the next valid observation ("": it is not)."""
         self.episode_start_due = False
         """The PLC flagged an episode start on an observation that could not be served (invalid, stale)."""
+        self.predicted_now = False
+        """This cycle called the policy (what a recorder needs to replay the calls in order)."""
+        self.reset_now = False
+        """This cycle's call started from a fresh state."""
 
     def bind(self, policy: Policy, episode_start_node: Any) -> None:
         """The policy served from now on; logs its state and the rules that apply to it (a map with neither
@@ -76,6 +80,7 @@ class PolicyStateRules:
         program restarted, a counter that wrapped) is not the step served under it before. The flag, on
         an observation not served yet, is kept until one is (a flag raised for one step is not lost to an
         invalid or stale cycle); a re-read of the served step adds nothing."""
+        self.predicted_now = self.reset_now = False
         if seq is not None and seq != self.read_seq:
             self.read_seq = seq
             self.served_seq = self.served_action = None
@@ -102,8 +107,10 @@ class PolicyStateRules:
                 _logger.info("policy state reset: %s", self.reset_due)
             policy.reset()
             self.reset_due = ""
+            self.reset_now = True
         self.episode_start_due = False
 
     def after_predict(self, seq: Any, action: list[float]) -> None:
+        self.predicted_now = True
         if self.stateful:
             self.served_seq, self.served_action = seq, action

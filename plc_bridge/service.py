@@ -5,7 +5,8 @@ the metrics endpoint, which has a thread of its own and reads the loop's publish
 - Prometheus metrics, /healthz, /readyz (`--metrics-port`): plc_bridge.metrics;
 - systemd's readiness and watchdog notifications when started by a `Type=notify` unit;
 - the summary file rewritten atomically at every stats interval, by a worker thread (an fsync on the
-  device's eMMC can take milliseconds that belong to the control loop).
+  device's eMMC can take milliseconds that belong to the control loop);
+- the flight recorder (`--record`): every cycle handed to plc_bridge.recorder's writer thread.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import contextlib
 import functools
 import logging
 import signal
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -24,12 +26,15 @@ from typing import Any
 from rl2edge.fileio import write_json_atomic
 from rl2edge.plc_bridge.binding import PlantIo
 from rl2edge.plc_bridge.client import BridgeConfig, PlcClient
+from rl2edge.plc_bridge.drift import DriftMonitor
+from rl2edge.plc_bridge.drift_config import DriftConfig
 from rl2edge.plc_bridge.hooks import CycleOutcome
 from rl2edge.plc_bridge.loop import ControlLoop, LoopConfig
 from rl2edge.plc_bridge.metrics import Health, HealthConfig, ServeMetrics
 from rl2edge.plc_bridge.observation_guard import Serving, prepare_serving
 from rl2edge.plc_bridge.policy_update import PolicyUpdates, UpdateConfig
-from rl2edge.plc_bridge.snapshot import UpdateState
+from rl2edge.plc_bridge.recorder import FlightRecorder, RecordConfig
+from rl2edge.plc_bridge.snapshot import DriftState, UpdateState
 from rl2edge.plc_bridge.systemd_notify import SystemdNotifier
 from rl2edge.runtime.policy import Policy
 
@@ -43,6 +48,9 @@ class ServiceConfig:
     metrics_host: str = "127.0.0.1"
     metrics_port: int | None = None
     summary: Path | None = None
+    record: RecordConfig | None = None
+    drift: DriftConfig | None = None
+    """The observation drift monitor (plc_bridge.drift); None: off."""
 
 
 class ServeService:
@@ -64,21 +72,58 @@ class ServeService:
             policy, cfg.updates, functools.partial(prepare_serving, node_map=bridge.node_map)
         )
         self._writer = ThreadPoolExecutor(1, thread_name_prefix="rl2edge-summary") if cfg.summary else None
+        # before the metrics: their first snapshot reads the drift monitor
+        self.drift = DriftMonitor(policy.manifest, cfg.drift) if cfg.drift is not None else None
+        self.recorder = (
+            FlightRecorder(
+                cfg.record,
+                {
+                    **trace_header(policy, self.updates.serving_digest),
+                    "period_ms": loop_cfg.period_ms,
+                    "deadline_ms": loop_cfg.deadline_ms,
+                },
+            )
+            if cfg.record is not None
+            else None
+        )
         self.health = Health(self.control.snapshot, cfg.health)
         if cfg.metrics_port is not None:
             self.metrics = ServeMetrics(self.control.snapshot, self.health)
 
     # ------------------------------------------------------------------------ the loop's hooks
     def before_cycle(self, cycles: int) -> Serving | None:
-        return self.updates.before_cycle(cycles)
+        serving = self.updates.before_cycle(cycles)
+        if serving is not None and self.cfg.drift is not None:  # the new policy's own data is the reference
+            self.drift = DriftMonitor(serving.policy.manifest, self.cfg.drift)
+        return serving
 
     def after_cycle(self, outcome: CycleOutcome) -> None:
         self.updates.after_cycle(outcome)
         if self.metrics is not None:
             self.metrics.publisher.observe(outcome.latency_ms, outcome.lateness_ms)
+        if self.drift is not None and outcome.observation is not None:
+            self.drift.observe(outcome.observation)
+        if self.recorder is not None:
+            o = outcome
+            self.recorder.record(
+                time.time(),
+                o.cycles,
+                o.sequence,
+                o.episode_start,
+                o.observation,
+                o.action,
+                o.status.name,
+                int(o.status),
+                o.latency_ms,
+                self.updates.serving_digest[:16],
+                o.predicted,
+                o.state_reset,
+            )
 
     def on_stats(self, summary: dict[str, Any]) -> None:
         """The summary file rewritten, by the writer thread."""
+        if self.recorder is not None:
+            summary["record"] = self.recorder.stats()
         if self._writer is None or self.cfg.summary is None:
             return
         future = self._writer.submit(write_json_atomic, self.cfg.summary, summary)
@@ -89,6 +134,9 @@ class ServeService:
 
     def update_summary(self) -> dict[str, Any]:
         return self.updates.summary()
+
+    def drift_state(self) -> DriftState | None:
+        return self.drift.state() if self.drift is not None else None
 
     async def run(self, stop: asyncio.Event) -> dict[str, Any]:
         loop = asyncio.get_running_loop()
@@ -132,14 +180,33 @@ class ServeService:
                 await server.wait_closed()
             if self._writer is not None:
                 self._writer.shutdown(wait=True)  # the final summary must not race a periodic one
+            if self.recorder is not None:
+                self.recorder.close()
             if notifier is not None:
                 notifier.close()
+        if self.recorder is not None:
+            summary["record"] = self.recorder.stats()
         return summary
 
     def close(self) -> None:
         """Stop every model process: the serving policy's and any candidate's."""
         self.updates.close()
         self.control.policy.close()
+
+
+def trace_header(policy: Policy, digest: str) -> dict[str, Any]:
+    """What a trace's reader needs beside the records: the observation's keys and sizes (the records hold
+    their concatenation), the action's form, the training statistics drift is measured against, and the
+    policy serving when recording began."""
+    m = policy.manifest
+    return {
+        "observation": m.data["observation"],
+        "action": m.data["action"],
+        # what the drift of the recorded observations is measured against (plc_bridge.drift)
+        "folded": {"normalization": (m.data.get("folded") or {}).get("normalization")},
+        "observation_stats": m.data.get("observation_stats"),
+        "policy": {"manifest_sha256": digest, "artifact": str(m.path)},
+    }
 
 
 def _log_failure(future: Any) -> None:

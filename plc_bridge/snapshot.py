@@ -47,6 +47,22 @@ class LatencyFigures:
 
 
 @dataclass(frozen=True)
+class DriftState:
+    """The drift monitor's figures at a snapshot (plc_bridge.drift.DriftMonitor.state)."""
+
+    score: float | None
+    """The last window's largest shift, in training standard deviations; None until a window is full."""
+    threshold: float
+    per_dim: Mapping[str, float]
+    """Each observation dimension's shift (key[i]), the last window's."""
+    summary: Mapping[str, Any]
+
+    @property
+    def drifting(self) -> bool:
+        return self.score is not None and self.score > self.threshold
+
+
+@dataclass(frozen=True)
 class LoopSnapshot:
     taken_at: float
     """time.monotonic() of the copy."""
@@ -89,6 +105,8 @@ class LoopSnapshot:
     """The staleness rule in force (observation_guard.StaleClock.rule)."""
     realtime: Mapping[str, Any] | None = None
     """serve's scheduler, memory lock, collector and CPUs (plc_bridge.realtime.RealtimeState)."""
+    drift: DriftState | None = None
+    """The observation drift monitor's last score (plc_bridge.drift); None where none runs."""
 
     @property
     def period_s(self) -> float:
@@ -125,6 +143,8 @@ def summary_of(snap: LoopSnapshot) -> dict[str, Any]:
     }
     if snap.update_summary is not None:
         summary["policy"] = dict(snap.update_summary)
+    if snap.drift is not None:
+        summary["drift"] = dict(snap.drift.summary)
     return _strict_json(summary)
 
 

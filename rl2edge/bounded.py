@@ -169,6 +169,9 @@ SHARE = Number(0.0, 1.0, "a share")
 PERCENT = Number(0.0, 100.0, "a percentage")
 COMMIT_TIMEOUT_S = Number(1.0, 86_400.0, "a time to wait for serve to take a policy over", "s")
 KEEP = Integer(1, 1000, "policies to keep")
+RECORD_MB = Number(1.0, 10**7, "a trace's size bound", "MB")
+DRIFT_THRESHOLD = Number(0.0, 1e6, "a drift threshold", "training standard deviations", lo_open=True)
+DRIFT_WINDOW = Integer(2, 1_000_000, "observations in the drift window")
 MAX_SEEDS = 1000
 """A sweep over more seeds than this is a typo (`0-1000`), not a plan."""
 

@@ -28,6 +28,7 @@ BASE = {
     "train": ["train", "--algo", "ppo", "--env", "CartPole-v1"],
     "tune": ["tune", "--algo", "ppo", "--env", "CartPole-v1", "--space", "space.yml"],
     "plc-sim": ["plc-sim", "--env", "CartPole-v1"],
+    "replay": ["replay", "artifact", "--trace", "trace"],
 }
 
 # Every numeric option, and which of PROBES it accepts (written out here, not derived from the parsers:
@@ -51,6 +52,9 @@ TABLE: dict[str, dict[str, set[str]]] = {
         "--shadow-max-diff": {"0"},
         "--metrics-port": set(),
         "--health-periods": set(),
+        "--record-max-mb": set(),
+        "--drift-threshold": set(),
+        "--drift-window": set(),
     },
     "evaluate": {
         "--episodes": set(),
@@ -81,6 +85,10 @@ TABLE: dict[str, dict[str, set[str]]] = {
         "--period-ms": set(),
         "--episodes": set(),
         "--invalid-rate": {"0"},
+    },
+    "replay": {
+        "--min-agreement": {"0"},
+        "--max-diff": {"0"},
     },
 }
 CASES = [(c, o, v, v in ok) for c, opts in TABLE.items() for o, ok in opts.items() for v in PROBES]

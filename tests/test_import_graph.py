@@ -138,6 +138,7 @@ LEAF = (
     "rl2edge.interrupts",
     "rl2edge.tables",
     "rl2edge.bounded",
+    "rl2edge.ports",
 )
 
 

@@ -342,7 +342,7 @@ def test_served_with_serves_default_map_every_episode_equals_evaluate(
     ) as sim:
         wait_for_server(url)
         serve_args = ["serve", str(weak_artifact), "--endpoint", url, "--period-ms", "5",
-                      "--summary", str(summary), *NO_MISS]  # fmt: skip
+                      "--summary", str(summary), *NO_MISS, "--record", str(tmp_path / "trace")]  # fmt: skip
         with running(serve_args, tmp_path / "serve.log") as serve:
             assert sim.wait(timeout=180) == 0, (tmp_path / "sim.log").read_text()
             assert stop(serve) == 0, (tmp_path / "serve.log").read_text()
@@ -352,6 +352,16 @@ def test_served_with_serves_default_map_every_episode_equals_evaluate(
         json.loads(summary.read_text())["state_resets"] == 1
     )  # the connect; episodes are not serve's resets
     assert "with each episode start ns=2;s=rl2edge.EpisodeStart flags" in (tmp_path / "serve.log").read_text()
+    # the flight recorder kept where the state started afresh: a replay of the same artifact, reset there,
+    # acts as served on every call (the same file, the same interpreter: equal)
+    from rl2edge.plc_bridge.replay import ReplayGate, replay
+    from rl2edge.runtime.trace import read_trace
+
+    trace = read_trace(tmp_path / "trace")
+    calls = [r for r in trace.records if r["predicted"]]
+    assert sum(r["reset"] for r in calls) == 5 and calls[0]["reset"]
+    again = replay(Policy.load(weak_artifact), trace, ReplayGate(min_agreement=1.0))
+    assert again["passed"] and again["agreement"] == 1.0 and again["resets"] == 5
 
 
 def _map_without_episode_start(directory: Path) -> Path:

@@ -6,6 +6,8 @@ COMMANDS = (
     "export",
     "evaluate",
     "serve",
+    "trace",
+    "replay",
     "status",
     "plc_sim",
     "certs",

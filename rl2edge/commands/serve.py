@@ -18,6 +18,7 @@ from rl2edge.commands.common import (
 )
 from rl2edge.commands.config_file import add_config_option
 from rl2edge.errors import ConfigError
+from rl2edge.plc_bridge.drift_config import DEFAULT_THRESHOLD, DEFAULT_WINDOW, DriftConfig
 from rl2edge.plc_bridge.fault_injection import parse_injection
 from rl2edge.plc_bridge.realtime import (
     DEFAULT_PRIORITY,
@@ -32,7 +33,7 @@ if TYPE_CHECKING:
 
 _logger = logging.getLogger("rl2edge")
 
-PATH_OPTIONS = ("artifact", "map", "summary", "cert", "key", "server_cert", "password_file")
+PATH_OPTIONS = ("artifact", "map", "summary", "record", "cert", "key", "server_cert", "password_file")
 
 
 def add_parser(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
@@ -157,6 +158,34 @@ def add_parser(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
         help="Box actions: largest mean action difference, as a share of the range, to take over (default: 0.1)",
     )
 
+    rec = s.add_argument_group("flight recorder and drift (docs/serving.md, 'What the policy saw and did')")
+    rec.add_argument(
+        "--record",
+        metavar="DIR",
+        help="record every cycle (observation, action, status, latency, serving policy) into rotating "
+        "JSON Lines segments in DIR, off the control loop; read them with `rl2edge trace` and `rl2edge replay`",
+    )
+    rec.add_argument(
+        "--record-max-mb",
+        type=bounded.RECORD_MB,
+        default=512.0,
+        help="the trace folder's size bound: the oldest segments are removed past it (default: 512)",
+    )
+
+    rec.add_argument(
+        "--drift-threshold",
+        type=bounded.DRIFT_THRESHOLD,
+        default=DEFAULT_THRESHOLD,
+        help="observation drift: warn (log, metrics, summary, /readyz's reason) when a window's mean is this many "
+        f"training standard deviations from the training mean in some dimension (default: {DEFAULT_THRESHOLD:g})",
+    )
+    rec.add_argument(
+        "--drift-window",
+        type=bounded.DRIFT_WINDOW,
+        default=DEFAULT_WINDOW,
+        help=f"observations per drift window (default: {DEFAULT_WINDOW})",
+    )
+
     m = s.add_argument_group("metrics and health")
     m.add_argument(
         "--metrics-port",
@@ -181,6 +210,7 @@ def run(args: argparse.Namespace) -> int:
     from rl2edge.plc_bridge.metrics import HealthConfig
     from rl2edge.plc_bridge.nodemap import load_node_map
     from rl2edge.plc_bridge.policy_update import UpdateConfig
+    from rl2edge.plc_bridge.recorder import RecordConfig
     from rl2edge.plc_bridge.service import ServeService, ServiceConfig
     from rl2edge.runtime.policy import Policy
 
@@ -189,6 +219,11 @@ def run(args: argparse.Namespace) -> int:
     if not args.endpoint:
         raise ConfigError("serve needs --endpoint opc.tcp://host:port (or endpoint: in the --config file)")
     check_output_file(args.summary, "--summary")
+    record = RecordConfig(Path(args.record), max_mb=args.record_max_mb) if args.record else None
+    if record is not None:
+        record.check()
+    drift = DriftConfig(window=args.drift_window, threshold=args.drift_threshold)
+    drift.check()
     node_map = load_node_map(args.map)  # before the artifact: a mistake in it shows at once
     if args.allow_state_across_episodes:
         node_map = _state_across_episodes(node_map, args.map)
@@ -265,6 +300,8 @@ def run(args: argparse.Namespace) -> int:
             metrics_host=args.metrics_host,
             metrics_port=args.metrics_port,
             summary=Path(args.summary) if args.summary else None,
+            record=record,
+            drift=drift,
         ),
     )
     _logger.info(

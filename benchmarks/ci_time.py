@@ -68,6 +68,8 @@ def read_stages(folder: Path) -> list[dict[str, Any]]:
     rows = []
     path = folder / "stages.tsv"
     for line in path.read_text().splitlines() if path.is_file() else []:
+        if line.count("\t") != 2:  # not a stage's row
+            continue
         name, seconds, rc = line.split("\t")
         cases = stage_cases(folder, name)
         counts = {k: sum(c.outcome == k for c in cases) for k in ("passed", "failed", "skipped")}

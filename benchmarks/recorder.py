@@ -244,10 +244,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         ),
         "",
         f"Drift: window {detect['window']} observations, scored every {detect['every']}, threshold "
-        f"{detect['threshold']:g} training standard deviations. Unshifted: "
+        f"{detect['threshold']:g} standard deviations of the {detect['basis']} data. Unshifted: "
         f"{detect['unshifted']['false_alarms']} alarms in {detect['unshifted']['windows_scored']} windows "
         f"({detect['unshifted']['observations']} observations; largest score "
         f"{detect['unshifted']['largest_score'] if detect['unshifted']['largest_score'] is None else round(detect['unshifted']['largest_score'], 3)}).",
+        "",
+        "A sensor offset on a value the policy itself controls is partly hidden by the policy's correction (it "
+        "steers the observed value back), so small offsets of such a value take long or go unseen; "
+        "'not detected' means not within 20 windows after the shift.",
         "",
         markdown_table(
             ["offset (reference std)", "dimension", "observations to detect", "false alarm before the shift"],

@@ -473,3 +473,31 @@ def test_gpu_check_dry_mode_runs_its_own_commands(tmp_path: Path) -> None:
     assert all(r["device_used"] == "cpu" and r["steps_per_s"] > 0 for r in ran)
     assert next(r for r in ran if r["case"] == "ppo --nproc 2")["world_size"] == 2
     assert (tmp_path / "gpu_check_dry.md").stat().st_size > 0
+
+
+@integration
+def test_recorder_benchmark_smoke(cartpole_all, tmp_path: Path) -> None:
+    from benchmarks.recorder import OFFSETS_STD, main
+
+    art = cartpole_all[1] / "fp32"
+    data = main(
+        [
+            "--artifact",
+            str(art),
+            "--cycles",
+            "40",
+            "--blocks",
+            "2",
+            "--clean-episodes",
+            "3",
+            "--out",
+            str(tmp_path),
+        ]
+    )
+    for ext in ("json", "md", "png"):
+        assert (tmp_path / f"recorder.{ext}").stat().st_size > 0
+    for period in ("10", "20"):
+        row = data["cost"][period]
+        assert row["off"]["cycles"] == row["on"]["cycles"] == 40 and row["mb_per_hour"] > 0
+    assert [r["offset_std"] for r in data["drift"]["shifted"]] == list(OFFSETS_STD)
+    assert data["drift"]["unshifted"]["observations"] > 0

@@ -179,6 +179,7 @@ def test_a_full_disk_stops_the_recording_and_never_the_loop(cartpole_all, tmp_pa
         subprocess.run(["umount", str(disk)], check=False)
 
 
+@pytest.mark.integration  # two closed loops of 30 episodes: the integration tier keeps make test under 10 minutes
 def test_a_shifted_sensor_is_reported_as_drift_and_an_unshifted_one_is_not(
     cartpole_all, tmp_path: Path
 ) -> None:
@@ -212,6 +213,7 @@ def test_a_shifted_sensor_is_reported_as_drift_and_an_unshifted_one_is_not(
 DRIFT_CYCLES = DriftConfig().window + DriftConfig().every
 
 
+@pytest.mark.integration  # two AGV closed loops: the integration tier
 def test_a_dict_plant_is_recorded_per_key_and_replayed(agv_dict_fp32, tmp_path: Path) -> None:
     """The AGV example (lidar, imu, goal, speed) recorded and replayed; its speed sensor reading 0.5 m/s fast
     shows as the speed key's drift, against the same plant unshifted."""

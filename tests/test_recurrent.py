@@ -325,6 +325,9 @@ def test_noise_is_refused_for_a_stateful_graph(tmp_path: Path) -> None:
     assert not (tmp_path / "art").exists()
 
 
+@pytest.mark.serial(
+    "lockstep staleness is counted in serve's cycles: a loaded machine's slow plant steps look stale"
+)
 def test_served_with_serves_default_map_every_episode_equals_evaluate(
     weak_artifact: Path, tmp_path: Path
 ) -> None:

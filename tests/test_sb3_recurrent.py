@@ -59,8 +59,11 @@ def test_imported_files_act_as_sb3_contrib_predicts_over_20_episodes(recurrent_z
         source, root / "art", ExportOptions(quantize="all", calib_episodes=2, eval_episodes=3, progress=False)
     )
     assert {r.mode for r in report.rows} == {"fp32", "fp16", "dynamic", "int8"}
-    # 20 whole episodes of sb3-contrib's own policy, its predict carrying its state
-    data = collect_rollout_data(source.act, env_id, 20, 500, 100_000, 100_000, on_reset=source.reset)
+    # 20 whole episodes of sb3-contrib's own policy, its predict carrying its state (no minimum of samples:
+    # exactly the 20)
+    data = collect_rollout_data(
+        source.act, env_id, 20, 500, 100_000, 100_000, on_reset=source.reset, min_calib=1, min_heldout=1
+    )
     obs, starts = data.calibration, data.calibration_starts
     assert starts.sum() == 20
     reference = source.reference_trajectory(obs, starts)

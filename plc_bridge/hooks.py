@@ -5,6 +5,7 @@ metrics and the summary file (plc_bridge.service) implement it; neither is impor
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -64,6 +65,10 @@ class LoopHooks(Protocol):
         """The observation drift monitor's figures (None: none runs)."""
         ...
 
+    def record_state(self) -> Mapping[str, Any] | None:
+        """The flight recorder's counts (plc_bridge.recorder.FlightRecorder.stats; None: none runs)."""
+        ...
+
 
 class NoHooks:
     """The loop alone: no policy updates, no metrics, no summary file."""
@@ -84,4 +89,7 @@ class NoHooks:
         return None
 
     def drift_state(self) -> DriftState | None:
+        return None
+
+    def record_state(self) -> Mapping[str, Any] | None:
         return None

@@ -198,6 +198,7 @@ class ControlLoop:
             stale_after=self.guard.staleness.rule,
             realtime=self.cfg.realtime,
             drift=self.hooks.drift_state(),
+            record=self.hooks.record_state(),
             **extra,
         )
 

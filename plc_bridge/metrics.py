@@ -323,6 +323,23 @@ class ServeMetrics:
         for status, field in STATUS_COUNTERS.items():
             by_status.add_metric([status.name.lower()], n[field])
         yield by_status
+        record = s.loop.record
+        if record is not None:
+            yield CounterMetricFamily(
+                "rl2edge_record_written",
+                "Cycles the flight recorder wrote to its trace",
+                value=record["written"],
+            )
+            yield CounterMetricFamily(
+                "rl2edge_record_dropped",
+                "Cycles the flight recorder dropped (its writer behind, or recording stopped)",
+                value=record["dropped"],
+            )
+            yield GaugeMetricFamily(
+                "rl2edge_record_stopped",
+                "1 once recording stopped (a full disk, say); serve goes on",
+                value=int(bool(record["stopped"])),
+            )
         drift = s.loop.drift
         if drift is not None and drift.score is not None:
             per_dim = GaugeMetricFamily(

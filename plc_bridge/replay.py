@@ -6,8 +6,8 @@ and reconnects, STALE spells, inference errors, a policy update taking over). It
 those written where the cycle was OK (elsewhere the written action was a fault response, not the policy's):
 
 - Discrete and MultiDiscrete: the share of cycles whose action is equal (every component);
-- Box: the max and mean |difference| per dimension, and the mean as a share of the action's range (the
-  shadow run's measure, plc_bridge.policy_update).
+- Box: the max and mean |difference| per dimension, and the shadow run's measure (plc_bridge.policy_update):
+  per cycle the largest |difference| as a share of its dimension's range, averaged over the cycles.
 
 Figures are given overall and per serving policy (a trace can span updates), with the cycles where the two
 differ most, and the candidate's own drift score on the trace (plc_bridge.drift).
@@ -45,7 +45,7 @@ def replay(candidate: Policy, trace: Trace, gate: ReplayGate) -> dict[str, Any]:
             f"the candidate takes {_describe(spec)}, the trace recorded {_describe(recorded)}: it cannot be "
             "replayed on this plant's observations"
         )
-    categorical = candidate.discrete or candidate.manifest.action.multi_discrete
+    categorical = candidate.categorical
     calls = trace.predicted()
     if not calls:
         raise ConfigError(f"trace {trace.folder}: no cycle in it called the policy (nothing to replay)")
@@ -82,7 +82,7 @@ def replay(candidate: Policy, trace: Trace, gate: ReplayGate) -> dict[str, Any]:
             "cycles": len(d),
             "max_abs_diff": d.max(axis=0).tolist(),
             "mean_abs_diff": d.mean(axis=0).tolist(),
-            "mean_diff_share_of_range": float(np.mean(d.mean(axis=0) / span)),
+            "mean_diff_share_of_range": float(np.mean((d / span).max(axis=1))),
         }
 
     overall = figures(slice(None))
@@ -92,7 +92,7 @@ def replay(candidate: Policy, trace: Trace, gate: ReplayGate) -> dict[str, Any]:
     else:
         passed = overall["mean_diff_share_of_range"] <= gate.max_diff
         rule = f"mean |difference| <= {gate.max_diff:g} of the action's range"
-    score = diff.max(axis=1) / (1.0 if categorical else span.max())
+    score = (diff / span).max(axis=1)
     worst = np.argsort(-score, kind="stable")[:WORST]
     obs, _ = trace.observations()
     return {
@@ -122,14 +122,11 @@ def replay(candidate: Policy, trace: Trace, gate: ReplayGate) -> dict[str, Any]:
 
 
 def _action_span(policy: Policy, width: int) -> np.ndarray:
-    """The Box action's range per dimension (1 where a bound is infinite or absent)."""
-    act = policy.manifest.action
-    if act.discrete or act.multi_discrete:
+    """The Box action's range per dimension, as the shadow run takes it (1 for categorical actions)."""
+    if policy.categorical:
         return np.ones(width)
-    low = np.broadcast_to(np.asarray(act.low, np.float64), (width,))
-    high = np.broadcast_to(np.asarray(act.high, np.float64), (width,))
-    span = high - low
-    return np.where(np.isfinite(span) & (span > 0), span, 1.0)
+    span = policy.action_high.astype(np.float64) - policy.action_low.astype(np.float64)
+    return np.maximum(np.broadcast_to(span.reshape(-1), (width,)), 1e-12)
 
 
 def _describe(spec: Any) -> str:

@@ -122,8 +122,6 @@ class ServeService:
 
     def on_stats(self, summary: dict[str, Any]) -> None:
         """The summary file rewritten, by the writer thread."""
-        if self.recorder is not None:
-            summary["record"] = self.recorder.stats()
         if self._writer is None or self.cfg.summary is None:
             return
         future = self._writer.submit(write_json_atomic, self.cfg.summary, summary)
@@ -137,6 +135,9 @@ class ServeService:
 
     def drift_state(self) -> DriftState | None:
         return self.drift.state() if self.drift is not None else None
+
+    def record_state(self) -> dict[str, Any] | None:
+        return self.recorder.stats() if self.recorder is not None else None
 
     async def run(self, stop: asyncio.Event) -> dict[str, Any]:
         loop = asyncio.get_running_loop()
@@ -184,7 +185,9 @@ class ServeService:
                 self.recorder.close()
             if notifier is not None:
                 notifier.close()
-        if self.recorder is not None:
+        if (
+            self.recorder is not None
+        ):  # the counts once the writer has finished, not as the loop last saw them
             summary["record"] = self.recorder.stats()
         return summary
 

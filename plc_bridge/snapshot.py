@@ -107,6 +107,8 @@ class LoopSnapshot:
     """serve's scheduler, memory lock, collector and CPUs (plc_bridge.realtime.RealtimeState)."""
     drift: DriftState | None = None
     """The observation drift monitor's last score (plc_bridge.drift); None where none runs."""
+    record: Mapping[str, Any] | None = None
+    """The flight recorder's counts (records, written, dropped, stopped); None where none runs."""
 
     @property
     def period_s(self) -> float:
@@ -145,6 +147,8 @@ def summary_of(snap: LoopSnapshot) -> dict[str, Any]:
         summary["policy"] = dict(snap.update_summary)
     if snap.drift is not None:
         summary["drift"] = dict(snap.drift.summary)
+    if snap.record is not None:
+        summary["record"] = dict(snap.record)
     return _strict_json(summary)
 
 

@@ -124,6 +124,14 @@ def read_trace(folder: str | Path) -> Trace:
             if header is None:
                 continue
             trace = Trace(path, header)
+        elif header is not None and (header["observation"], header["action"]) != (
+            trace.header["observation"],
+            trace.header["action"],
+        ):
+            raise ConfigError(
+                f"trace {path}: {seg.name} was recorded for another observation or action layout than the "
+                "segments before it (serve ran another artifact into the same folder); give each its own folder"
+            )
         trace.records.extend(records)
         trace.torn += torn
         trace.segments += 1

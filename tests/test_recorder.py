@@ -10,6 +10,7 @@ import shutil
 import signal
 import subprocess
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ import numpy as np
 import pytest
 
 from rl2edge.plc_bridge.drift_config import DriftConfig
+from rl2edge.plc_bridge.metrics import parse_metrics
 from rl2edge.plc_bridge.recorder import FlightRecorder, RecordConfig
 from rl2edge.runtime.trace import read_trace
 from testkit.cli import EXE
@@ -27,7 +29,7 @@ from testkit.plc import NO_MISS, free_port, running, stop, wait_for_server
 ROOT = Path(__file__).resolve().parents[1]
 SIM_ENV = {"PYTHONPATH": str(ROOT)}  # plc-sim's own process imports testkit's and examples' plants
 
-# Observations of CartPole before the policy's first call: the serving run's own trace must replay at 100 %.
+# The header of a two-value Box plant with a Discrete(2) action, for the recorder's own tests.
 HEADER = {"observation": {"type": "box", "shape": [2], "dtype": "float32", "low": [-1, -1], "high": [1, 1]},
           "action": {"type": "discrete", "n": 2, "start": 0}}  # fmt: skip
 
@@ -119,6 +121,7 @@ def test_a_serve_killed_mid_run_leaves_a_trace_that_reads_and_replays(cartpole_a
     art = cartpole_all[1] / "fp32"
     url = f"opc.tcp://127.0.0.1:{free_port()}"
     trace_dir = tmp_path / "trace"
+    port = free_port()
     sim = ["plc-sim", "--env", "CartPole-v1", "--endpoint", url, "--mode", "lockstep"]
     with running(sim, tmp_path / "sim.log"):
         wait_for_server(url)
@@ -134,6 +137,8 @@ def test_a_serve_killed_mid_run_leaves_a_trace_that_reads_and_replays(cartpole_a
                 *NO_MISS,
                 "--record",
                 str(trace_dir),
+                "--metrics-port",
+                str(port),
             ],
             stdout=(tmp_path / "serve.log").open("wb"),
             stderr=subprocess.STDOUT,
@@ -141,6 +146,9 @@ def test_a_serve_killed_mid_run_leaves_a_trace_that_reads_and_replays(cartpole_a
         try:
             # past the writer's first flush (0.5 s) with some hundreds of cycles behind it
             _until(lambda: _lines(trace_dir) > 200, 60)
+            page = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+            written = parse_metrics(page)[("rl2edge_record_written_total", ())]
+            assert written > 0 and parse_metrics(page)[("rl2edge_record_stopped", ())] == 0
         finally:
             serve.send_signal(signal.SIGKILL)
             serve.wait(timeout=20)

@@ -36,8 +36,8 @@ def add_parser(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
         "--max-diff",
         type=bounded.SHARE,
         default=0.1,
-        help="Box actions: the largest mean |difference|, as a share of the action's range, that passes "
-        "(default: 0.1)",
+        help="Box actions: the largest mean over cycles of each cycle's largest |difference| as a share of its "
+        "dimension's range (the shadow run's measure) that passes (default: 0.1)",
     )
     r.add_argument(
         "--backend", default="auto", help="auto, litert, tflite-runtime, tensorflow or onnxruntime"

@@ -344,7 +344,9 @@ for s in held:
 """
 
 
-@pytest.mark.serial("a flood against the connection cap, timed to its release: a neighbour's load delays the release")
+@pytest.mark.serial(
+    "a flood against the connection cap, timed to its release: a neighbour's load delays the release"
+)
 def test_a_flood_of_connections_stays_within_the_cap_and_health_answers_after(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -205,7 +205,7 @@ class Health:
         if drift is not None and drift.drifting:  # a warning, not a stop: the loop serves on
             return True, (
                 f"connected, the last cycle was OK; observation drift {drift.score:.2f} past {drift.threshold:g} "
-                "training standard deviations (a warning)"
+                "reference standard deviations (a warning)"
             )
         return True, "connected, the last cycle was OK"
 
@@ -344,7 +344,7 @@ class ServeMetrics:
         if drift is not None and drift.score is not None:
             per_dim = GaugeMetricFamily(
                 "rl2edge_observation_drift",
-                "Shift of the last window's mean from the training mean, in training standard deviations",
+                "Shift of the last window's mean from the reference mean, in reference standard deviations",
                 labels=["key", "dim"],
             )
             for name, value in drift.per_dim.items():

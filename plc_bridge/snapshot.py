@@ -51,7 +51,8 @@ class DriftState:
     """The drift monitor's figures at a snapshot (plc_bridge.drift.DriftMonitor.state)."""
 
     score: float | None
-    """The last window's largest shift, in training standard deviations; None until a window is full."""
+    """The last window's largest shift, in reference standard deviations (plc_bridge.drift); None until a
+    window is full."""
     threshold: float
     per_dim: Mapping[str, float]
     """Each observation dimension's shift (key[i]), the last window's."""

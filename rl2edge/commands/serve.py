@@ -177,7 +177,7 @@ def add_parser(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
         type=bounded.DRIFT_THRESHOLD,
         default=DEFAULT_THRESHOLD,
         help="observation drift: warn (log, metrics, summary, /readyz's reason) when a window's mean is this many "
-        f"training standard deviations from the training mean in some dimension (default: {DEFAULT_THRESHOLD:g})",
+        f"standard deviations from the calibration data's mean in some dimension (default: {DEFAULT_THRESHOLD:g})",
     )
     rec.add_argument(
         "--drift-window",

@@ -20,8 +20,8 @@ def add_parser(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
         help="read what serve --record wrote: summary, plot, export",
         formatter_class=fmt,
         description="A flight recorder's trace (the folder serve --record wrote): `show` sums it up (cycles, "
-        "episodes, statuses, latency, the policies that served, each observation key's drift from the training "
-        "data); `export` writes it as one table for pandas, DuckDB or a spreadsheet.",
+        "episodes, statuses, latency, the policies that served, each observation key's drift from the calibration "
+        "data); `plot` draws one page of it; `export` writes it as one table for pandas, DuckDB or a spreadsheet.",
         epilog="examples:\n  rl2edge trace show /var/lib/rl2edge/trace\n"
         "  rl2edge trace plot /var/lib/rl2edge/trace --out report.html\n"
         "  rl2edge trace export /var/lib/rl2edge/trace --csv trace.csv\n"

@@ -1,9 +1,9 @@
 """serve's flight recorder (`serve --record DIR`): every cycle's observation, action, status and latency, and
 the policy that served it, written off the control loop into rotating segment files.
 
-- The loop does no file I/O: `FlightRecorder.record` puts one tuple on a bounded queue (no lock held, no
-  allocation beyond the tuple) and a writer thread turns it into a line. When the writer falls behind, the
-  record is dropped and counted (`dropped`); a cycle is never late because of the recorder.
+- The loop does no file I/O: `FlightRecorder.record` puts one tuple on a bounded queue without waiting (the
+  queue's own lock for a moment, never the writer's I/O) and a writer thread turns it into a line. When the
+  writer falls behind, the record is dropped and counted (`dropped`); no cycle waits for the recorder.
 - Disk use is bounded: a segment is closed at `segment_mb` and the oldest closed segments are removed once the
   folder holds more than `max_mb`. A write that fails (a full disk, a folder removed) stops recording with one
   log line; serve keeps serving, and the summary and metrics say so (`stopped`).

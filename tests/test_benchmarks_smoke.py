@@ -10,9 +10,12 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.serial(
-    "benchmark scripts time what they run: alone, their figures mean what they say"
-)
+# The smokes check that each script works, not its figures, and most run two files at a time. The ones below
+# stay serial: what they assert was counted against a clock (a loop's deadline misses, a PLC's recovery, a
+# ratio of two timings), or they drive the real Mender client, which test_mender.py owns meanwhile.
+timed = pytest.mark.serial("the script's loop is timed and the test asserts on what it counted meanwhile")
+timing_ratio = pytest.mark.serial("the test asserts a ratio of two timings taken one after the other")
+mender_client = pytest.mark.serial("the real Mender client's files: one device per machine (tests/test_mender.py)")
 
 # Each runs a benchmark script end to end (10-35 s): `make test-integration` and CI, not `make test`.
 # The one left in `make test` needs only the runtime.
@@ -22,6 +25,7 @@ integration = pytest.mark.integration
 slow_smoke = pytest.mark.slow
 
 
+@timed
 @integration
 def test_loop_latency_benchmark_smoke(cartpole_all, tmp_path: Path) -> None:
     from benchmarks.loop_latency import main
@@ -49,6 +53,7 @@ def test_loop_latency_benchmark_smoke(cartpole_all, tmp_path: Path) -> None:
         assert row["bare_read_two_writes_ms"]["n"] == 15 and row["bare_read_one_write_ms"]["n"] == 15
 
 
+@timing_ratio
 @integration
 def test_offpolicy_throughput_has_a_roofline(tmp_path: Path) -> None:
     from benchmarks.train_throughput import main
@@ -239,6 +244,7 @@ def test_recurrent_throughput_next_to_sb3_contrib(tmp_path: Path) -> None:
     assert "sb3-contrib RecurrentPPO" in (tmp_path / "train_throughput_ppo_lstm.md").read_text()
 
 
+@timed
 @integration
 def test_plc_restart_soak_smoke(cartpole_all, tmp_path: Path) -> None:
     """Half a minute with the PLC killed every 6 s: the script restarts it, sees serve recover, and
@@ -254,6 +260,7 @@ def test_plc_restart_soak_smoke(cartpole_all, tmp_path: Path) -> None:
     assert data["serve_exit_code"] == 0 and data["max_plc_sessions"] == 1
 
 
+@timed
 @integration
 def test_policy_swap_benchmark_smoke(cartpole_all, cartpole_flipped, pendulum_fp32, tmp_path: Path) -> None:
     """Two swaps and the three refusals on a quiet machine: the script drives serve --watch through them
@@ -301,6 +308,7 @@ def test_metrics_flood_benchmark_smoke(cartpole_all, tmp_path: Path) -> None:
     assert data["log"]["tracebacks"] == 0 and data["serve_exit"] == 0
 
 
+@timed
 @integration
 def test_loop_under_load_benchmark_smoke(cartpole_all, tmp_path: Path) -> None:
     from benchmarks.loop_under_load import main
@@ -417,6 +425,7 @@ def test_env_matrix_benchmark_smoke(tmp_path: Path) -> None:
     assert refused["outcome"] == "refused" and "DQN needs a Discrete action space" in refused["reason"]
 
 
+@mender_client
 @integration
 def test_fleet_benchmark_smoke(cartpole_all, tmp_path: Path) -> None:
     """One new policy and the way back through the real Mender client: the script times both and writes its

@@ -23,11 +23,12 @@ from rl2edge.runtime.mender_artifact import manifest_sha256
 from testkit import mender as mk
 from testkit.plc import NO_MISS, running, stop, wait_for_server
 
+# The Mender client reads /etc/mender/artifact_info and its update modules from /usr/share: one device per
+# machine. This file's tests run one after another on one worker (--dist loadfile), and the only other user of
+# the client, test_benchmarks_smoke.py's fleet smoke, is serial: nothing else touches those files meanwhile,
+# so the file runs beside other files (none of its assertions is on time).
 pytestmark = [
     pytest.mark.integration,
-    pytest.mark.serial(
-        "the Mender client reads /etc/mender/artifact_info and its update modules from /usr/share: one device per machine"
-    ),
     pytest.mark.skipif(bool(mk.missing()), reason=mk.missing() or "-"),
 ]
 

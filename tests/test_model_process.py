@@ -178,10 +178,10 @@ def test_random_corruptions_never_reach_the_caller(cartpole_all, tmp_path: Path)
 
 
 @pytest.mark.integration
-def test_a_crashing_model_served_for_60_s_costs_cycles_not_the_service(cartpole_all, tmp_path: Path) -> None:
+def test_a_crashing_model_served_for_30_s_costs_cycles_not_the_service(cartpole_all, tmp_path: Path) -> None:
     """serve's loop and plant service in this process, plc-sim beside them on loopback, the model's child
-    SIGSEGVs every 150th run for 60 s: each crash is an INFERENCE_ERROR cycle answered with the safe action,
-    the child comes back, the loop never stops. At 20 s a hot update to a model that crashes every 5th run
+    SIGSEGVs every 75th run for 30 s: each crash is an INFERENCE_ERROR cycle answered with the safe action,
+    the child comes back, the loop never stops. At 10 s a hot update to a model that crashes every 5th run
     is requested: its shadow run sees it crash and refuses it; it never serves."""
     from rl2edge.plc_bridge.client import BridgeConfig
     from rl2edge.plc_bridge.loop import LoopConfig
@@ -206,19 +206,19 @@ def test_a_crashing_model_served_for_60_s_costs_cycles_not_the_service(cartpole_
             await asyncio.sleep(0.02)
         updates = UpdateConfig(current, load=lambda p: faulty_policy(p, every=5), shadow_cycles=50)
         service = ServeService(
-            faulty_policy(art, every=150),
+            faulty_policy(art, every=75),
             BridgeConfig(url),
             LoopConfig(period_ms=20),
             ServiceConfig(updates=updates, health=HealthConfig()),
         )
         task = asyncio.create_task(service.run(stop))
         try:
-            await asyncio.sleep(20)
+            await asyncio.sleep(10)
             nxt = tmp_path / "next"
             nxt.symlink_to(candidate)
             os.replace(nxt, current)
             service.updates.request("test")
-            await asyncio.sleep(40)
+            await asyncio.sleep(20)
             assert not task.done()
         finally:
             stop.set()
@@ -234,14 +234,14 @@ def test_a_crashing_model_served_for_60_s_costs_cycles_not_the_service(cartpole_
     assert (
         mp["crashes"] - 1 <= mp["restarts"] <= mp["crashes"]
     )  # the last may still be restarting at the stop
-    assert s["inference_errors"] >= mp["crashes"] and s["ok"] > 1000, s
+    assert s["inference_errors"] >= mp["crashes"] and s["ok"] > 500, s
     updates = s["policy"]
     assert updates["updates"]["accepted"] == 0 and updates["updates"]["refused"] == 1
     assert "died from SIGSEGV" in updates["history"][0]["reason"]
     assert updates["artifact"] == str(art.resolve())
     # the plant's own trace: every step the plant took was on the policy's action or the safe one (0)
     steps = [json.loads(line) for line in trace.read_text().splitlines()]
-    assert len(steps) > 1000 and {int(r["action"][0]) for r in steps} <= {0, 1}
+    assert len(steps) > 500 and {int(r["action"][0]) for r in steps} <= {0, 1}
 
 
 def _model_children() -> set[int]:

@@ -87,7 +87,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--quick", action="store_true", help="rsl-rl's MLP file alone (the smoke test's)")
     p.add_argument("--out", type=Path, default=RESULTS)
     args = p.parse_args(argv)
-    from rl2edge.cli import main as cli
+    from rl2edge.cli.app import main as cli
     from rl2edge.export.api import export_policy
 
     rows, results = [], {}

@@ -1,7 +1,7 @@
 """The Mender update module `rl2edge-policy`: a new policy for a running `rl2edge serve --watch`.
 
 Mender's client calls the module once per state (`rl2edge-policy STATE FILES`; update module protocol
-v3), a script that runs `rl2edge mender state` (rl2edge.commands.mender reads serve's own config file for
+v3), a script that runs `rl2edge mender state` (rl2edge.cli.commands.mender reads serve's own config file for
 the path serve watches, a symlink such as /srv/rl2edge/policies/current, and its metrics endpoint). It:
 
 - ArtifactInstall: unpacks the payload (runtime.mender_artifact) beside the serving policy, checks it

@@ -1,6 +1,6 @@
-"""Type-check every package (rl2edge's own modules, runtime/, plc_bridge/, train/, export/) with mypy.
+"""Type-check every package (rl2edge's own modules, cli/, runtime/, plc_bridge/, train/, export/) with mypy.
 
-The repository keeps train/, export/, runtime/ and plc_bridge/ at its top and installs them as
+The repository keeps cli/, train/, export/, runtime/ and plc_bridge/ at its top and installs them as
 rl2edge.<name> (pyproject's package-dir); mypy resolves modules by directory, not through the editable
 install's import hook, so this script lays the installed shape out as symlinks in build/typecheck/ (a fixed
 place: mypy's cache keys on paths) and checks that. Settings are pyproject's [tool.mypy]. Usage: python scripts/typecheck.py  (exit 1 on errors).
@@ -14,12 +14,12 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-SUBPACKAGES = ("train", "export", "runtime", "plc_bridge")
+SUBPACKAGES = ("cli", "train", "export", "runtime", "plc_bridge")
 CHECKED = (
     "rl2edge",
     "rl2edge.runtime",
     "rl2edge.plc_bridge",
-    "rl2edge.commands",
+    "rl2edge.cli",
     "rl2edge.train",
     "rl2edge.export",
 )

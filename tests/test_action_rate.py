@@ -17,7 +17,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from rl2edge.cli import main
+from rl2edge.cli.app import main
 from rl2edge.export.pipeline import ExportOptions, export_path
 from rl2edge.runtime.manifest import load_manifest
 from rl2edge.runtime.policy import Policy

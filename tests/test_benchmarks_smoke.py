@@ -15,7 +15,9 @@ import pytest
 # ratio of two timings), or they drive the real Mender client, which test_mender.py owns meanwhile.
 timed = pytest.mark.serial("the script's loop is timed and the test asserts on what it counted meanwhile")
 timing_ratio = pytest.mark.serial("the test asserts a ratio of two timings taken one after the other")
-mender_client = pytest.mark.serial("the real Mender client's files: one device per machine (tests/test_mender.py)")
+mender_client = pytest.mark.serial(
+    "the real Mender client's files: one device per machine (tests/test_mender.py)"
+)
 
 # Each runs a benchmark script end to end (10-35 s): `make test-integration` and CI, not `make test`.
 # The one left in `make test` needs only the runtime.

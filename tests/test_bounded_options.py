@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from rl2edge import bounded
-from rl2edge.cli import build_parser, main, parse_args
+from rl2edge.cli.app import build_parser, main, parse_args
 
 PROBES = ("0", "-1", "nan", "inf", "1e308", "0-1000000000000", "abc")
 
@@ -153,7 +153,7 @@ def test_a_cpu_range_10_to_the_12_wide_is_refused_under_a_2_gb_address_space_lim
     code = (
         "import resource, sys\n"
         "resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))\n"
-        "from rl2edge.cli import main\n"
+        "from rl2edge.cli.app import main\n"
         "sys.exit(main(['serve', 'art', '--endpoint', 'opc.tcp://127.0.0.1:4840', "
         "'--cpu-affinity', '0-1000000000000']))\n"
     )

@@ -157,8 +157,8 @@ def test_tampered_artifact(cartpole_all, tmp_path: Path) -> None:
     ],
 )
 def test_bench_spellings_reach_what_they_say(spelling: str, target: str, argv: list[str]) -> None:
-    from rl2edge.cli import parse_args
-    from rl2edge.commands.bench import bench_plan
+    from rl2edge.cli.app import parse_args
+    from rl2edge.cli.commands.bench import bench_plan
 
     assert bench_plan(parse_args(spelling.split())) == (target, argv)
 
@@ -299,9 +299,7 @@ def test_an_edge_install_asked_to_train_or_export_names_the_whole_extra(
         "train": ["train", "--algo", "ppo", "--env", "CartPole-v1", "--out", str(tmp_path / "r")],
         "export": ["export", str(cartpole_run), "--out", str(tmp_path / "a")],
     }[command]
-    code = (
-        f"import sys; sys.modules[{missing!r}] = None\nfrom rl2edge.cli import main; sys.exit(main({args!r}))"
-    )
+    code = f"import sys; sys.modules[{missing!r}] = None\nfrom rl2edge.cli.app import main; sys.exit(main({args!r}))"
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2, proc.stderr[-2000:]
     line = proc.stderr.strip().splitlines()[-1]

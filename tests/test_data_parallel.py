@@ -26,7 +26,7 @@ import numpy as np
 import pytest
 from safetensors.numpy import load_file
 
-from rl2edge.cli import main
+from rl2edge.cli.app import main
 from testkit.cli import EXE, rl2edge
 
 TOL = 1e-5

@@ -14,7 +14,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from rl2edge.cli import main
+from rl2edge.cli.app import main
 from rl2edge.errors import ConfigError, ObservationError
 from rl2edge.runtime.policy import Policy
 from rl2edge.specs import ObservationKey, ObservationSpec

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rl2edge.cli import main
+from rl2edge.cli.app import main
 from rl2edge.errors import ConfigError
 from rl2edge.train.core.envs import check_env_id, make_env, make_vec_env, vec_observation_spec
 from testkit.plc import NO_MISS, free_port, running, stop, wait_for_server

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rl2edge.cli import main
+from rl2edge.cli.app import main
 from rl2edge.export import sources
 from testkit.cli import assert_clean_failure, rl2edge
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rl2edge.cli import main
+from rl2edge.cli.app import main
 from rl2edge.errors import ConfigError
 from rl2edge.train.algos import build_config
 from rl2edge.train.core.her import HerReplayBuffer

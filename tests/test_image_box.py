@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rl2edge.cli import main
+from rl2edge.cli.app import main
 from rl2edge.errors import ConfigError
 from rl2edge.train.core.encoder_spec import encoder_spec, image_mask, refuse_image_keys
 from rl2edge.train.core.envs import make_env, make_vec_env, vec_observation_spec

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-SUBPACKAGES = ("train", "export", "runtime", "plc_bridge")
+SUBPACKAGES = ("cli", "train", "export", "runtime", "plc_bridge")
 
 
 def _package(module: str) -> str:
-    """rl2edge.train.core.config -> train; numpy.linalg -> numpy; rl2edge.cli -> rl2edge."""
+    """rl2edge.train.core.config -> train; numpy.linalg -> numpy; rl2edge.specs -> rl2edge."""
     parts = module.split(".")
     return parts[1] if parts[0] == "rl2edge" and len(parts) > 1 and parts[1] in SUBPACKAGES else parts[0]
 
@@ -46,9 +46,9 @@ def loaded_after(statement: str) -> set[str]:
             "import rl2edge.train.distributed.rollout_workers, rl2edge.specs",
             {"torch", "tensorflow", "ray", "export", "runtime"},
         ),
-        ("import rl2edge.cli", {"torch", "tensorflow", "train", "export", "runtime", "numpy"}),
+        ("import rl2edge.cli.app", {"torch", "tensorflow", "train", "export", "runtime", "numpy"}),
         (  # every command's parser, as `rl2edge serve` builds it on the device: nothing outside [edge]
-            "from rl2edge.cli import build_parser; build_parser()",
+            "from rl2edge.cli.app import build_parser; build_parser()",
             {"torch", "tensorflow", "threadpoolctl", "gymnasium", "ray", "onnx", "stable_baselines3", "tqdm"},
         ),
         (  # the algorithm table and every config class: the CLI's choices, no framework
@@ -81,8 +81,10 @@ def _modules() -> list[str]:
 
     root = Path(__file__).resolve().parents[1]
     names = []
-    for pkg in ("rl2edge", "runtime", "plc_bridge", "train", "export"):
+    for pkg in ("rl2edge", *SUBPACKAGES):
         for f in sorted((root / pkg).rglob("*.py")):
+            if f.stem == "__main__":  # runs the command when imported
+                continue
             parts = f.relative_to(root).with_suffix("").parts
             parts = parts[:-1] if parts[-1] == "__init__" else parts
             names.append(".".join(parts if pkg == "rl2edge" else ("rl2edge", *parts)))
@@ -110,7 +112,7 @@ def test_one_import_style_everywhere() -> None:
     import re
 
     root = Path(__file__).resolve().parents[1]
-    bare = re.compile(r"^\s*(from|import) (train|export|runtime|plc_bridge)\b", re.M)
+    bare = re.compile(r"^\s*(from|import) (cli|train|export|runtime|plc_bridge)\b", re.M)
     offenders = [
         f"{f.relative_to(root)}:{text[: m.start()].count(chr(10)) + 1}"
         for d in ("rl2edge", *SUBPACKAGES, "tests", "benchmarks", "scripts")
@@ -128,8 +130,39 @@ def test_the_wheel_lists_every_package() -> None:
 
     root = Path(__file__).resolve().parents[1]
     listed = set(tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
-    found = {"rl2edge", "rl2edge.commands"}
-    for top in ("train", "export", "runtime", "plc_bridge"):
+    found = {"rl2edge"}
+    for top in SUBPACKAGES:
         for init in (root / top).rglob("__init__.py"):
             found.add(".".join(("rl2edge", *init.parent.relative_to(root).parts)))
     assert found == listed
+
+
+def _imported(path: Path) -> list[tuple[int, str]]:
+    """(line, module) of every import in a file, lazy ones inside functions too."""
+    import ast
+
+    out: list[tuple[int, str]] = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            out += [(node.lineno, a.name) for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            out += [(node.lineno, node.module)]
+    return out
+
+
+def test_the_cli_is_on_top_and_rl2edge_holds_only_leaves() -> None:
+    """docs/architecture.md's floors: cli/ imports every package and none imports it (a process boundary
+    such as `python -m rl2edge.cli` is not an import); rl2edge/ itself holds the leaf modules (specs,
+    errors, fileio, ...), which import none of the five packages."""
+    root = Path(__file__).resolve().parents[1]
+    upward = [
+        f"{f.relative_to(root)}:{line} imports {name}"
+        for top in ("rl2edge", "train", "export", "runtime", "plc_bridge")
+        for f in sorted((root / top).rglob("*.py"))
+        for line, name in _imported(f)
+        if name == "rl2edge.cli"
+        or name.startswith("rl2edge.cli.")
+        or (top == "rl2edge" and name.split(".")[:2] in [["rl2edge", p] for p in SUBPACKAGES])
+    ]
+    assert upward == []
+    assert not (root / "rl2edge" / "cli.py").exists() and not (root / "rl2edge" / "commands").exists()

@@ -152,7 +152,7 @@ def test_the_rollouts_numpy_policy_samples_as_torch_does() -> None:
 def test_off_policy_algorithms_refuse_a_multi_discrete_plant_in_one_line(
     algo: str, says: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from rl2edge.cli import main
+    from rl2edge.cli.app import main
 
     code = main(["train", "--algo", algo, "--env", VALVES, "--steps", "100", "--out", str(tmp_path / "run")])
     err = capsys.readouterr().err.strip().splitlines()

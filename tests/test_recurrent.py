@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import torch
 
-from rl2edge.cli import main
+from rl2edge.cli.app import main
 from rl2edge.errors import BackendError, ConfigError, ManifestError
 from rl2edge.runtime.manifest import load_manifest, write_manifest
 from rl2edge.runtime.policy import Policy

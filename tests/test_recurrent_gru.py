@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 import torch
 
-from rl2edge.cli import main
+from rl2edge.cli.app import main
 from rl2edge.runtime.manifest import load_manifest
 from rl2edge.runtime.policy import Policy
 from rl2edge.train.core.recurrent_rollout import NumpyRecurrentActorCritic

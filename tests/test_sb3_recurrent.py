@@ -132,7 +132,7 @@ def test_a_rate_limited_import_follows_sb3_contribs_predict_through_the_limit(re
 def test_a_multi_input_lstm_policy_is_refused_in_one_line(tmp_path: Path, capfd) -> None:
     from sb3_contrib import RecurrentPPO
 
-    from rl2edge.cli import main
+    from rl2edge.cli.app import main
     from rl2edge.train.core.envs import make_env
 
     agv = "examples.agv:AgvDictEnv"

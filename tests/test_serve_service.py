@@ -323,7 +323,7 @@ def hanging(self, obs, *args, **kwargs):
         time.sleep(3600)  # a hung interpreter: the event loop blocks
     return predict(self, obs, *args, **kwargs)
 Policy.predict = hanging
-from rl2edge.cli import main
+from rl2edge.cli.app import main
 sys.exit(main(sys.argv[2:]))
 """
 
@@ -385,7 +385,7 @@ def test_systemd_watchdog_is_petted_while_the_loop_runs_and_not_once_it_hangs(
 def test_the_documented_config_file_and_unit_are_what_serve_reads(tmp_path: Path) -> None:
     """docs/examples/serve.yaml parses into serve's options (paths taken relative to its folder), and the
     unit starts serve from it with Type=notify and a watchdog above serve's stall limit."""
-    from rl2edge.cli import parse_args
+    from rl2edge.cli.app import parse_args
 
     docs = Path(__file__).resolve().parents[1] / "docs" / "examples"
     args = parse_args(["serve", "--config", str(docs / "serve.yaml"), "--period-ms", "10"])

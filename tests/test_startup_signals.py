@@ -1,6 +1,6 @@
 """A SIGHUP (`systemctl reload`, a deployer's swap) while serve starts is queued for the service's handler,
 never the default action's exit 129 (issue 52: a SIGHUP in the first ~50 ms killed serve). The console
-script blocks it before the CLI's imports (rl2edge.entry); only the interpreter's own start-up precedes."""
+script blocks it before the CLI's imports (rl2edge.cli.entry); only the interpreter's own start-up precedes."""
 
 from __future__ import annotations
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from rl2edge.cli import main
+from rl2edge.cli.app import main
 from rl2edge.runtime import Policy
 from rl2edge.train import algos
 from rl2edge.train.core.evaluation import evaluate

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rl2edge.cli import main
+from rl2edge.cli.app import main
 from testkit.cli import assert_clean_failure, rl2edge
 
 ENV = "Pendulum-v1"

@@ -82,5 +82,5 @@ def test_the_checkpoint_types_are_checked_too(tmp_path: Path) -> None:
 
 def test_every_package_is_checked() -> None:
     assert set(_typecheck_module().CHECKED) == {
-        "rl2edge", "rl2edge.commands", "rl2edge.runtime", "rl2edge.plc_bridge", "rl2edge.train", "rl2edge.export"
+        "rl2edge", "rl2edge.cli", "rl2edge.runtime", "rl2edge.plc_bridge", "rl2edge.train", "rl2edge.export"
     }  # fmt: skip

@@ -29,7 +29,8 @@ GRACE_S = 10.0
 """How long a stopped rank may take to clean up (rank 0 removes its staging folder) before SIGKILL."""
 POLL_S = 0.1
 
-_CHILD = "import sys; from rl2edge.cli import main; sys.exit(main())"
+_CHILD = ("-m", "rl2edge.cli")
+"""How a rank starts: the console script's entry point (rl2edge.cli.__main__), on this Python."""
 
 
 def _describe(code: int) -> str:
@@ -77,7 +78,7 @@ def run_job(argv: Sequence[str], nproc: int, out: Path) -> int:
         for rank in range(nproc):
             procs.append(
                 subprocess.Popen(
-                    [sys.executable, "-c", _CHILD, *argv],
+                    [sys.executable, *_CHILD, *argv],
                     env={**env, "RANK": str(rank), "LOCAL_RANK": str(rank)},
                     stdout=_terminal(sys.stdout),
                     stderr=_terminal(sys.stderr),

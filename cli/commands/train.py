@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rl2edge import bounded
-from rl2edge.commands.common import table
+from rl2edge.cli.commands.common import table
 from rl2edge.errors import ConfigError
 from rl2edge.interrupts import check_interrupted, stop_request
 

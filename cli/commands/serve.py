@@ -9,14 +9,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rl2edge import bounded
-from rl2edge.commands.common import (
+from rl2edge.cli.commands.common import (
+    OneLineErrors,
     add_security_options,
     check_output_file,
     run_until_signal,
     security_config,
     table,
 )
-from rl2edge.commands.config_file import add_config_option
+from rl2edge.cli.commands.config_file import add_config_option
 from rl2edge.errors import ConfigError
 from rl2edge.plc_bridge.drift_config import DEFAULT_THRESHOLD, DEFAULT_WINDOW, DriftConfig
 from rl2edge.plc_bridge.fault_injection import parse_injection
@@ -202,6 +203,18 @@ def add_parser(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
     add_security_options(s, "client")
     add_config_option(s, "/etc/rl2edge/serve.yaml", PATH_OPTIONS)
     s.set_defaults(func=run)
+
+
+def read_config_file(path: Path) -> argparse.Namespace:
+    """serve's options as `rl2edge serve --config PATH` reads them: the same parser, the same file rules
+    (the Mender update module finds serve's artifact path and metrics port this way). A file serve would
+    refuse raises ConfigError or, for a value argparse refuses, SystemExit after argparse's one line."""
+    from rl2edge.cli.commands.config_file import apply_config_file
+
+    top = OneLineErrors(prog="rl2edge")
+    add_parser(top.add_subparsers(dest="command", required=True), argparse.HelpFormatter)
+    argv = ["serve", "--config", str(path)]
+    return apply_config_file(top, argv, top.parse_args(argv))
 
 
 def run(args: argparse.Namespace) -> int:

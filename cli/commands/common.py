@@ -1,4 +1,4 @@
-"""What the subcommands share: the padded table of their summaries, OPC UA security options, a check
+"""What the subcommands share: the one-line parse errors, the padded table of their summaries, OPC UA security options, a check
 of output files, and the runner of the asyncio services."""
 
 from __future__ import annotations
@@ -7,12 +7,20 @@ import argparse
 import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from rl2edge.errors import ConfigError
 from rl2edge.tables import markdown_table
 
 QUANT_MODES = ("fp32", "fp16", "dynamic", "int8")
+
+
+class OneLineErrors(argparse.ArgumentParser):
+    """A wrong option is one line and exit 2 (argparse's default prints the whole usage first, which pushes
+    the reason off a journal's line); subcommands' parsers inherit the class."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
 def table(headers: Sequence[object], rows: Sequence[Sequence[object]]) -> str:

@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from rl2edge.commands.common import table
+from rl2edge.cli.commands.common import table
 from rl2edge.errors import ConfigError
 
 

@@ -13,6 +13,6 @@ def main() -> int:
     command = next((a for a in sys.argv[1:] if not a.startswith("-")), None)
     if command == "serve" and hasattr(signal, "pthread_sigmask"):
         signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGHUP})
-    from rl2edge.cli import main as cli_main
+    from rl2edge.cli.app import main as cli_main
 
     return cli_main()

@@ -10,21 +10,12 @@ import os
 import signal
 import sys
 from collections.abc import Callable, Sequence
-from typing import NoReturn
 
-from rl2edge.commands import COMMANDS
+from rl2edge.cli.commands import COMMANDS
+from rl2edge.cli.commands.common import OneLineErrors
 from rl2edge.errors import Rl2EdgeError
 from rl2edge.interrupts import Interrupted, interruptible
 from rl2edge.native_output import native_output_hidden
-
-
-class OneLineErrors(argparse.ArgumentParser):
-    """A wrong option is one line and exit 2 (argparse's default prints the whole usage first, which pushes
-    the reason off a journal's line); subcommands' parsers inherit the class."""
-
-    def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
-
 
 WORKSTATION_EXTRAS = {"train": "rl2edge[train]", "export": "rl2edge[train]", "tune": "rl2edge[train,ray]"}
 """The commands an edge install cannot run, and the extra that brings everything each needs."""
@@ -48,7 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
     fmt = argparse.RawDescriptionHelpFormatter
 
     for name in COMMANDS:  # each module imports its packages only when its command runs
-        importlib.import_module(f"rl2edge.commands.{name}").add_parser(sub, fmt)
+        importlib.import_module(f"rl2edge.cli.commands.{name}").add_parser(sub, fmt)
     return p
 
 
@@ -72,7 +63,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         argv, tail = argv[:cut], argv[cut + 1 :]
     args, rest = parser.parse_known_args(argv)
     if getattr(args, "options_file", None):  # only the commands that registered an options file have it
-        from rl2edge.commands.config_file import apply_config_file
+        from rl2edge.cli.commands.config_file import apply_config_file
 
         args = apply_config_file(parser, argv, args)
     if args.command == "bench":
@@ -85,7 +76,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 def _hold_reloads(argv: Sequence[str]) -> None:
     """serve: SIGHUP (`systemctl reload`) is blocked from here until the service's handler takes it
     (plc_bridge.service), so that a reload during start-up is queued, not the default's exit 129. The
-    console script (rl2edge.entry) does the same before this module's imports; this covers `main()` called
+    console script (rl2edge.cli.entry) does the same before this module's imports; this covers `main()` called
     otherwise. entry cannot share it: it may not import this module's imports, nor this module it."""
     command = next((a for a in argv if not a.startswith("-")), None)
     if command == "serve" and hasattr(signal, "pthread_sigmask"):

@@ -7,7 +7,7 @@ import json
 from typing import Any
 
 from rl2edge import bounded
-from rl2edge.commands.common import table
+from rl2edge.cli.commands.common import table
 from rl2edge.errors import ConfigError
 
 

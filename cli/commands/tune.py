@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from rl2edge import bounded
-from rl2edge.commands.common import table
+from rl2edge.cli.commands.common import table
 
 
 def add_parser(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:

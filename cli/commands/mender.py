@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rl2edge import bounded
-from rl2edge.commands.common import table
+from rl2edge.cli.commands.common import table
 from rl2edge.errors import ConfigError, Rl2EdgeError
 from rl2edge.fileio import write_bytes_atomic
 
@@ -76,13 +76,13 @@ def _module_options(p: argparse.ArgumentParser) -> None:
 
 def target_of(serve_config: Path) -> Target:
     """serve's artifact path and metrics endpoint, as serve itself reads its config file."""
-    from rl2edge.cli import parse_args
+    from rl2edge.cli.commands.serve import read_config_file
     from rl2edge.plc_bridge.mender_module import Target
 
     if not serve_config.is_file():
         raise ConfigError(f"serve's config file {serve_config} does not exist")
     try:
-        args = parse_args(["serve", "--config", str(serve_config)])
+        args = read_config_file(serve_config)
     except SystemExit:  # argparse printed its one line
         raise ConfigError(f"{serve_config}: serve would refuse this config file") from None
     if not args.watch:
@@ -127,7 +127,7 @@ def _rl2edge_command() -> str:
     script = Path(sys.executable).with_name("rl2edge")
     if script.is_file():
         return shlex.quote(str(script))
-    return f"{shlex.quote(sys.executable)} -c 'import sys; from rl2edge.entry import main; sys.exit(main())'"
+    return f"{shlex.quote(sys.executable)} -m rl2edge.cli"
 
 
 def install_module(args: argparse.Namespace, config: Path) -> int:

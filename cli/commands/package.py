@@ -8,7 +8,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from rl2edge.commands.common import table
+from rl2edge.cli.commands.common import table
 from rl2edge.errors import ConfigError
 
 _logger = logging.getLogger("rl2edge.package")

@@ -14,7 +14,7 @@ from typing import Any
 from urllib.parse import SplitResult, urlsplit
 
 from rl2edge import bounded
-from rl2edge.commands.common import table
+from rl2edge.cli.commands.common import table
 from rl2edge.errors import ConfigError, printable, short_repr
 
 DEFAULT_URL = "http://127.0.0.1:9464/metrics"

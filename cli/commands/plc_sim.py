@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from rl2edge import bounded
-from rl2edge.commands.common import (
+from rl2edge.cli.commands.common import (
     add_security_options,
     check_output_file,
     run_until_signal,

@@ -3,6 +3,7 @@ on import) and a user's own `package.module:EnvClass`."""
 
 from __future__ import annotations
 
+import functools
 import importlib
 import logging
 from collections.abc import Callable
@@ -12,6 +13,7 @@ import gymnasium as gym
 
 from rl2edge.errors import ConfigError
 from rl2edge.specs import ObservationSpec
+from rl2edge.train.core.finite_check import FiniteCheck
 from rl2edge.train.core.frame_stack import StackedObservation
 from rl2edge.train.core.partial_envs import register as _register_partial_envs
 from rl2edge.train.core.spaces import (
@@ -64,13 +66,14 @@ def make_env(env_id: str, **kwargs: Any) -> gym.Env:
 
 def make_vec_env(env_id: str, n_envs: int, frame_stack: int = 1) -> gym.vector.SyncVectorEnv:
     """n copies in one process, as training sees them: a Dict observation as one vector
-    (FlatDictObservation), a matrix or image Box as one vector (FlatBoxObservation), the last `frame_stack` observations stacked (train.core.frame_stack). SAME_STEP
+    (FlatDictObservation), a matrix or image Box as one vector (FlatBoxObservation), the last `frame_stack` observations stacked (train.core.frame_stack); a NaN or
+    inf observation or reward stops training (train.core.finite_check). SAME_STEP
     autoreset keeps the final observation of each episode in infos['final_obs'], which PPO needs to
     bootstrap truncated episodes."""
     factory = _env_factory(env_id)
 
-    def make() -> gym.Env:
-        env = factory()
+    def make(index: int) -> gym.Env:
+        env = FiniteCheck(factory(), env_id, index)  # every value as the env gives it, keys and all
         space = env.observation_space
         if isinstance(space, gym.spaces.Dict):
             env = FlatDictObservation(env)
@@ -79,7 +82,9 @@ def make_vec_env(env_id: str, n_envs: int, frame_stack: int = 1) -> gym.vector.S
             env = FlatBoxObservation(env)
         return StackedObservation(env, frame_stack) if frame_stack > 1 else env
 
-    return gym.vector.SyncVectorEnv([make] * n_envs, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
+    return gym.vector.SyncVectorEnv(
+        [functools.partial(make, i) for i in range(n_envs)], autoreset_mode=gym.vector.AutoresetMode.SAME_STEP
+    )
 
 
 def vec_observation_spec(envs: gym.vector.SyncVectorEnv) -> ObservationSpec:

@@ -23,8 +23,9 @@ from typing import Any
 
 import numpy as np
 
-from rl2edge.errors import ConfigError
+from rl2edge.errors import ConfigError, TrainingError
 from rl2edge.specs import ObservationSpec
+from rl2edge.train.core.finite_check import check_rewards
 from rl2edge.train.core.replay import ReplayBatch, ReplayBuffer
 
 GOAL_KEYS = ("achieved_goal", "desired_goal")
@@ -153,8 +154,15 @@ class HerReplayBuffer(ReplayBuffer):
             next_obs[:, :k, self.desired] = goals
             achieved = next_obs[:, :k, self.achieved].reshape(n * k, -1)
             infos = np.array([{} for _ in range(n * k)])  # no info is stored; SB3 stores the env's
-            reward = self.compute_reward(achieved, goals.reshape(n * k, -1), infos)
-            rewards[:, :k] = np.asarray(reward, np.float32).reshape(n, k)
+            reward = np.asarray(self.compute_reward(achieved, goals.reshape(n * k, -1), infos), np.float32)
+            if reward.size != n * k:  # a scalar from a compute_reward written for one goal at a time
+                raise TrainingError(
+                    f"the env's compute_reward gave {reward.size} reward(s) for a batch of {n * k} goals "
+                    f"(shape {reward.shape}); HER calls it on a batch, as SB3 does: it must return one reward "
+                    "per row of achieved_goal (use numpy operations over the last axis)"
+                )
+            check_rewards(reward, "the env's compute_reward (on HER's relabeled goals)")
+            rewards[:, :k] = reward.reshape(n, k)
         return ReplayBatch(
             normalize(obs),
             self.actions[idx],

@@ -23,6 +23,7 @@ from rl2edge.train.core.config import RunConfig
 from rl2edge.train.core.encoder_spec import image_mask
 from rl2edge.train.core.envs import make_vec_env, vec_observation_spec
 from rl2edge.train.core.evaluation import EvalResult, evaluate
+from rl2edge.train.core.finite_check import check_losses, check_weights
 from rl2edge.train.core.frame_stack import FrameStacker, check_stackable, stacked_spec
 from rl2edge.train.core.metrics import MetricsLogger
 from rl2edge.train.core.network_spec import NetworkSpec
@@ -100,6 +101,7 @@ def finish_run(
             final_eval.mean,
             last_eval.mean,
         )
+    check_weights(agent.get_state())
     weights_file = agent.save_weights(run_dir)
     write_checkpoint(
         run_dir,
@@ -252,6 +254,7 @@ class TrainingRun:
         """One row of progress.csv and TensorBoard (the metrics exist once `begin` ran)."""
         assert self.metrics is not None, "begin() the run first"
         self.metrics.log(step, row)
+        check_losses(step, row)  # logged first: progress.csv shows the row that stopped the run
 
     def close(self, bar: tqdm | None = None) -> None:
         if bar is not None:

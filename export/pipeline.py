@@ -22,6 +22,7 @@ from tqdm.auto import tqdm
 
 from rl2edge.errors import ConfigError, ExportError
 from rl2edge.export.calibration import collect_rollout_data, observation_stats, pin_uint8_range
+from rl2edge.export.degenerate import check_outputs
 from rl2edge.export.graph_spec import (
     EPISODE_START,
     INPUT_NAME,
@@ -93,6 +94,8 @@ class ExportOptions:
     observations: Path | None = None
     """Recorded plant observations (export.observations_file) for calibration and the held-out parity
     check, in place of rollouts in an env; without an env no closed-loop return is measured."""
+    allow_constant_output: bool = False
+    """Export a source whose outputs are the same on every held-out observation (export.degenerate)."""
     tolerances: Tolerances = field(default_factory=lambda: DEFAULT)
     noise_spec: NoiseSpec | None = field(init=False, default=None, repr=False, compare=False)
     """`noise`, parsed: options are checked and parsed once, when they are made."""
@@ -301,8 +304,11 @@ def _collect(source: ExportSource, opts: ExportOptions) -> _Collected:
         traj = source.trajectory(data.heldout, data.heldout_starts)
         actions = source.reference_trajectory(data.heldout, data.heldout_starts)
         margins = top2_margins(traj.pre_head, source.nvec) if source.categorical else None
+        raw = traj.pre_head if source.categorical else actions
     else:
         actions, margins = source.reference_actions(data.heldout), source.margins(data.heldout)
+        raw = source.pre_head(data.heldout) if source.categorical else actions
+    check_outputs(raw, source.categorical, opts.allow_constant_output)  # NaN or blind: refused here
     source_return = None
     if source.env_id is not None:
         source_return = _ret(

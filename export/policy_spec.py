@@ -47,7 +47,7 @@ from typing import Any
 
 import numpy as np
 
-from rl2edge.errors import ConfigError
+from rl2edge.errors import ConfigError, short_repr
 from rl2edge.fileio import load_yaml, sha256_file
 from rl2edge.specs import ActionSpec, ObservationKey, ObservationSpec, check_key_name
 from rl2edge.train.core.normalization import RunningNormalizer
@@ -262,6 +262,15 @@ def policy_spec_from_dict(doc: Any, where: Path, sha256: str = "", base: Path | 
     )
 
 
+def _positive(path: Path, what: str, value: Any, zero_ok: bool = False) -> float:
+    """A finite number above 0 (or at least 0), from a spec a person wrote."""
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    if not ok or value < 0 or (value == 0 and not zero_ok):
+        need = "a finite number >= 0" if zero_ok else "a finite number above 0"
+        raise ConfigError(f"{path}: {what} must be {need}, got {short_repr(value)}")
+    return float(value)
+
+
 def _floats(path: Path, what: str, value: Any, size: int) -> tuple[float, ...]:
     """A bound: one number for every element, or a list of `size` finite numbers."""
     values = [value] * size if isinstance(value, (int, float)) and not isinstance(value, bool) else value
@@ -343,9 +352,11 @@ def _normalization(
             f"{mean[bad]!r}; every variance must be a finite number above 0"
         )
     on_std, default_eps, default_clip = LAYOUTS[layout]
-    eps = float(doc.get("epsilon", default_eps))
+    eps = _positive(path, "normalization.epsilon", doc.get("epsilon", default_eps), zero_ok=True)
     clip = doc.get("clip", default_clip)
-    norm = RunningNormalizer(shape, clip=NO_CLIP if clip is None else float(clip), eps=0.0 if on_std else eps)
+    if clip is not None:  # clip <= 0 would hold every observation at one value: a policy blind to the plant
+        clip = _positive(path, "normalization.clip", clip)
+    norm = RunningNormalizer(shape, clip=NO_CLIP if clip is None else clip, eps=0.0 if on_std else eps)
     norm.mean = mean.reshape(shape).astype(np.float64)
     # rsl-rl divides by std + eps: the variance whose square root that is, so that RunningNormalizer's one
     # formula (x - mean) / sqrt(var + eps') gives the library's own numbers

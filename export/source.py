@@ -85,6 +85,9 @@ class ExportSource(Protocol):
     def reference_actions(self, obs: np.ndarray) -> np.ndarray:
         """A stateless source's actions on a batch of flat raw observations."""
 
+    def pre_head(self, obs: np.ndarray) -> np.ndarray:
+        """Categorical: a stateless source's logits or Q-values on a batch (what its head picks from)."""
+
     def margins(self, obs: np.ndarray) -> np.ndarray | None:
         """Discrete: the gap between the top two logits/Q-values at each observation; None for Box."""
 

@@ -19,10 +19,12 @@ def linear_policy(
     scaler: bool = False,
     state: int = 0,
     state_out: int | None = None,
+    weights: float | None = None,
 ) -> Path:
     """obs [1, obs] -> actions = obs @ W + b [1, act]. `obs_dims`: the input's declared shape (a string is a
     dynamic dimension); `scaler`: an ai.onnx.ml Scaler in front (onnxruntime runs it, onnx2tf has no
-    conversion for it); `state`: a state input h_in [1, state] and an output h_out [1, state_out or state]."""
+    conversion for it); `state`: a state input h_in [1, state] and an output h_out [1, state_out or state];
+    `weights`: every entry of W that value (nan: a diverged file; 0: a policy blind to its input)."""
     rng = np.random.default_rng(0)
     nodes, inits = [], []
     x = "obs"
@@ -34,7 +36,12 @@ def linear_policy(
         )
         x = "scaled"
     inits += [
-        numpy_helper.from_array(rng.normal(size=(obs, act)).astype(np.float32), "W"),
+        numpy_helper.from_array(
+            rng.normal(size=(obs, act)).astype(np.float32)
+            if weights is None
+            else np.full((obs, act), weights, np.float32),
+            "W",
+        ),
         numpy_helper.from_array(np.full(act, 0.1, np.float32), "b"),
     ]
     nodes.append(helper.make_node("Gemm", [x, "W", "b"], ["actions"]))

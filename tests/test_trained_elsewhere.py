@@ -353,6 +353,52 @@ def test_a_spec_that_does_not_fit_the_file_is_one_line(linear, tmp_path: Path) -
     _refused(tmp_path, onnx_file, "--spec", spec, fragments=("input 'obs' takes 3 values", "gives it 4"))
 
 
+@pytest.mark.parametrize(
+    ("weights", "fragment"),
+    [
+        (
+            float("nan"),
+            "logits/Q-values are not finite on",
+        ),  # argmax 0 everywhere: it had verified, agree 100 %
+        (0.0, "logits/Q-values are the same on all"),
+    ],
+)
+def test_a_policy_with_nan_or_constant_outputs_is_refused(
+    tmp_path: Path, weights: float, fragment: str
+) -> None:
+    from testkit.onnx_models import linear_policy
+
+    onnx_file = linear_policy(tmp_path / "policy.onnx", obs=4, act=2, weights=weights)
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(
+        "spec: 1\nenv: CartPole-v1\nobservation: {shape: [4], input: obs}\nnormalization: none\n"
+        "action: {type: discrete, n: 2, output: actions}\n"
+    )
+    _refused(
+        tmp_path, onnx_file, "--spec", spec, "--quantize", "fp32", fragments=(fragment, "nothing was written")
+    )
+    if weights == 0.0:  # asked for: a constant test policy exports
+        out = tmp_path / "asked"
+        proc = rl2edge("export", onnx_file, "--spec", spec, "--quantize", "fp32", "--allow-constant-output",
+                       "--out", out, "--no-progress")  # fmt: skip
+        assert proc.returncode == 0, proc.stderr
+        assert (out / "policy.tflite").is_file()
+
+
+def test_a_clip_that_is_not_positive_is_one_line(linear, tmp_path: Path) -> None:
+    onnx_file, spec = linear
+    for clip, fragment in (("-1", "got -1"), ("0", "got 0"), (".nan", "got nan"), ("ten", "got 'ten'")):
+        norm = f"normalization: {{mean: [0, 0, 0], var: [1, 1, 1], clip: {clip}}}"
+        spec.write_text(SPEC.replace("normalization: in-graph", norm))
+        _refused(
+            tmp_path,
+            onnx_file,
+            "--spec",
+            spec,
+            fragments=("normalization.clip must be a finite number above 0", fragment),
+        )
+
+
 def test_a_dynamic_dimension_other_than_the_batch_is_one_line(tmp_path: Path) -> None:
     from testkit.onnx_models import linear_policy
 

@@ -69,6 +69,12 @@ def add_parser(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
         "parity check, where there is no simulator; without --env no closed-loop check runs",
     )
     e.add_argument("--vecnormalize", help="Stable-Baselines3 models only: the VecNormalize statistics (.pkl)")
+    e.add_argument(
+        "--allow-constant-output",
+        action="store_true",
+        help="export a policy whose outputs are the same on every held-out observation (refused by default: "
+        "it ignores the plant); non-finite outputs are always refused",
+    )
     e.add_argument("--out", help="artifact directory (default: artifacts/<run name>)")
     e.add_argument(
         "--calib-episodes",
@@ -126,6 +132,7 @@ def run(args: argparse.Namespace) -> int:
         max_action_rate=args.max_action_rate,
         period_ms=args.period_ms,
         observations=Path(args.observations) if args.observations else None,
+        allow_constant_output=args.allow_constant_output,
     )
     src = Path(args.run_dir)
     out = Path(args.out) if args.out else default_out(src)

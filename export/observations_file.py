@@ -9,6 +9,7 @@ sequence from a reset)."""
 from __future__ import annotations
 
 import hashlib
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -21,10 +22,16 @@ from rl2edge.runtime.trace import SEGMENT_PREFIX, is_trace, read_trace, segment_
 from rl2edge.specs import ObservationSpec
 
 MIN_ROWS = 30
+FLOAT32_MAX = float(np.finfo(np.float32).max)
+SENTINEL = 1e30
+"""|x| at or above it is a sentinel, not a measurement (FLT_MAX, 1e30: what PLC logs write for 'no reading')."""
+
+_logger = logging.getLogger(__name__)
 
 
-def read_observations(path: Path, observation: ObservationSpec) -> np.ndarray:
-    """The file's rows as float32 [n, size]; a wrong width, a non-number, NaN or inf is one line naming where."""
+def read_observations(path: Path, observation: ObservationSpec, stateful: bool = False) -> np.ndarray:
+    """The file's rows as float32 [n, size]; a wrong width, a non-number, NaN or inf, or a value outside float32
+    is one line naming where. Rows outside the spec's declared bounds are dropped (`stateful`: refused)."""
     if path.is_dir():
         if not is_trace(path):
             raise ConfigError(
@@ -40,7 +47,15 @@ def read_observations(path: Path, observation: ObservationSpec) -> np.ndarray:
             name = "observations" if "observations" in names else (names[0] if len(names) == 1 else None)
             if name is None:
                 raise ConfigError(f"{path} holds arrays {names}: name the observations `observations`")
-            rows = np.asarray(data[name], np.float64)
+            raw = np.asarray(data[name])
+            if raw.dtype.kind not in "fiub":  # complex (its imaginary part would be dropped), text, objects
+                raise ConfigError(
+                    f"observations file {path}: array {name!r} holds {raw.dtype} values; observations are real "
+                    "numbers (float or int)"
+                )
+            if raw.size == 0:
+                raise ConfigError(f"observations file {path}: array {name!r} holds no rows")
+            rows = raw.astype(np.float64)
         except ConfigError:
             raise
         except Exception as exc:  # numpy raises several types for a file that is no .npz
@@ -61,9 +76,54 @@ def read_observations(path: Path, observation: ObservationSpec) -> np.ndarray:
         raise ConfigError(
             f"observations file {path}: row {r + 1}, column {c + 1} is {rows[r, c]}; every value must be finite"
         )
+    big = np.argwhere(np.abs(rows) > FLOAT32_MAX)
+    if len(big):
+        r, c = big[0]
+        raise ConfigError(
+            f"observations file {path}: row {r + 1}, column {c + 1} is {rows[r, c]:g}, outside float32 "
+            f"(|x| <= {FLOAT32_MAX:g}); every value must fit the observation's float32"
+        )
+    rows = _within_bounds(path, rows, observation, stateful)
     if len(rows) < MIN_ROWS:
         raise ConfigError(f"observations file {path} has {len(rows)} rows; give at least {MIN_ROWS}")
     return rows.astype(np.float32)
+
+
+def _within_bounds(path: Path, rows: np.ndarray, observation: ObservationSpec, stateful: bool) -> np.ndarray:
+    """Rows with a value outside the spec's declared bounds, or a sentinel (|x| >= 1e30: FLT_MAX, 1e30, a
+    PLC's 'no reading'), are not plant states: one such row stretches int8's calibrated ranges (one row of
+    1e30 among 300 took int8's agreement to 56 %). They are dropped with one warning; a stateful policy's
+    rows are one sequence, so there they are refused."""
+    low, high = observation.bounds
+    lo = np.array([-np.inf if v is None else v for v in low], np.float64)
+    hi = np.array([np.inf if v is None else v for v in high], np.float64)
+    outside = (rows < lo) | (rows > hi) | (np.abs(rows) >= SENTINEL)
+    bad = outside.any(axis=1)
+    if not bad.any():
+        return rows
+    r = int(np.flatnonzero(bad)[0])
+    c = int(np.flatnonzero(outside[r])[0])
+    value = rows[r, c]
+    why = (
+        f"row {r + 1}, column {c + 1} is {value:g}"
+        + (", a 'no reading' sentinel such as FLT_MAX or 1e30" if abs(value) >= SENTINEL else "")
+        + (f", outside the declared [{lo[c]:g}, {hi[c]:g}]" if not lo[c] <= value <= hi[c] else "")
+    )
+    count = (
+        f"{int(bad.sum())} of {len(rows)} rows are outside the spec's declared bounds or a sentinel ({why})"
+    )
+    if stateful:
+        raise ConfigError(
+            f"observations file {path}: {count}; a stateful policy runs the rows as one sequence, so none can "
+            "be dropped: remove those stretches from the file, or record where the plant reports real values"
+        )
+    _logger.warning(
+        "observations file %s: %s; they are dropped: calibrating int8 on them would stretch its ranges past "
+        "every real observation",
+        path,
+        count,
+    )
+    return rows[~bad]
 
 
 def trace_rows(path: Path) -> np.ndarray:
@@ -84,7 +144,14 @@ def _identity(path: Path) -> str:
 
 
 def _csv(path: Path) -> np.ndarray:
-    lines = [ln.strip() for ln in path.read_text().splitlines() if ln.strip()]
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(
+            f"observations file {path} is not a text CSV (byte {exc.start} is not UTF-8); give comma-separated "
+            "numbers, one observation per line, or an .npz"
+        ) from None
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
     rows: list[list[float]] = []
     for i, line in enumerate(lines):
         cells = [c.strip() for c in line.split(",")]

@@ -281,7 +281,7 @@ def _collect(source: ExportSource, opts: ExportOptions) -> _Collected:
     if opts.observations is not None:  # recorded plant observations, in place of rollouts
         from rl2edge.export.observations_file import read_observations, recorded_data
 
-        rows = read_observations(opts.observations, source.observation)
+        rows = read_observations(opts.observations, source.observation, bool(source.states))
         data = recorded_data(
             opts.observations, rows, tol.calibration_max_samples, tol.heldout_max_samples, bool(source.states)
         )

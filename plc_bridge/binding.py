@@ -19,7 +19,7 @@ from asyncua.common.ua_utils import data_type_to_variant_type
 from rl2edge.errors import ConfigError
 from rl2edge.plc_bridge import typed_values as tv
 from rl2edge.plc_bridge.nodemap import NodeMap, check_distinct_roles, key_roles, observation_groups
-from rl2edge.plc_bridge.noderefs import NodeRef, parse_ref
+from rl2edge.plc_bridge.noderefs import NodeRef, identity, parse_ref
 from rl2edge.plc_bridge.status import CycleStatus
 from rl2edge.runtime.policy import Policy
 
@@ -144,12 +144,7 @@ async def bind(client: Client, node_map: NodeMap, io: PlantIo) -> BoundNodes:
     ids = [await _node_id(client, parse_ref(ref, role), namespaces, role) for role, ref in roles]
     # the load-time check compares references as written; here `nsu=` and `ns=` forms and browse paths
     # are resolved, so two spellings of one node are caught too
-    check_distinct_roles(
-        [
-            (role, (i.NamespaceIndex, type(i.Identifier).__name__, i.Identifier), ref)
-            for (role, ref), i in zip(roles, ids, strict=True)
-        ]
-    )
+    check_distinct_roles([(role, identity(i), ref) for (role, ref), i in zip(roles, ids, strict=True)])
     params = ua.ReadParameters()
     params.NodesToRead = [ua.ReadValueId(NodeId=i, AttributeId=a) for i in ids for a in _ATTRS]
     results = await client.uaclient.read(params)

@@ -22,6 +22,7 @@ Each failure is one line on stderr and exit 1.
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
@@ -176,18 +177,33 @@ class Update:
                 f"{dest} holds another policy named {name}; give each artifact its own name (--name)"
             )
         else:
-            incoming = link.parent / f"{INCOMING}{name}"
-            shutil.rmtree(incoming, ignore_errors=True)  # an earlier call's half
-            incoming.mkdir(parents=True)
-            _unpack(self.files / "files" / "policy.tar", incoming)
-            unpacked = incoming / "policy"
-            if manifest_sha256(unpacked) != meta["manifest_sha256"]:
-                raise ModuleError("the payload's manifest is not the one the artifact's meta-data names")
-            self._check(unpacked, state["previous"], meta["io_digest"])
-            _sync_tree(unpacked)  # on disk before the name that makes it visible
-            os.replace(unpacked, dest)
-            _sync_dir(dest.parent)
-            shutil.rmtree(incoming, ignore_errors=True)
+            # this call's own folder: two installs at once never share one (Cleanup removes every half)
+            incoming = link.parent / f"{INCOMING}{name}-{os.getpid()}"
+            try:
+                shutil.rmtree(incoming, ignore_errors=True)
+                incoming.mkdir(parents=True)
+                _unpack(self.files / "files" / "policy.tar", incoming)
+                unpacked = incoming / "policy"
+                if manifest_sha256(unpacked) != meta["manifest_sha256"]:
+                    raise ModuleError("the payload's manifest is not the one the artifact's meta-data names")
+                self._check(unpacked, state["previous"], meta["io_digest"])
+                _sync_tree(unpacked)  # on disk before the name that makes it visible
+                # the ledger names the folder before it exists: Cleanup and Rollback know every folder this
+                # module made, even when the disk fills between the two (a folder left out stayed for good)
+                _ledger_add(link.parent, name)
+                os.replace(unpacked, dest)
+                _sync_dir(dest.parent)
+            except OSError as exc:
+                raise ModuleError(
+                    f"installing {name} into {link.parent} failed: {exc.strerror or exc}"
+                    + (
+                        "; free space on that disk: the next update works once there is"
+                        if exc.errno == errno.ENOSPC
+                        else ""
+                    )
+                ) from None
+            finally:
+                shutil.rmtree(incoming, ignore_errors=True)
         _ledger_add(link.parent, name)
         _point(link, dest)
         _logger.info("installed %s; %s -> %s; serve takes it over after its shadow run", name, link, dest)
@@ -378,7 +394,11 @@ def _unpack(payload: Path, into: Path) -> None:
             for m in members:
                 m.mode = 0o755 if m.isdir() else 0o644
                 tar.extract(m, into, set_attrs=False, **_DATA_FILTER)
-    except (tarfile.TarError, OSError) as exc:
+    except OSError as exc:
+        if exc.errno == errno.ENOSPC:
+            raise  # not the payload's fault: install() says so
+        raise ModuleError(f"the payload {payload} is not a readable tar ({exc})") from None
+    except tarfile.TarError as exc:
         raise ModuleError(f"the payload {payload} is not a readable tar ({exc})") from None
 
 

@@ -45,6 +45,21 @@ class Namespace:
             ) from None
 
 
+def identity(node_id: ua.NodeId) -> tuple[int, str, object]:
+    """One key per node, however its NodeId was obtained: (namespace index, kind, identifier). A NodeId parsed
+    from `s=...` holds a ua.String, one the server returns from a browse a plain str; numeric identifiers come
+    as TwoByte, FourByte or Numeric encodings of one int. Compared by type name, one node had two keys (serve's
+    own heartbeat was accepted as observation_seq through its browse path)."""
+    ident = node_id.Identifier
+    if isinstance(ident, bool) or not isinstance(ident, (int, str, bytes)):
+        return node_id.NamespaceIndex, "g", str(ident)  # a Guid
+    if isinstance(ident, int):
+        return node_id.NamespaceIndex, "i", int(ident)
+    if isinstance(ident, bytes):
+        return node_id.NamespaceIndex, "b", bytes(ident)
+    return node_id.NamespaceIndex, "s", str(ident)
+
+
 @dataclass(frozen=True)
 class NodeRef:
     text: str
@@ -60,8 +75,7 @@ class NodeRef:
         `ns=2;s=X ` or `ns=2;i=7` and `ns=2;i=0007`); `nsu=` against `ns=` forms, and browse paths against
         NodeIds, are compared once resolved at connect (plc_bridge.binding)."""
         if self.identifier is not None:
-            parsed = ua.NodeId.from_string(self.identifier)
-            return ("id", self.namespace, type(parsed.Identifier).__name__, parsed.Identifier)
+            return ("id", self.namespace, identity(ua.NodeId.from_string(self.identifier))[1:])
         return ("path", self.path)
 
     def node_id(self, namespaces: list[str]) -> ua.NodeId:

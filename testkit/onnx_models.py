@@ -85,3 +85,24 @@ def keyed_policy(path: Path, keys: dict[str, int], act: int) -> Path:
     model.ir_version = 8
     onnx.save(model, str(path))
     return path
+
+
+def with_external_data(path: Path, location: str) -> Path:
+    """The model at `path` rewritten to keep its weights in one external file `location` beside it (as
+    torch.onnx.export does for large models); returns that file."""
+    model = onnx.load(str(path))
+    onnx.save_model(
+        model, str(path), save_as_external_data=True, all_tensors_to_one_file=True, location=location,
+        size_threshold=0,
+    )  # fmt: skip
+    return path.parent / location
+
+
+def point_external_data_at(path: Path, location: str) -> None:
+    """Every external tensor of the model at `path` names `location` (what an adversary's file could say)."""
+    model = onnx.load(str(path), load_external_data=False)
+    for init in model.graph.initializer:
+        for entry in init.external_data:
+            if entry.key == "location":
+                entry.value = location
+    onnx.save(model, str(path))

@@ -214,12 +214,8 @@ def test_a_client_killed_between_or_during_its_states_leaves_one_whole_policy(
     assert not [p for p in dev.policies.iterdir() if p.name.startswith(".incoming-")]
 
 
-def test_the_module_repeats_each_state_without_harm(cartpole_all, tmp_path: Path) -> None:
-    """The module alone, as the client calls it, each state twice: the second call finds the work done."""
-    _, root = cartpole_all
-    dev = mk.device(tmp_path / "device")
-    _first_policy(dev, root / "fp32", tmp_path)
-    update = mk.package(root / "int8", tmp_path / "int8.mender", "--name", "int8")
+def _module_files(update: Path, tmp_path: Path) -> Path:
+    """The folder the client gives an update module (header/, files/, tmp/), from a .mender file."""
     files = tmp_path / "files"
     (files / "header").mkdir(parents=True)
     (files / "files").mkdir()
@@ -232,14 +228,30 @@ def test_the_module_repeats_each_state_without_harm(cartpole_all, tmp_path: Path
     subprocess.run(
         ["tar", "-xzf", str(files / "data" / "0000.tar.gz"), "-C", str(files / "files")], check=True
     )
-    (files / "header" / "artifact_name").write_text("int8")
+    (files / "header" / "artifact_name").write_text(update.stem)
     (files / "header" / "meta-data").write_text((files / "headers" / "0000" / "meta-data").read_text())
-    module = "/usr/share/mender/modules/v3/rl2edge-policy"
+    return files
+
+
+MODULE = "/usr/share/mender/modules/v3/rl2edge-policy"
+
+
+def _state(name: str, files: Path) -> subprocess.CompletedProcess[str]:
+    """One state of the module, as the client calls it."""
+    return subprocess.run(
+        [MODULE, name, str(files)], capture_output=True, text=True, timeout=120, check=False
+    )
+
+
+def test_the_module_repeats_each_state_without_harm(cartpole_all, tmp_path: Path) -> None:
+    """The module alone, as the client calls it, each state twice: the second call finds the work done."""
+    _, root = cartpole_all
+    dev = mk.device(tmp_path / "device")
+    _first_policy(dev, root / "fp32", tmp_path)
+    files = _module_files(mk.package(root / "int8", tmp_path / "int8.mender", "--name", "int8"), tmp_path)
 
     def state(name: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [module, name, str(files)], capture_output=True, text=True, timeout=120, check=False
-        )
+        return _state(name, files)
 
     for _ in range(2):
         done = state("ArtifactInstall")
@@ -252,3 +264,44 @@ def test_the_module_repeats_each_state_without_harm(cartpole_all, tmp_path: Path
     assert state("NeedsArtifactReboot").stdout.strip() == "No"
     done = state("ArtifactCommit")  # serve is not running: one line, exit 1
     assert done.returncode == 1 and len(done.stderr.strip().splitlines()) == 1
+
+
+def test_a_full_disk_during_install_leaves_no_folder_behind_and_the_next_install_works(
+    cartpole_all, tmp_path: Path
+) -> None:
+    """The policies' disk full while ArtifactInstall unpacks: one line that says so, exit 1, no folder left
+    behind, the ledger as it was (the folder had been renamed into place before its name reached the ledger;
+    Cleanup removes only ledger names, so it stayed, the disk stayed full and every later update failed).
+    Once space is freed the same install works."""
+    _, root = cartpole_all
+    dev = mk.device(tmp_path / "device")
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(dev.policies)], capture_output=True, text=True
+    )
+    if mounted.returncode != 0:
+        pytest.skip(f"a small disk for the policies needs mount (root): {mounted.stderr.strip()}")
+    try:
+        _first_policy(dev, root / "fp32", tmp_path)
+        ledger = (dev.policies / ".mender-installed.json").read_text()
+        files = _module_files(mk.package(root / "int8", tmp_path / "int8.mender", "--name", "int8"), tmp_path)
+        filler = dev.policies / "filler"
+        with open(filler, "wb") as f:  # the disk to its last byte
+            try:
+                while True:
+                    f.write(b"\0" * 65536)
+                    f.flush()
+            except OSError:
+                pass
+        done = _state("ArtifactInstall", files)
+        assert done.returncode == 1 and len(done.stderr.strip().splitlines()) == 1, done.stderr
+        assert "No space left on device" in done.stderr and "free space on that disk" in done.stderr
+        assert sorted(p.name for p in dev.policies.iterdir()) == sorted(
+            [".mender-installed.json", "current", "filler", "first"]
+        )
+        assert (dev.policies / ".mender-installed.json").read_text() == ledger
+        filler.unlink()
+        done = _state("ArtifactInstall", files)
+        assert done.returncode == 0, done.stderr
+        assert os.path.realpath(dev.link) == str((dev.policies / "int8").resolve())
+    finally:
+        subprocess.run(["umount", "-l", str(dev.policies)], check=False)

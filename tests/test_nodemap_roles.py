@@ -83,17 +83,26 @@ def test_serve_refuses_the_heartbeat_as_sequence_number_against_plc_sim(cartpole
     assert len(proc.stderr.strip().splitlines()) == 1 and time.monotonic() - t0 < 30, proc.stderr
 
 
+@pytest.mark.parametrize("spelling", ["ns= for nsu=", "browse path"])
 def test_two_spellings_of_one_node_are_caught_at_connect_on_the_node_opcua_standin(
-    cartpole_all, tmp_path: Path
+    cartpole_all, tmp_path: Path, spelling: str
 ) -> None:
-    """`nsu=<uri>;s=RL.Heartbeat` and `ns=<k>;s=RL.Heartbeat` differ as text; resolved on another stack's
-    server they are one node, and connecting refuses the map."""
+    """`nsu=<uri>;s=RL.Heartbeat` and `ns=<k>;s=RL.Heartbeat` differ as text, and so does the browse path
+    `nsu=<uri>;RL/nsu=<uri>;Heartbeat`; resolved on another stack's server they are one node, and connecting
+    refuses the map. (The browse path had passed: the node it resolves to holds a plain str identifier, a
+    parsed one a ua.String, and the two were compared by type name; serve's own heartbeat then served as
+    observation_seq, and a plant that never stepped looked fresh.)"""
     from rl2edge.runtime import Policy
 
     policy = Policy.load(cartpole_all[1] / "fp32")
     with StandinPlc(None, obs_dim=4, act_dim=1, layout="array", workdir=tmp_path / "plc") as plc:
         m = plc.node_map(nsu=True)
-        m["observation_seq"] = plc.node_id("Heartbeat", nsu=False)
+        uri = plc.namespace_uri
+        if spelling == "browse path":
+            m["heartbeat"] = plc.node_id("Heartbeat", nsu=False)
+            m["observation_seq"] = f"nsu={uri};RL/nsu={uri};Heartbeat"
+        else:
+            m["observation_seq"] = plc.node_id("Heartbeat", nsu=False)
         path = tmp_path / "map.yaml"
         path.write_text(yaml.safe_dump(m))
         node_map = load_node_map(path)  # the text differs: load cannot tell

@@ -410,6 +410,56 @@ def test_a_clip_that_is_not_positive_is_one_line(linear, tmp_path: Path) -> None
         )
 
 
+@pytest.mark.parametrize(
+    ("attack", "fragment"),
+    [
+        ("none", ""),  # the regular file: exported, its sha256 on record
+        ("symlink", "its external data location 'policy.onnx.data' is a symbolic link"),
+        ("fifo", "is not a regular file (a device or a FIFO)"),
+        ("folder", "is a folder"),
+        ("missing", "does not exist beside the model"),
+        ("absolute", "its external data location '/etc/passwd' must name a file inside the model's folder"),
+        ("parent", "its external data location '../x.data' must name a file inside the model's folder"),
+    ],
+)
+def test_external_data_is_read_only_from_regular_files_inside_the_model_folder(
+    linear, tmp_path: Path, attack: str, fragment: str
+) -> None:
+    """A model folder from outside is a closed box: its external data (`policy.onnx.data`) had been followed
+    through a symlink to /etc/passwd and copied into policy.onnx and policy.tflite, with exit 0; a FIFO or
+    /dev/zero hung the export."""
+    import os
+
+    from rl2edge.fileio import sha256_file
+    from testkit.onnx_models import point_external_data_at, with_external_data
+
+    onnx_file, spec = linear
+    data = with_external_data(onnx_file, "policy.onnx.data")
+    secret = tmp_path / "outside" / "secret"
+    secret.parent.mkdir()
+    secret.write_bytes(data.read_bytes())  # a file the same size, outside the model's folder
+    if attack == "symlink":
+        data.unlink()
+        data.symlink_to(secret)
+    elif attack == "fifo":
+        data.unlink()
+        os.mkfifo(data)
+    elif attack == "folder":
+        data.unlink()
+        data.mkdir()
+    elif attack == "missing":
+        data.unlink()
+    elif attack == "none":
+        _export(onnx_file, spec, tmp_path / "art", "--quantize", "fp32")
+        assert _manifest(tmp_path / "art")["source"]["external_data"] == {
+            "policy.onnx.data": sha256_file(data)
+        }
+        return
+    else:
+        point_external_data_at(onnx_file, "/etc/passwd" if attack == "absolute" else "../x.data")
+    _refused(tmp_path, onnx_file, "--spec", spec, "--quantize", "fp32", fragments=(fragment,))
+
+
 def test_a_dynamic_dimension_other_than_the_batch_is_one_line(tmp_path: Path) -> None:
     from testkit.onnx_models import linear_policy
 

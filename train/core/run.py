@@ -47,16 +47,70 @@ class TrainResult:
         return self.steps / self.wall_time_s
 
 
+CONFIRM_EPISODES = 20
+"""A policy a periodic evaluation nominates is kept only after this many episodes confirm it."""
+CONFIRM_SEED_OFFSET = 20_000
+"""The confirmation's seeds: apart from the training envs' and the periodic evaluations' (EVAL_SEED_OFFSET)."""
+
+
+@dataclass(frozen=True)
+class Kept:
+    """A policy of the run and what it was kept for."""
+
+    step: int
+    nominated: float
+    """The periodic evaluation's mean (eval_episodes episodes) that nominated it."""
+    confirmed: EvalResult
+    """CONFIRM_EPISODES episodes on the confirmation seeds: what it is compared and reported by."""
+    state: Any
+    norm: RunningNormalizer
+
+
 class BestKeeper:
-    """Remembers the weights and normalizer of the best periodic evaluation."""
+    """The best policy of the run, chosen honestly. A periodic evaluation (a few episodes) only nominates: the
+    maximum of many noisy few-episode scores overstates the policy it picks (a recurrent run's evaluations
+    swung between 166 and 500). A nominee is evaluated again over CONFIRM_EPISODES episodes on seeds of its
+    own, and replaces the kept policy only if that confirmed mean is higher."""
 
     def __init__(self, enabled: bool):
         self.enabled = enabled
-        self.best: tuple[float, int, Any, RunningNormalizer] | None = None
+        self.best: Kept | None = None
 
-    def offer(self, result: EvalResult, step: int, agent: Any, norm: RunningNormalizer) -> None:
-        if self.enabled and (self.best is None or result.mean > self.best[0]):
-            self.best = (result.mean, step, agent.get_state(), copy.deepcopy(norm))
+    def offer(
+        self,
+        result: EvalResult,
+        step: int,
+        agent: Any,
+        norm: RunningNormalizer,
+        confirm: Callable[[], EvalResult],
+    ) -> None:
+        if not self.enabled or (self.best is not None and result.mean <= self.best.confirmed.mean):
+            return
+        confirmed = confirm()
+        _logger.info(
+            "step %d: eval %.1f nominates this policy; %d episodes on other seeds confirm %.1f +- %.1f%s",
+            step,
+            result.mean,
+            len(confirmed.returns),
+            confirmed.mean,
+            confirmed.std,
+            ""
+            if self.best is None
+            else f" (kept so far: step {self.best.step}, {self.best.confirmed.mean:.1f})",
+        )
+        if self.best is None or confirmed.mean > self.best.confirmed.mean:
+            self.best = Kept(step, result.mean, confirmed, agent.get_state(), copy.deepcopy(norm))
+
+
+def confirmation(
+    act_fn: Callable[[Any, RunningNormalizer], Callable[[Any], Any]],
+    agent: Any,
+    norm: RunningNormalizer,
+    env_id: str,
+    seed: int,
+) -> EvalResult:
+    """The policy's CONFIRM_EPISODES episodes on the confirmation seeds."""
+    return evaluate(act_fn(agent, norm), env_id, CONFIRM_EPISODES, seed + CONFIRM_SEED_OFFSET)
 
 
 def finish_run(
@@ -88,19 +142,26 @@ def finish_run(
     }
     eval_seed = seed + EVAL_SEED_OFFSET
     final_eval = last_eval = evaluate(act_fn(agent, norm), env_id, eval_episodes, eval_seed)
-    kept = {"kept": "last", "step": global_step}
+    kept: dict[str, Any] = {"kept": "last", "step": global_step}
     best = keeper.best
-    if best is not None and best[0] > last_eval.mean:
-        agent.set_state(best[2])
-        norm = best[3]
-        final_eval = evaluate(act_fn(agent, norm), env_id, eval_episodes, eval_seed)
-        kept = {"kept": "best", "step": best[1]}
-        _logger.info(
-            "checkpoint: the policy of step %d (eval %.1f), not the last one (eval %.1f)",
-            best[1],
-            final_eval.mean,
-            last_eval.mean,
-        )
+    if best is not None:  # the last policy is confirmed the same way before the two are compared
+        last = confirmation(act_fn, agent, norm, env_id, seed)
+        kept["confirm_episodes"] = CONFIRM_EPISODES
+        kept["last_confirmed_return"] = last.mean
+        kept["best_confirmed_return"] = best.confirmed.mean
+        if best.confirmed.mean > last.mean:
+            agent.set_state(best.state)
+            norm = best.norm
+            final_eval = evaluate(act_fn(agent, norm), env_id, eval_episodes, eval_seed)
+            kept.update(kept="best", step=best.step, nominated_by=best.nominated)
+            _logger.info(
+                "checkpoint: the policy of step %d (confirmed %.1f over %d episodes), not the last one "
+                "(confirmed %.1f)",
+                best.step,
+                best.confirmed.mean,
+                CONFIRM_EPISODES,
+                last.mean,
+            )
     check_weights(agent.get_state())
     weights_file = agent.save_weights(run_dir)
     write_checkpoint(
@@ -244,7 +305,13 @@ class TrainingRun:
         )
         row["eval_return_mean"], row["eval_return_std"] = result.mean, result.std
         _logger.info("step %d: eval return %.1f +- %.1f", global_step, result.mean, result.std)
-        self.keeper.offer(result, global_step, agent, self.norm)
+        self.keeper.offer(
+            result,
+            global_step,
+            agent,
+            self.norm,
+            lambda: confirmation(self.act_fn, agent, self.norm, self.env_id, self.seed),
+        )
         # A sweep's scheduler (train.distributed) may stop the run here; the driver then finishes it as usual.
         if self.on_evaluation is not None and not self.on_evaluation(global_step, result):
             _logger.info("step %d: stopped early by the sweep's scheduler", global_step)

@@ -74,7 +74,9 @@ def external_data_file(model: Path, location: str) -> Path:
     except OSError as exc:
         raise ConfigError(f"{where} cannot be read: {exc.strerror}") from None
     if stat.S_ISLNK(info.st_mode):
-        raise ConfigError(f"{where} is a symbolic link: only regular files inside the model's folder are read")
+        raise ConfigError(
+            f"{where} is a symbolic link: only regular files inside the model's folder are read"
+        )
     if not stat.S_ISREG(info.st_mode):
         kind = "a folder" if stat.S_ISDIR(info.st_mode) else "not a regular file (a device or a FIFO)"
         raise ConfigError(f"{where} is {kind}: only regular files inside the model's folder are read")

@@ -60,6 +60,7 @@ from rl2edge.runtime.manifest import Manifest, load_manifest, write_manifest
 from rl2edge.runtime.policy import Policy
 from rl2edge.specs import NoiseSpec, ObservationSpec, ou_step, parse_noise
 from rl2edge.tables import package_versions
+from rl2edge.train.core.env_fit import check_fits_env
 from rl2edge.train.core.envs import check_env_id
 from rl2edge.train.core.evaluation import evaluate
 
@@ -142,6 +143,7 @@ def export_path(
 def export_source(source: ExportSource, out: Path, opts: ExportOptions) -> ExportReport:
     if source.env_id is not None:
         check_env_id(source.env_id)
+        check_fits_env(source.observation, source.action, source.env_id)
     elif opts.observations is None:
         raise ConfigError(
             "no env to run the policy in: give --env ENV_ID (or env: in the policy spec), or --observations FILE "

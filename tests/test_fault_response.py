@@ -152,6 +152,11 @@ def test_evaluate_injects_faults_and_answers_them_as_the_map_says(cartpole_all, 
     assert 0 < faults["held"] < faults["injected"] and faults["ramped"] == 0
     clean = json.loads(rl2edge(*args).stdout)
     assert "faults" not in clean and len(clean["returns"]) == 3
+    table = rl2edge(*args[:-1], "--inject-faults", "deadline_miss:0.05", "--map", node_map)  # no --json
+    assert table.returncode == 0 and "| --inject-faults deadline_miss:0.05 | count |" in table.stdout, (
+        table.stdout
+    )
+    assert "| held " in table.stdout and "| injected " in table.stdout, table.stdout
     assert_clean_failure(rl2edge(*args, "--inject-faults", "late:0.1"), "give CLASS:RATE pairs")
     assert_clean_failure(rl2edge(*args, "--map", node_map), "--map applies with --inject-faults")
 

@@ -318,8 +318,13 @@ def test_threads_reach_the_framework_and_a_fixed_count_reproduces_the_run(tmp_pa
 
     cfg = build_config(
         "Pendulum-v1",
-        overrides={"n_timesteps": 200, "learning_starts": 100, "eval_freq": 0, "eval_episodes": 1,
-                   "net_arch": [256, 256]},
+        overrides={
+            "n_timesteps": 200,
+            "learning_starts": 100,
+            "eval_freq": 0,
+            "eval_episodes": 1,
+            "net_arch": [256, 256],
+        },
         algo="sac",
     )  # fmt: skip  (100 gradient steps: a 2-thread matmul's split shows in the first)
     seen = []

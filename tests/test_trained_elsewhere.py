@@ -460,6 +460,26 @@ def test_external_data_is_read_only_from_regular_files_inside_the_model_folder(
     _refused(tmp_path, onnx_file, "--spec", spec, "--quantize", "fp32", fragments=(fragment,))
 
 
+def test_a_policy_that_does_not_fit_its_env_is_one_line_at_export_and_at_evaluate(
+    linear, tmp_path: Path, cartpole_all
+) -> None:
+    """A Box spec on CartPole (Discrete(2)) had gone on to a 37-line gymnasium traceback at calibration's
+    first env.step; an artifact evaluated in another env the same at evaluate."""
+    onnx_file, spec = linear
+    box_on_cartpole = spec.read_text().replace("env: Pendulum-v1", "env: CartPole-v1")
+    spec.write_text(box_on_cartpole)
+    _refused(tmp_path, onnx_file, "--spec", spec, fragments=(
+        "the policy's action is a Box of shape [1], and CartPole-v1 takes a Discrete(2)", "correct the policy spec"))  # fmt: skip
+    _refused(tmp_path, onnx_file, "--spec", spec, "--env", "MountainCarContinuous-v0", fragments=(
+        "the policy observes 3 values, and MountainCarContinuous-v0 gives 2 (shape [2])",))  # fmt: skip
+    art = cartpole_all[1] / "fp32"
+    assert_clean_failure(
+        rl2edge("evaluate", art, "--env", "Pendulum-v1", "--episodes", "1"),
+        "the policy's action is a Discrete(2), and Pendulum-v1 takes a Box of shape [1]",
+        "its manifest's source.env_id",
+    )
+
+
 def test_a_dynamic_dimension_other_than_the_batch_is_one_line(tmp_path: Path) -> None:
     from testkit.onnx_models import linear_policy
 

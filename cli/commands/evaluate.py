@@ -66,6 +66,7 @@ def add_parser(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from rl2edge.runtime.policy import Policy
+    from rl2edge.train.core.env_fit import ARTIFACT_FIX, check_fits_env
     from rl2edge.train.core.envs import check_env_id
     from rl2edge.train.core.evaluation import evaluate
 
@@ -77,6 +78,7 @@ def run(args: argparse.Namespace) -> int:
     if args.env is None:
         args.env = _trained_env(policy.manifest.data, args.artifact)
         check_env_id(args.env)
+    check_fits_env(policy.observation_spec, policy.action_spec, args.env, ARTIFACT_FIX)
     # each episode starts the policy's state afresh (a recurrent artifact's; nothing for a stateless one)
     act, on_reset, faults = policy.predict, policy.reset, None
     if args.inject_faults:
@@ -121,6 +123,8 @@ def run(args: argparse.Namespace) -> int:
                 ],
             )
         )
+        if faults is not None:  # what was injected and how the fault responses answered it
+            print(table([f"--inject-faults {args.inject_faults}", "count"], list(faults.counts().items())))
     return 0
 
 

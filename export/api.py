@@ -44,19 +44,28 @@ def export_policy(
 def policy_source(policy: Any, spec: PolicySpec, env: str | None = None) -> ExportSource:
     """The export source of a Python policy object: torch's route for an nn.Module, TF's for the rest."""
     env_id = env or spec.env_id
-    kind = type(policy).__module__.split(".")[0]
+    # by the object's type, not its module: a class defined in the user's script is in __main__
+    is_torch = _is_torch_module(policy)
     description: dict[str, Any] = {
         "kind": "python",
         "class": f"{type(policy).__module__}.{type(policy).__qualname__}",
         "spec": spec.to_json(),
         "env_id": env_id,
     }
-    name = f"{type(policy).__name__} ({'torch' if kind == 'torch' else 'tensorflow'})"
-    if kind == "torch" or _is_torch_module(policy):
+    if is_torch:
+        from torch import nn
+
+        if type(policy).forward is nn.Module.forward:  # CleanRL's whole Agent: its methods, no forward
+            raise ConfigError(
+                f"{type(policy).__qualname__} is a torch module without forward(): pass the module that maps an "
+                "observation to the action (CleanRL: agent.actor_mean for a Box action, agent.actor for "
+                "Discrete logits), or give the class a forward"
+            )
         from rl2edge.export.sources.torch_module import module_source
 
-        return module_source(policy, spec, description, name, env_id)
-    if kind in ("keras", "tensorflow", "tf_keras") or hasattr(policy, "trainable_variables"):
+        return module_source(policy, spec, description, f"{type(policy).__name__} (torch)", env_id)
+    name = f"{type(policy).__name__} (tensorflow)"
+    if hasattr(policy, "trainable_variables"):  # a Keras model or a tf.Module
         import tensorflow as tf
 
         from rl2edge.export.sources.saved_model import saved_model_source

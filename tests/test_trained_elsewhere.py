@@ -480,6 +480,38 @@ def test_a_policy_that_does_not_fit_its_env_is_one_line_at_export_and_at_evaluat
     )
 
 
+def test_the_python_api_tells_torch_from_tensorflow_by_type_and_names_the_module_to_pass() -> None:
+    """A module defined in the user's own script (module __main__) was labelled "(tensorflow)", and CleanRL's
+    whole Agent (no forward) was refused with a TensorFlow message."""
+    import torch
+    from torch import nn
+
+    from rl2edge.errors import ConfigError
+    from rl2edge.export.api import _spec, policy_source
+    from testkit.cleanrl_style import Agent
+
+    spec = _spec(
+        {
+            "spec": 1,
+            "env": ENV,
+            "observation": {"shape": [3]},
+            "normalization": "none",
+            "action": {"type": "box", "low": [-2.0], "high": [2.0], "scale": "units"},
+        }
+    )
+    with pytest.raises(
+        ConfigError, match=r"Agent is a torch module without forward\(\): pass .* agent.actor_mean"
+    ):
+        policy_source(Agent(3, 1), spec)
+
+    class Mine(nn.Module):  # as written in a user's script
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return torch.tanh(x[:, :1])
+
+    Mine.__module__ = "__main__"
+    assert policy_source(Mine(), spec).reference_name == "Mine (torch)"
+
+
 def test_a_dynamic_dimension_other_than_the_batch_is_one_line(tmp_path: Path) -> None:
     from testkit.onnx_models import linear_policy
 

@@ -44,7 +44,7 @@ from rl2edge.export.return_check import check_return
 from rl2edge.export.source import ExportSource
 from rl2edge.export.sources import SourceOptions, open_source
 from rl2edge.export.tflite_convert import FLOAT_OPS, MODES, STATE_FLOAT_OPS, convert, uint8_input_saved_model
-from rl2edge.export.tolerances import DEFAULT, RETURN_DROP_WARNING_PCT, Tolerances
+from rl2edge.export.tolerances import AUTO_LATENCY_TIE_PCT, DEFAULT, RETURN_DROP_WARNING_PCT, Tolerances
 from rl2edge.export.verify import (
     compare_actions,
     latency_interleaved_us,
@@ -578,12 +578,16 @@ def _choose(
     eligible = [c for c in candidates if c["within_drop"]]
     if not eligible:  # cannot happen while fp32 is a candidate; kept as a guard against edits
         raise ExportError("no quantization mode kept the closed-loop return within the allowed drop")
-    chosen = min(eligible, key=lambda c: c["predict_p50_us"])["mode"]
+    fastest = min(c["predict_p50_us"] for c in eligible)
+    tied = [c for c in eligible if c["predict_p50_us"] <= fastest * (1 + AUTO_LATENCY_TIE_PCT / 100)]
+    chosen = min(tied, key=lambda c: (c["size_bytes"], c["predict_p50_us"]))["mode"]
     for f in (work / chosen).iterdir():
         shutil.copyfile(f, staging / f.name)
     manifest = manifests[chosen]
     manifest["quantization"]["auto"] = {
-        "rule": f"fastest predict p50 among the files kept: {RETURN_RULE} (pct: max_return_drop_pct)",
+        "rule": f"fastest predict p50 among the files kept: {RETURN_RULE} (pct: max_return_drop_pct); "
+        f"p50s within {AUTO_LATENCY_TIE_PCT:g} % of the fastest are a tie, which the smaller file wins",
+        "latency_tie_pct": AUTO_LATENCY_TIE_PCT,
         "max_return_drop_pct": opts.max_return_drop_pct,
         "return_scale": checks["fp32"].scale,
         "return_floor": floor,

@@ -40,6 +40,9 @@ ROLLOUT_MAX_EPISODES = 300
 
 # Figures of the export's checks that are not tolerances of one file against its source (not recorded per
 # file in the manifest); kept here so that every threshold of the export is in one place.
+AUTO_LATENCY_TIE_PCT = 5.0
+"""--quantize auto: predict p50s within this % of the fastest are a tie (the interleaved measurement's
+run-to-run spread on a shared machine is a few %), broken by the smaller file."""
 RETURN_DROP_WARNING_PCT = 5.0
 """Warn when a quantized file's closed-loop mean return is below fp32's by more than this % of the return's
 scale (export.return_check: the larger of |fp32's mean| and its spread over the episodes)."""

@@ -182,7 +182,10 @@ def run(args: argparse.Namespace) -> int:
         return _run_rank(args, cfg, job)
     check_output_dir(run_dir, force=args.force, what="train")
     if world > 1 and job is None:
+        from rl2edge.train.data_parallel.group import check_gpus_for
         from rl2edge.train.data_parallel.launch import run_job
+
+        check_gpus_for(world, args.device)
 
         _logger.info(
             "starting %d processes of this command (ranks 0-%d); rank 0 writes %s", world, world - 1, run_dir

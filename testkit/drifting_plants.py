@@ -53,7 +53,7 @@ class UnshiftedCartPole(ShiftedCartPole):
 
 class ShiftedAgv(AgvDictEnv):
     """The AGV whose speed sensor reads 0.5 m/s too fast from plant step SHIFT_AFTER on (the vehicle's speed
-    range is -0.5 to 1.5 m/s)."""
+    range is -0.5 to 1.5 m/s), counted over every episode of the instance."""
 
     SHIFT_AFTER = 0
     OFFSET = 0.5
@@ -62,10 +62,23 @@ class ShiftedAgv(AgvDictEnv):
         super().__init__()
         self.plant_steps = 0
 
-    def step(self, action: Any) -> Any:
-        obs, reward, terminated, truncated, info = super().step(action)
-        self.plant_steps += 1
+    def _read(self, obs: Any) -> Any:
         if self.plant_steps >= self.SHIFT_AFTER:
             obs = dict(obs)
             obs["speed"] = obs["speed"] + np.float32(self.OFFSET)
-        return obs, reward, terminated, truncated, info
+        return obs
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> Any:
+        obs, info = super().reset(seed=seed, options=options)
+        return self._read(obs), info
+
+    def step(self, action: Any) -> Any:
+        obs, reward, terminated, truncated, info = super().step(action)
+        self.plant_steps += 1
+        return self._read(obs), reward, terminated, truncated, info
+
+
+class UnshiftedAgv(ShiftedAgv):
+    """The same plant with its speed sensor left alone."""
+
+    SHIFT_AFTER = 10**12

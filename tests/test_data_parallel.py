@@ -81,7 +81,11 @@ def test_two_processes_make_the_first_update_one_process_makes(algo: str, tmp_pa
         ),
         (["--algo", "ppo", "--nproc", "2", "--seeds", "0,1"], {}, "does not combine with --seeds"),
         # more GPUs than any machine here has (none on CI): refused before four processes start and fail
-        (["--algo", "ppo", "--nproc", "64", "--per-process", "--device", "cuda"], {}, "--nproc 64 --device cuda"),
+        (
+            ["--algo", "ppo", "--nproc", "64", "--per-process", "--device", "cuda"],
+            {},
+            "--nproc 64 --device cuda",
+        ),
         (["--algo", "ppo", "--nproc", "3"], {"WORLD_SIZE": "2", "RANK": "0"}, "leave --nproc out"),
         (
             ["--algo", "ppo"],

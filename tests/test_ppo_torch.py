@@ -36,6 +36,8 @@ def test_checkpoint_holds_the_contract(cartpole_run: Path) -> None:
     assert len(meta["normalization"]["mean"]) == 4 and meta["hyperparameters"]["n_envs"] == 8
     assert {"torch", "numpy", "gymnasium", "python"} <= set(meta["versions"])
     assert ckpt.weights_path.suffix == ".safetensors"
+    # the writer and the reader are one definition: the typed Checkpoint gives back the file it was read from
+    assert ckpt.to_json() == meta and ckpt.versions == meta["versions"]
     assert (cartpole_run / "progress.csv").read_text().startswith("step,")
     assert list((cartpole_run / "tb").glob("events.out.tfevents.*"))
 

@@ -50,6 +50,29 @@ class Checkpoint:
     hyperparameters: dict[str, Any] | None = None
     world_size: int = 1
     """The processes of the data-parallel job that trained it (train.data_parallel); 1 before issue 47."""
+    versions: dict[str, str] | None = None
+    """The libraries it was trained with (library_versions)."""
+
+    def to_json(self) -> dict[str, Any]:
+        """checkpoint.json as `write_checkpoint` writes it and `load_checkpoint` reads it back: one definition
+        of the contract. The weights' sha256 is taken from the file in place."""
+        return {
+            "format": FORMAT,
+            "format_version": FORMAT_VERSION,
+            "algo": self.algo,
+            "framework": self.framework,
+            "env_id": self.env_id,
+            "seed": self.seed,
+            "total_timesteps": self.total_timesteps,
+            "world_size": self.world_size,
+            "observation_space": self.observation.to_json(),
+            "action_space": self.action.to_json(),
+            "network": self.network.to_json(),
+            "hyperparameters": self.hyperparameters,
+            "normalization": self.normalization,
+            "versions": self.versions,
+            "weights": {"file": self.weights_file, "sha256": sha256_file(self.weights_path)},
+        }
 
     @property
     def weights_path(self) -> Path:
@@ -79,14 +102,11 @@ class Checkpoint:
         return sha256_file(self.path / CHECKPOINT_FILE)
 
 
-def write_checkpoint(run_dir: Path, meta: dict[str, Any], weights_file: str) -> None:
+def write_checkpoint(ckpt: Checkpoint) -> None:
     """Write checkpoint.json last (atomically), after the weights file is in place."""
-    weights = run_dir / weights_file
-    if not weights.is_file():
-        raise CheckpointError(f"weights file {weights} was not written")
-    meta = {"format": FORMAT, "format_version": FORMAT_VERSION, **meta}
-    meta["weights"] = {"file": weights_file, "sha256": sha256_file(weights)}
-    write_json_atomic(run_dir / CHECKPOINT_FILE, meta)
+    if not ckpt.weights_path.is_file():
+        raise CheckpointError(f"weights file {ckpt.weights_path} was not written")
+    write_json_atomic(ckpt.path / CHECKPOINT_FILE, ckpt.to_json())
 
 
 _REQUIRED = (
@@ -134,6 +154,7 @@ def load_checkpoint(run_dir: str | Path) -> Checkpoint:
             meta.get("total_timesteps"),
             meta.get("hyperparameters"),
             int(meta.get("world_size", 1)),
+            meta.get("versions"),
         )
     except CheckpointError as exc:
         raise CheckpointError(f"{meta_path}: {exc}") from None

@@ -18,7 +18,7 @@ from tqdm.auto import tqdm
 
 from rl2edge.fileio import write_json_atomic
 from rl2edge.specs import ActionSpec, ActionTransform, ObservationSpec
-from rl2edge.train.core.checkpoint import library_versions, write_checkpoint
+from rl2edge.train.core.checkpoint import Checkpoint, library_versions, write_checkpoint
 from rl2edge.train.core.config import RunConfig
 from rl2edge.train.core.encoder_spec import image_mask
 from rl2edge.train.core.envs import make_vec_env, vec_observation_spec
@@ -134,12 +134,6 @@ def finish_run(
     action specs; `network` what export rebuilds the policy from; `world_size` the processes of a
     data-parallel job (train.data_parallel) that trained it."""
     algo, eval_episodes = cfg.algo, cfg.eval_episodes
-    meta = {
-        "observation_space": spaces[0].to_json(),
-        "action_space": spaces[1].to_json(),
-        "network": network.to_json(),
-        "hyperparameters": cfg.to_json(),
-    }
     eval_seed = seed + EVAL_SEED_OFFSET
     final_eval = last_eval = evaluate(act_fn(agent, norm), env_id, eval_episodes, eval_seed)
     kept: dict[str, Any] = {"kept": "last", "step": global_step}
@@ -163,21 +157,23 @@ def finish_run(
                 last.mean,
             )
     check_weights(agent.get_state())
-    weights_file = agent.save_weights(run_dir)
     write_checkpoint(
-        run_dir,
-        {
-            "algo": algo,
-            "framework": agent.framework,
-            "env_id": env_id,
-            "seed": seed,
-            "total_timesteps": global_step,
-            "world_size": world_size,
-            **meta,
-            "normalization": norm.to_dict(),
-            "versions": library_versions("torch" if agent.framework == "torch" else "tensorflow"),
-        },
-        weights_file,
+        Checkpoint(
+            path=run_dir,
+            algo=algo,
+            framework=agent.framework,
+            env_id=env_id,
+            observation=spaces[0],
+            action=spaces[1],
+            network=network,
+            normalization=norm.to_dict(),
+            weights_file=agent.save_weights(run_dir),
+            seed=seed,
+            total_timesteps=global_step,
+            hyperparameters=cfg.to_json(),
+            world_size=world_size,
+            versions=library_versions("torch" if agent.framework == "torch" else "tensorflow"),
+        )
     )
     write_json_atomic(
         run_dir / "summary.json",

@@ -538,16 +538,14 @@ def test_the_plc_restarting_mid_episode_resets_the_state_and_later_episodes_equa
     assert served == evaluate(Policy.load(weak_artifact).predict, NOVEL, 3, 11).returns
     s = json.loads(summary.read_text())
     # one reset at the first connect and one per reconnect. A loaded machine can also stall the lockstep
-    # PLC past the stale limit: serve then resets after the STALE spell (an extra reset), and a reset
-    # still due when the link drops absorbs that reconnect's (one fewer). Either only with stale cycles
-    # counted and the stale reason logged.
+    # PLC past the stale limit, and the finished PLC stops stepping before it exits: serve counts a reset
+    # after each STALE spell when it becomes due (one more; logged only once a valid observation takes it),
+    # and a reset still due when the link drops absorbs that reconnect's (one fewer). Either only with
+    # stale cycles counted.
     log = (tmp_path / "serve.log").read_text()
-    assert s["reconnects"] >= 1, s
+    assert s["reconnects"] >= 1 and "policy state reset: reconnected" in log, s
     extra = s["state_resets"] - (1 + s["reconnects"])
-    if s["stale"] == 0:
-        assert extra == 0 and "policy state reset: reconnected" in log, s
-    else:
-        assert abs(extra) <= s["stale"] and "reset: the plant went unobserved past the stale limit" in log, s
+    assert extra == 0 or 0 < abs(extra) <= s["stale"], s
 
 
 def test_allowed_across_episodes_the_first_served_episode_equals_evaluate(

@@ -543,7 +543,8 @@ def test_the_plc_restarting_mid_episode_resets_the_state_and_later_episodes_equa
     # and a reset still due when the link drops absorbs that reconnect's (one fewer). Either only with
     # stale cycles counted.
     log = (tmp_path / "serve.log").read_text()
-    assert s["reconnects"] >= 1 and "policy state reset: reconnected" in log, s
+    taken = ("policy state reset: reconnected", "policy state reset: the plant went unobserved")
+    assert s["reconnects"] >= 1 and any(t in log for t in taken), s  # the new PLC's first step took one
     extra = s["state_resets"] - (1 + s["reconnects"])
     assert extra == 0 or 0 < abs(extra) <= s["stale"], s
 

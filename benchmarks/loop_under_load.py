@@ -83,13 +83,15 @@ def plc(period_ms: float, work: Path) -> Iterator[str]:
 
 
 def serve_once(
-    artifact: Path, url: str, period_ms: float, cycles: int, realtime: bool, work: Path
+    artifact: Path, url: str, period_ms: float, cycles: int, realtime: bool, work: Path, record: bool = False
 ) -> dict[str, Any]:
     summary = work / "serve.json"
     cmd = [EXE, "serve", str(artifact), "--endpoint", url, "--period-ms", f"{period_ms:g}", "--deadline-ms",
            f"{period_ms:g}", "--cycles", str(cycles), "--summary", str(summary), "--stats-interval", "3600"]  # fmt: skip
     if realtime:
         cmd.append("--realtime")
+    if record:  # the flight recorder on: what it adds to misses and latency under the same load
+        cmd += ["--record", str(work / "trace")]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=cycles * period_ms / 1e3 * 4 + 120)
     if proc.returncode != 0:
         raise RuntimeError(f"serve failed ({proc.returncode}): {proc.stderr.strip().splitlines()[-1:]}")
@@ -112,28 +114,37 @@ def measure(
     cycles: int,
     realtime: bool,
     plc_period_ms: float | None = None,
+    record: bool = False,
 ) -> dict[str, Any]:
-    """One serve run; the plant publishes every `plc_period_ms` (default: serve's period)."""
+    """One serve run; the plant publishes every `plc_period_ms` (default: serve's period); `record`: with
+    serve's flight recorder on."""
     with (
         tempfile.TemporaryDirectory() as tmp,
         plc(plc_period_ms or period_ms, Path(tmp)) as url,
         neighbours(load),
     ):
-        row = serve_once(artifact, url, period_ms, cycles, realtime, Path(tmp))
-    row.update(period_ms=period_ms, load=load, realtime=realtime, plc_period_ms=plc_period_ms or period_ms)
+        row = serve_once(artifact, url, period_ms, cycles, realtime, Path(tmp), record)
+    row.update(
+        period_ms=period_ms,
+        load=load,
+        realtime=realtime,
+        plc_period_ms=plc_period_ms or period_ms,
+        recording=record,
+    )
     _logger.info(
-        "%g ms, load %s, realtime %s: %d misses of %d, p99 %.2f ms, max %.2f ms",
-        period_ms, load, realtime, row["deadline_misses"], row["cycles"], row["latency_ms"]["p99"],
+        "%g ms, load %s, realtime %s, recording %s: %d misses of %d, p99 %.2f ms, max %.2f ms",
+        period_ms, load, realtime, record, row["deadline_misses"], row["cycles"], row["latency_ms"]["p99"],
         row["latency_ms"]["max"],
     )  # fmt: skip
     return row
 
 
 def table(rows: list[dict[str, Any]]) -> str:
-    head = ["period ms", "neighbours", "--realtime", "cycles", "misses", "p50 ms", "p99 ms", "p99.9 ms",
-            "max ms", "CPU ms/cycle", "scheduler"]  # fmt: skip
+    head = ["period ms", "neighbours", "--realtime", "--record", "cycles", "misses", "p50 ms", "p99 ms",
+            "p99.9 ms", "max ms", "CPU ms/cycle", "scheduler"]  # fmt: skip
     body = [
-        [f"{r['period_ms']:g}", r["load"], "yes" if r["realtime"] else "no", str(r["cycles"]),
+        [f"{r['period_ms']:g}", r["load"], "yes" if r["realtime"] else "no",
+         "yes" if r.get("recording") else "no", str(r["cycles"]),
          str(r["deadline_misses"]), *(f"{r['latency_ms'][k]:.2f}" for k in ("p50", "p99", "p99.9", "max")),
          f"{r['cpu_ms_per_cycle']:.3f}", r["scheduler"]]
         for r in rows
@@ -146,6 +157,7 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
     if plt is None:
         return
     fig, ax = plt.subplots(figsize=(9, 4))
+    rows = [r for r in rows if not r.get("recording")]  # the recorder's arm is in the table
     labels = [f"{r['period_ms']:g} ms\n{r['load']}" for r in rows if not r["realtime"]]
     for offset, rt in ((-0.2, False), (0.2, True)):
         values = [r["latency_ms"]["max"] for r in rows if r["realtime"] == rt]
@@ -170,6 +182,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         default=0,
         help="also serve a 10 Hz plant at 20 ms this long (stale count)",
     )
+    p.add_argument(
+        "--record-arm",
+        action="store_true",
+        help="also each row with serve --record (the flight recorder on), side by side",
+    )
     p.add_argument("--out", default=str(RESULTS))
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
@@ -184,8 +201,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     rows = []
     for period in (float(x) for x in args.periods.split(",")):
         for load in args.loads.split(","):
-            for realtime in arms:  # side by side: the two arms of a row one after the other
-                rows.append(measure(artifact, period, load, args.cycles, realtime))
+            for realtime in arms:  # side by side: the arms of a row one after the other
+                for record in (False, True) if args.record_arm else (False,):
+                    rows.append(measure(artifact, period, load, args.cycles, realtime, record=record))
     must_show = (
         [measure(artifact, 10.0, "2", args.must_show_cycles, rt) for rt in arms]
         if args.must_show_cycles

@@ -317,19 +317,22 @@ def test_loop_under_load_benchmark_smoke(cartpole_all, tmp_path: Path) -> None:
 
     _, root = cartpole_all
     data = main(["--artifact", str(root / "int8"), "--cycles", "40", "--periods", "20", "--loads", "1",
-                 "--out", str(tmp_path)])  # fmt: skip
+                 "--record-arm", "--out", str(tmp_path)])  # fmt: skip
     for ext in ("json", "md", "png"):
         assert (tmp_path / f"loop_under_load.{ext}").stat().st_size > 0
     rows = data["rows"]
-    assert (rows[0]["load"], rows[0]["realtime"], rows[0]["cycles"], rows[0]["scheduler"]) == (
-        "1",
-        False,
-        40,
-        "SCHED_OTHER",
-    )
-    if len(rows) == 2:  # a machine where the process may use SCHED_FIFO
-        assert (rows[1]["realtime"], rows[1]["cycles"]) == (True, 40)
-        assert rows[1]["scheduler"] == "SCHED_FIFO 50 (--realtime)"
+    assert [(r["load"], r["realtime"], r["recording"], r["cycles"]) for r in rows[:2]] == [
+        ("1", False, False, 40),
+        ("1", False, True, 40),
+    ]
+    assert rows[0]["scheduler"] == "SCHED_OTHER"
+    if len(rows) == 4:  # a machine where the process may use SCHED_FIFO
+        assert [(r["realtime"], r["recording"], r["cycles"]) for r in rows[2:]] == [
+            (True, False, 40),
+            (True, True, 40),
+        ]
+        assert rows[2]["scheduler"] == "SCHED_FIFO 50 (--realtime)"
+    assert "| --record |" in (tmp_path / "loop_under_load.md").read_text()
 
 
 @integration

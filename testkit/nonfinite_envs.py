@@ -1,5 +1,5 @@
 """Plants that give a NaN or inf now and then, as real ones do (a sensor that drops out, a reward computed
-from a divide by zero): what `train` must stop on with one line (train.core.finite_check).
+from a divide by zero): what `train` must stop on with one line (train.core.env_check).
 `--env testkit.nonfinite_envs:NanObservationCartPole`, from the repository root."""
 
 from __future__ import annotations

@@ -32,9 +32,9 @@ def _kept(out: Path) -> bool:
 @pytest.mark.parametrize(
     ("env", "fragment"),
     [
-        ("NanObservationCartPole", "non-finite observation (index 3: nan) from step()"),
-        ("InfRewardCartPole", "non-finite reward (inf) from step()"),
-        ("NanKeyDictCartPole", "non-finite observation (key 'cart', index 1: nan) from step()"),
+        ("NanObservationCartPole", "returned a non-finite observation (index 3: nan)"),
+        ("InfRewardCartPole", "returned a non-finite reward (inf)"),
+        ("NanKeyDictCartPole", "returned a non-finite observation (key 'cart', index 1: nan)"),
     ],
 )
 def test_a_non_finite_value_from_the_env_stops_training_in_one_line(
@@ -43,7 +43,7 @@ def test_a_non_finite_value_from_the_env_stops_training_in_one_line(
     rc, last, out = _train(tmp_path, capsys, env, "--steps", "20000")
     assert rc == 2, last
     assert last.startswith("rl2edge train: error: env testkit.nonfinite_envs:") and fragment in last, last
-    assert "(copy 0) returned" in last and f"at its step {AT_STEP}" in last, last
+    assert f"(copy 0) step() at its step {AT_STEP} returned" in last, last
     assert "--out is as it was" in last and _kept(out)
 
 
@@ -87,3 +87,61 @@ def test_weights_that_hold_nan_are_never_written() -> None:
         check_weights({"w": torch.ones(3), "pi.bias": torch.tensor([0.0, float("nan")])})
     with pytest.raises(TrainingError, match=r"hold inf \(parameter 1\)"):
         check_weights([np.ones(2), np.array([np.inf])])
+
+
+@pytest.mark.parametrize(
+    ("env", "fragment"),
+    [
+        ("OldApiCartPole", "step() at its step 1 returned 4 values (the old gym API: obs, reward, done, info)"),
+        ("RaisingCartPole", "step() at its step 4 raised RuntimeError: the valve model did not converge"),
+        ("WideCartPole", "reset() at its step 0 returned an observation of shape [5], and its observation_space declares [4]"),
+        ("WideKeyDictCartPole", "returned an observation key 'cart' of shape [3], and its observation_space declares [2]"),
+    ],
+)  # fmt: skip
+def test_an_env_that_answers_wrong_stops_training_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], env: str, fragment: str
+) -> None:
+    """What had been a traceback from inside gymnasium ("Output array is the wrong shape", "not enough values
+    to unpack") names the env, the copy, the call and what was wrong."""
+    out = tmp_path / "run"
+    args = [
+        "train",
+        "--algo",
+        "ppo",
+        "--env",
+        f"testkit.broken_envs:{env}",
+        "--steps",
+        "256",
+        "--out",
+        str(out),
+    ]
+    assert main([*args, "--no-progress"]) == 2
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert f"env testkit.broken_envs:{env} (copy 0) " in last and fragment in last, last
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("source", "fragment"),
+    [
+        ("def broken(:\n", "raises SyntaxError when imported"),
+        ("import sys\nsys.exit(3)\n", "exits (3) when imported"),
+        ("raise RuntimeError('no licence server')\n", "raises RuntimeError when imported: no licence server"),
+    ],
+)
+def test_an_env_module_that_fails_as_it_loads_is_one_line(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    source: str,
+    fragment: str,
+) -> None:
+    (tmp_path / "my_plant.py").write_text(source)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    out = tmp_path / "run"
+    assert (
+        main(["train", "--env", "my_plant:Plant", "--steps", "256", "--out", str(out), "--no-progress"]) == 2
+    )
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "module 'my_plant' of env 'my_plant:Plant'" in last and fragment in last, last
+    assert not out.exists()

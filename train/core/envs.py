@@ -13,7 +13,7 @@ import gymnasium as gym
 
 from rl2edge.errors import ConfigError
 from rl2edge.specs import ObservationSpec
-from rl2edge.train.core.finite_check import FiniteCheck
+from rl2edge.train.core.env_check import CheckedEnv
 from rl2edge.train.core.frame_stack import StackedObservation
 from rl2edge.train.core.partial_envs import register as _register_partial_envs
 from rl2edge.train.core.spaces import (
@@ -37,6 +37,12 @@ def _env_factory(env_id: str, **kwargs: Any) -> Callable[[], gym.Env]:
             module = importlib.import_module(module_name)
         except ImportError as exc:
             raise ConfigError(f"cannot import module {module_name!r} for env {env_id!r}: {exc}") from exc
+        except (Exception, SystemExit) as exc:  # the user's module fails as it loads: a SyntaxError, sys.exit
+            what = f"exits ({exc.code})" if isinstance(exc, SystemExit) else f"raises {type(exc).__name__}"
+            raise ConfigError(
+                f"module {module_name!r} of env {env_id!r} {what} when imported: {str(exc)[:200]}; "
+                "fix it so that `python -c 'import " + module_name + "'` runs"
+            ) from None
         cls = getattr(module, registered, None)
         if isinstance(cls, type) and issubclass(cls, gym.Env):
             return lambda: cls(**kwargs)
@@ -66,14 +72,15 @@ def make_env(env_id: str, **kwargs: Any) -> gym.Env:
 
 def make_vec_env(env_id: str, n_envs: int, frame_stack: int = 1) -> gym.vector.SyncVectorEnv:
     """n copies in one process, as training sees them: a Dict observation as one vector
-    (FlatDictObservation), a matrix or image Box as one vector (FlatBoxObservation), the last `frame_stack` observations stacked (train.core.frame_stack); a NaN or
-    inf observation or reward stops training (train.core.finite_check). SAME_STEP
+    (FlatDictObservation), a matrix or image Box as one vector (FlatBoxObservation), the last `frame_stack` observations stacked (train.core.frame_stack); an env that
+    raises, answers in the old API, in another shape than its space, or with a NaN or inf stops training
+    in one line (train.core.env_check). SAME_STEP
     autoreset keeps the final observation of each episode in infos['final_obs'], which PPO needs to
     bootstrap truncated episodes."""
     factory = _env_factory(env_id)
 
     def make(index: int) -> gym.Env:
-        env = FiniteCheck(factory(), env_id, index)  # every value as the env gives it, keys and all
+        env = CheckedEnv(factory(), env_id, index)  # every answer as the env gives it, keys and all
         space = env.observation_space
         if isinstance(space, gym.spaces.Dict):
             env = FlatDictObservation(env)

@@ -11,10 +11,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-import gymnasium as gym
 import numpy as np
 
-from rl2edge.errors import TrainingError, short_repr
+from rl2edge.errors import TrainingError
 
 FIX = (
     "the env must give finite observations and rewards (a sensor's 'no reading' is a value the env "
@@ -43,38 +42,6 @@ def first_non_finite(observation: Any) -> str | None:
             where = f"key {key!r}, index {found[0]}" if key is not None else f"index {found[0]}"
             return f"{where}: {found[1]}"
     return None
-
-
-class FiniteCheck(gym.Wrapper):
-    """One env copy of a training run, checked as it answers: every observation (per key for a Dict, before
-    it is flattened) and every reward. `index`: the copy's place in the vector env."""
-
-    def __init__(self, env: gym.Env, env_id: str, index: int):
-        super().__init__(env)
-        self.env_id, self.index, self.steps = env_id, index, 0
-
-    def _fail(self, what: str, call: str) -> TrainingError:
-        return TrainingError(
-            f"env {self.env_id} (copy {self.index}) returned a non-finite {what} from {call} at its step "
-            f"{self.steps}: {FIX}"
-        )
-
-    def reset(self, **kwargs: Any) -> Any:
-        obs, info = self.env.reset(**kwargs)
-        bad = first_non_finite(obs)
-        if bad is not None:
-            raise self._fail(f"observation ({bad})", "reset()")
-        return obs, info
-
-    def step(self, action: Any) -> Any:
-        obs, reward, terminated, truncated, info = self.env.step(action)
-        self.steps += 1
-        bad = first_non_finite(obs)
-        if bad is not None:
-            raise self._fail(f"observation ({bad})", "step()")
-        if not np.isfinite(reward):
-            raise self._fail(f"reward ({short_repr(reward)})", "step()")
-        return obs, reward, terminated, truncated, info
 
 
 def check_rewards(rewards: np.ndarray, where: str) -> None:

@@ -284,13 +284,26 @@ def _floats(path: Path, what: str, value: Any, size: int) -> tuple[float, ...]:
     return tuple(out)
 
 
+MAX_SPEC_VALUES = 1 << 20
+"""The most values a declared shape may hold (a 576 x 576 x 3 image): bounded before anything is allocated
+(a declared [60000000] had taken 30 s and 1.9 GB before its refusal)."""
+
+
 def _shape(path: Path, what: str, value: Any) -> tuple[int, ...]:
     if (
         not isinstance(value, list)
         or not value
+        or len(value) > 8
         or not all(isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in value)
     ):
-        raise ConfigError(f"{path}: {what} must be a list of positive sizes, got {value!r}")
+        raise ConfigError(
+            f"{path}: {what} must be a list of at most 8 positive sizes, got {short_repr(value)}"
+        )
+    if math.prod(value) > MAX_SPEC_VALUES:
+        raise ConfigError(
+            f"{path}: {what} {short_repr(value)} holds {math.prod(value)} values; a policy observes at most "
+            f"{MAX_SPEC_VALUES} (check the shape: a batch or a sequence axis does not belong in it)"
+        )
     return tuple(value)
 
 
@@ -304,6 +317,8 @@ def _observation(path: Path, doc: Any) -> tuple[ObservationSpec, tuple[str, ...]
                 raise ConfigError(f"{path}: observation.keys[{i}] must be a mapping with a name and a shape")
             shape = _shape(path, f"observation.keys[{i}].shape", k.get("shape"))
             size = int(np.prod(shape))
+            if sum(key.size for key in keys) + size > MAX_SPEC_VALUES:
+                raise ConfigError(f"{path}: observation.keys hold more than {MAX_SPEC_VALUES} values in all")
             check_key_name(str(k["name"]))
             low = _floats(path, f"{k['name']}.low", k["low"], size) if "low" in k else ()
             high = _floats(path, f"{k['name']}.high", k["high"], size) if "high" in k else ()

@@ -99,6 +99,13 @@ def test_install_module_writes_a_module_that_answers_the_client(tmp_path: Path) 
         rl2edge("mender", "install-module", "--serve-config", str(config), *dirs), "metrics_port"
     )
     config.write_text(config.read_text() + "metrics_port: 9464\n")
+    (tmp_path / "policies" / "current").mkdir(parents=True)  # a policy placed by hand as a folder
+    assert_clean_failure(
+        rl2edge("mender", "install-module", "--serve-config", str(config), *dirs),
+        "policies/current is a folder, not a symlink",
+        "ln -s first",
+    )
+    (tmp_path / "policies" / "current").rmdir()
     done = rl2edge("mender", "install-module", "--serve-config", str(config), "--commit-timeout", "90", *dirs)
     assert done.returncode == 0, done.stderr
     module = tmp_path / "modules" / "rl2edge-policy"

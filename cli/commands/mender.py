@@ -134,6 +134,12 @@ def install_module(args: argparse.Namespace, config: Path) -> int:
     from rl2edge.plc_bridge.mender_module import MODULE_NAME
 
     target = target_of(config)  # refuses a config without watch or metrics now, not at the first update
+    link = target.link
+    if link.exists() and not link.is_symlink():  # the module would refuse it at the first update: now
+        raise ConfigError(
+            f"serve's artifact path {link} is a folder, not a symlink: the module swaps a symlink in one rename "
+            f"(mv {link} {link.parent}/first && ln -s first {link}), then run install-module again"
+        )
     rl2edge, conf = _rl2edge_command(), shlex.quote(str(config))
     module = (
         "#!/bin/sh\n"

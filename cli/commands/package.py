@@ -23,7 +23,8 @@ def add_parser(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
         "artifact folder. Its provides record the manifest's sha256 and the observation/action layout's "
         "digest; it depends on the device serving that layout, so the Mender client refuses a policy "
         "with another layout before anything is written.",
-        epilog="example:\n  rl2edge package artifacts/cp/int8 --mender --device-type jetson-orin-nano "
+        epilog="example (after `rl2edge export runs/cp --quantize int8 --out artifacts/cp`):\n"
+        "  rl2edge package artifacts/cp --mender --device-type jetson-orin-nano "
         "--sign keys/mender.key --out cp-int8.mender",
     )
     s.add_argument("artifact", help="an artifact folder written by `rl2edge export` (holding manifest.json)")

@@ -311,7 +311,8 @@ def _observation(path: Path, doc: Any) -> tuple[ObservationSpec, tuple[str, ...]
     if not isinstance(doc, dict):
         raise ConfigError(f"{path}: `observation` is missing: give its shape (a Box) or its keys (a Dict)")
     if "keys" in doc:
-        keys, inputs = [], []
+        keys: list[ObservationKey] = []
+        inputs: list[str] = []
         for i, k in enumerate(doc["keys"] or []):
             if not isinstance(k, dict) or "name" not in k:
                 raise ConfigError(f"{path}: observation.keys[{i}] must be a mapping with a name and a shape")

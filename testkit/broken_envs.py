@@ -49,3 +49,13 @@ class WideKeyDictCartPole(DictCartPole):
     def reset(self, **kwargs: Any) -> Any:
         obs, info = super().reset(**kwargs)
         return {**obs, "cart": np.append(obs["cart"], np.float32(0.0))}, info
+
+
+class EndlessCartPole(CartPoleEnv):
+    """A cart on a pole that never falls and a plant that never says an episode ended: no termination, no
+    time limit (a continuous process modelled as one endless episode)."""
+
+    def step(self, action: Any) -> Any:
+        _, reward, _, _, info = super().step(action)
+        self.state = np.zeros(4)  # the pole stays up whatever the action
+        return np.zeros(4, np.float32), reward, False, False, info

@@ -145,3 +145,15 @@ def test_an_env_module_that_fails_as_it_loads_is_one_line(
     last = capsys.readouterr().err.strip().splitlines()[-1]
     assert "module 'my_plant' of env 'my_plant:Plant'" in last and fragment in last, last
     assert not out.exists()
+
+
+def test_an_env_whose_episodes_never_end_is_evaluated_within_a_cap_and_says_so(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """No termination and no time limit: training's periodic evaluation had hung with nothing printed."""
+    from rl2edge.train.core.evaluation import UNLIMITED_EPISODE_CAP, evaluate
+
+    result = evaluate(lambda obs: 0, "testkit.broken_envs:EndlessCartPole", 2, 0)
+    assert result.lengths == [UNLIMITED_EPISODE_CAP] * 2
+    warned = [r.getMessage() for r in caplog.records if "without ending" in r.getMessage()]
+    assert len(warned) == 1 and "wrap the env in gymnasium.wrappers.TimeLimit" in warned[0], warned

@@ -3,12 +3,20 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
 from rl2edge.train.core.envs import make_env
+
+_logger = logging.getLogger(__name__)
+
+UNLIMITED_EPISODE_CAP = 10_000
+"""Where an episode of an env without a time limit is cut (gymnasium.make adds none to a class given as
+`module:Class`), as export's rollouts are (export.tolerances.ROLLOUT_MAX_EPISODE_STEPS): a plant whose
+episodes never end had hung training's evaluation with nothing printed."""
 
 ActFn = Callable[[np.ndarray], "np.ndarray | int | float"]
 
@@ -50,7 +58,10 @@ def evaluate(
     if on_reset is None:
         on_reset = getattr(act, "reset", None) or getattr(getattr(act, "__self__", None), "reset", None)
     env = make_env(env_id)
-    returns, lengths = [], []
+    cut_by_us = max_steps is None and (env.spec is None or env.spec.max_episode_steps is None)
+    if cut_by_us:  # an env without a time limit: an episode that never ends must not hang training
+        max_steps = UNLIMITED_EPISODE_CAP
+    returns, lengths, warned = [], [], False
     try:
         i = 0
         while i < episodes or (more is not None and more() and (max_episodes is None or i < max_episodes)):
@@ -68,6 +79,15 @@ def evaluate(
                 done = terminated or truncated or (max_steps is not None and steps >= max_steps)
             returns.append(total)
             lengths.append(steps)
+            if cut_by_us and not (terminated or truncated) and not warned:
+                warned = True
+                _logger.warning(
+                    "%s: an evaluation episode ran %d steps without ending, and the env has no time limit: "
+                    "episodes are cut there (wrap the env in gymnasium.wrappers.TimeLimit, or register it "
+                    "with max_episode_steps)",
+                    env_id,
+                    steps,
+                )
     finally:
         env.close()
     return EvalResult(returns, lengths)

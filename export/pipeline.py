@@ -310,7 +310,8 @@ def _collect(source: ExportSource, opts: ExportOptions) -> _Collected:
     else:
         actions, margins = source.reference_actions(data.heldout), source.margins(data.heldout)
         raw = source.pre_head(data.heldout) if source.categorical else actions
-    check_outputs(raw, source.categorical, opts.allow_constant_output)  # NaN or blind: refused here
+    box = None if source.categorical else (np.asarray(source.action.low), np.asarray(source.action.high))
+    check_outputs(raw, source.categorical, opts.allow_constant_output, box)  # NaN or blind: refused here
     source_return = None
     if source.env_id is not None:
         source_return = _ret(

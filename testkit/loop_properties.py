@@ -346,6 +346,8 @@ class Verdict:
     violations: list[str] = field(default_factory=list)
 
 
+_CODES = {int(x) for x in CycleStatus}
+
 _FAULT_CLASS = {
     CycleStatus.INVALID_OBSERVATION: "invalid",
     CycleStatus.STALE: "stale",
@@ -406,6 +408,7 @@ def check_case(run: CaseRun, node_map: NodeMap, artifacts: tuple[Path, Path]) ->
         else:
             expected = CycleStatus.OK
         # --- the status
+        noise = False  # a deadline miss the script did not ask for (set below)
         stateless = not ref.states.snapshot()
         # a stateful policy's re-read step writes its decision again; a stateless one runs on every cycle
         predicts = expected == CycleStatus.OK and (expected_action is None or stateless)
@@ -415,6 +418,7 @@ def check_case(run: CaseRun, node_map: NodeMap, artifacts: tuple[Path, Path]) ->
             pass  # the killed model process, or its restart
         elif actual == CycleStatus.DEADLINE_MISS:
             v.noise_misses += 1
+            noise = True
             if predicts:
                 sure = ref.states.snapshot() == {}  # did the late call advance the state? unknown
         elif actual == CycleStatus.WRITE_REJECTED and s.refuse_write:
@@ -466,7 +470,17 @@ def check_case(run: CaseRun, node_map: NodeMap, artifacts: tuple[Path, Path]) ->
             last_written = c.action
         else:
             spell = c if spell is None else spell
-            _check_fault(where, actual, c, node_map, srv, safe, last_written, prev, spell, bad)
+            named = actual
+            written = (
+                CycleStatus(c.status & ~(HELD | RAMPING)) if c.status & ~(HELD | RAMPING) in _CODES else None
+            )
+            if noise and written not in (None, CycleStatus.OK, CycleStatus.DEADLINE_MISS):
+                # the deadline passed while the write was under way: the status node carries the fault the
+                # cycle had decided before it (an inference error), the summary counts the miss
+                named = written
+                if written == CycleStatus.INFERENCE_ERROR:
+                    reset_due, served_seq, decided = True, None, None
+            _check_fault(where, named, c, node_map, srv, safe, last_written, prev, spell, bad)
             last_written = c.action
         prev = c
     # --- the summary

@@ -604,6 +604,10 @@ def test_the_node_opcua_stand_in_serves_the_recurrent_int8_artifact_as_evaluate_
     assert s["deadline_misses"] == 0 and s["state_resets"] == 1  # the connect; episodes are not serve's
 
 
+@pytest.mark.serial(
+    "deadline misses are counted against the loop's clock: beside another file a late cycle that also had an "
+    "inference error was counted a miss while its status node said INFERENCE_ERROR (CI, seed 0)"
+)
 @pytest.mark.parametrize("seed", [0, *(pytest.param(s, marks=pytest.mark.slow) for s in range(1, 22))])
 def test_the_loop_keeps_its_promises_to_a_stateful_policy(
     seed: int, weak_artifact: Path, tmp_path: Path

@@ -34,7 +34,7 @@ PYTEST_OK5 = ; rc=$$?; [ $$rc -eq 0 ] || [ $$rc -eq 5 ]
 # The default test suite: lint, the type check of all five packages (scripts/typecheck.py), then every test not
 # marked slow or integration: two files at a time (pytest-xdist; a file's module fixtures are built once, the
 # session's runs and artifacts once per run: tests/conftest.py), then the `serial` ones alone. Measured on a
-# 2-core AMD EPYC, clean clone: 611 s with ruff and mypy, 1043 tests (benchmarks/results/ci_time.md; 998 tests
+# 2-core AMD EPYC, clean clone: 581 s with ruff and mypy, 1072 tests (benchmarks/results/ci_time.md; 998 tests
 # took 692-1378 s one at a time).
 TIER_DEFAULT := not slow and not integration
 test: install

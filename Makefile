@@ -46,8 +46,8 @@ test: install
 # The integration tier (CI runs it after `make test`): training, export and serve end to end at larger budgets,
 # Ray clusters, the Mender client, and every benchmark script on tiny settings. Two files at a time, then the
 # `serial` ones alone (Ray clusters, the Mender client's system state, benchmarks and loops whose timing is
-# measured: each says why next to its mark). Measured, clean clone: 193 tests two at a time in 994 s, then 39
-# serial ones in 737 s (29 minutes in all; it was 23-54 minutes with the serial group of before).
+# measured: each says why next to its mark). Measured, clean clone at a30061d: 213 tests two at a time in
+# 1103 s, then 20 serial ones in 433 s (26 minutes in all; it was 23-54 minutes with the serial group of before).
 TIER_INTEGRATION := integration and not slow
 test-integration: install
 	$(PY) -m pytest -n 2 --dist loadfile -m "$(TIER_INTEGRATION) and not serial" $(call junit,integration) $(PYTEST_OK5)

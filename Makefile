@@ -45,7 +45,7 @@ test: install
 
 # The integration tier (CI runs it after `make test`): training, export and serve end to end at larger budgets,
 # Ray clusters, the Mender client, and every benchmark script on tiny settings. Two files at a time, then the
-# `serial` ones alone (Ray clusters, the real Mender client beside its own file, benchmarks and loops whose timing is
+# `serial` ones alone (Ray clusters, the fleet smoke that drives the Mender client, benchmarks and loops whose timing is
 # measured: each says why next to its mark). Measured, clean clone at a30061d: 213 tests two at a time in
 # 1103 s, then 20 serial ones in 433 s (26 minutes in all; it was 23-54 minutes with the serial group of before).
 TIER_INTEGRATION := integration and not slow

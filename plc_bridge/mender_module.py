@@ -171,7 +171,7 @@ class Update:
             write_json_atomic(self.state_file, state)
         dest = Path(state["target"])
         if dest.is_dir() and _sha_or_none(dest) == meta["manifest_sha256"]:
-            pass  # unpacked and renamed into place by an earlier call
+            _ledger_add(link.parent, name)  # unpacked and renamed into place by an earlier call
         elif dest.exists():
             raise ModuleError(
                 f"{dest} holds another policy named {name}; give each artifact its own name (--name)"
@@ -204,7 +204,6 @@ class Update:
                 ) from None
             finally:
                 shutil.rmtree(incoming, ignore_errors=True)
-        _ledger_add(link.parent, name)
         _point(link, dest)
         _logger.info("installed %s; %s -> %s; serve takes it over after its shadow run", name, link, dest)
 
